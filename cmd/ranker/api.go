@@ -1,0 +1,79 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// leaderboardResponse is the body of GET /v1/executions/{execution_id}/leaderboard.
+type leaderboardResponse struct {
+	ExecutionID    string                  `json:"execution_id"`
+	Teams          []events.LeaderboardRow `json:"teams"`
+	EvaluationsSeq uint64                  `json:"evaluations_seq"`
+}
+
+// historyResponse is the body of GET /v1/executions/{execution_id}/teams/{team_id}/history.
+type historyResponse struct {
+	ExecutionID string             `json:"execution_id"`
+	TeamID      string             `json:"team_id"`
+	Rounds      []events.TeamRound `json:"rounds"`
+}
+
+func newAPI(log *slog.Logger, st store, m *metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/executions/{execution_id}/leaderboard", func(w http.ResponseWriter, r *http.Request) {
+		exec := r.PathValue("execution_id")
+		if !events.ValidIdentifier(exec) {
+			badIdentifier(w, "execution_id", exec)
+			return
+		}
+		order, ok := events.ParseScoreOrder(r.URL.Query().Get("score_order"))
+		if !ok {
+			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: "invalid_request", Message: `score_order must be "asc" or "desc"`})
+			return
+		}
+		start := time.Now()
+		board, err := st.Leaderboard(r.Context(), exec, order, 0)
+		m.leaderboardQuery.Observe(time.Since(start).Seconds())
+		if err != nil {
+			m.clickhouseErrors.WithLabelValues("query").Inc()
+			log.Warn("leaderboard read failed", "execution_id", exec, "error", err)
+			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: "leaderboard read failed: " + err.Error()})
+			return
+		}
+		service.WriteJSON(w, http.StatusOK, leaderboardResponse{ExecutionID: exec, Teams: board.Rows, EvaluationsSeq: board.Seq})
+	})
+	mux.HandleFunc("GET /v1/executions/{execution_id}/teams/{team_id}/history", func(w http.ResponseWriter, r *http.Request) {
+		exec, team := r.PathValue("execution_id"), r.PathValue("team_id")
+		if !events.ValidIdentifier(exec) {
+			badIdentifier(w, "execution_id", exec)
+			return
+		}
+		if !events.ValidIdentifier(team) {
+			badIdentifier(w, "team_id", team)
+			return
+		}
+		rounds, err := st.History(r.Context(), exec, team, 0)
+		if err != nil {
+			m.clickhouseErrors.WithLabelValues("query").Inc()
+			log.Warn("history read failed", "execution_id", exec, "team_id", team, "error", err)
+			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: "history read failed: " + err.Error()})
+			return
+		}
+		service.WriteJSON(w, http.StatusOK, historyResponse{ExecutionID: exec, TeamID: team, Rounds: rounds})
+	})
+	return mux
+}
+
+func badIdentifier(w http.ResponseWriter, field, value string) {
+	service.WriteJSON(w, http.StatusBadRequest, service.Error{
+		Code:    "invalid_request",
+		Message: field + " " + quote(value) + " must be 1-128 characters of A-Z, a-z, 0-9, '_' and '-'",
+	})
+}
+
+func quote(s string) string { return `"` + s + `"` }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// metrics are the ranker's Prometheus series; their names are stable because dashboards and
+// alerts in deploy/ depend on them.
+type metrics struct {
+	events           *prometheus.CounterVec
+	batchSize        prometheus.Histogram
+	insertDuration   prometheus.Histogram
+	clickhouseErrors *prometheus.CounterVec
+	leaderboardQuery prometheus.Histogram
+	leaderboardsSent prometheus.Counter
+	pending          prometheus.Gauge
+	ackPending       prometheus.Gauge
+	ready            prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		events: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ranker_events_total",
+			Help: "evaluation.completed events handled, by outcome: stored, duplicate (same id again in a batch), dead_lettered.",
+		}, []string{"outcome"}),
+		batchSize: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ranker_batch_size",
+			Help:    "Evaluations written per ClickHouse insert.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		insertDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ranker_insert_duration_seconds",
+			Help:    "Latency of one successful ClickHouse batch insert.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		clickhouseErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ranker_clickhouse_errors_total",
+			Help: "ClickHouse failures by kind: insert, query, unavailable (ping).",
+		}, []string{"kind"}),
+		leaderboardQuery: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ranker_leaderboard_query_duration_seconds",
+			Help:    "Latency of leaderboard reads (API and leaderboard.updated).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		leaderboardsSent: f.NewCounter(prometheus.CounterOpts{
+			Name: "ranker_leaderboard_updates_total",
+			Help: "leaderboard.updated events published.",
+		}),
+		pending: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ranker_consumer_pending",
+			Help: "Evaluations in EVALUATIONS not yet delivered to the ranker consumer.",
+		}),
+		ackPending: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ranker_consumer_ack_pending",
+			Help: "Evaluations delivered to rankers and not yet acknowledged.",
+		}),
+		ready: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ranker_ready",
+			Help: "1 when connected to NATS and ClickHouse and consuming, as /readyz.",
+		}),
+	}
+}

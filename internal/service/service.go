@@ -1,0 +1,244 @@
+// Package service is the wiring both services share: configuration from the environment (CONTRACT
+// section 6), the JSON logger, the NATS connection, and the HTTP server with /metrics, /healthz
+// and /readyz. Business logic lives in cmd/* and pkg/*; this package only connects it to the world.
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// Common is the configuration both services read. Each variable may be prefixed with the service
+// name (COMPOSER_NATS_URL) to override the shared one (NATS_URL).
+type Common struct {
+	NATSURL      string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"comma-separated NATS server URLs"`
+	NATSCreds    string `envconfig:"NATS_CREDS" desc:"NATS credentials file (JWT + nkey)"`
+	NATSUser     string `envconfig:"NATS_USER" desc:"NATS user"`
+	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"NATS password"`
+	NATSTLSCA    string `envconfig:"NATS_TLS_CA" desc:"CA certificate file for NATS TLS"`
+
+	ClickHouseAddr     []string `envconfig:"CLICKHOUSE_ADDR" default:"127.0.0.1:9000" desc:"ClickHouse native-protocol host:port list, comma-separated"`
+	ClickHouseDatabase string   `envconfig:"CLICKHOUSE_DATABASE" default:"rounds" desc:"ClickHouse database (created by the ranker if missing)"`
+	ClickHouseUser     string   `envconfig:"CLICKHOUSE_USER" default:"default" desc:"ClickHouse user"`
+	ClickHousePassword string   `envconfig:"CLICKHOUSE_PASSWORD" desc:"ClickHouse password"`
+
+	ManageStreams  bool          `envconfig:"MANAGE_STREAMS" default:"true" desc:"create or update the streams at start (false where an operator owns them)"`
+	StreamReplicas int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas of every stream (3 in a cluster)"`
+	PromptsMaxAge  time.Duration `envconfig:"PROMPTS_MAX_AGE" default:"0" desc:"retention of the PROMPTS audit stream, 0 = forever"`
+	MaxEventBytes  int           `envconfig:"MAX_EVENT_BYTES" default:"1048576" desc:"largest accepted event body in bytes"`
+	LogLevel       LogLevel      `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error; logs are JSON on stderr"`
+}
+
+// Validate checks ranges that types alone do not.
+func (c *Common) Validate(prefix string) error {
+	var errs []error
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		errs = append(errs, fmt.Errorf("STREAM_REPLICAS (or %s_STREAM_REPLICAS) must be 1 to 5, got %d", prefix, c.StreamReplicas))
+	}
+	if c.MaxEventBytes < 1 {
+		errs = append(errs, fmt.Errorf("MAX_EVENT_BYTES (or %s_MAX_EVENT_BYTES) must be positive, got %d", prefix, c.MaxEventBytes))
+	}
+	if c.PromptsMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("PROMPTS_MAX_AGE (or %s_PROMPTS_MAX_AGE) must not be negative, got %s", prefix, c.PromptsMaxAge))
+	}
+	if len(c.ClickHouseAddr) == 0 {
+		errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR) must name at least one host:port", prefix))
+	}
+	for _, a := range c.ClickHouseAddr {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR): %q is not host:port", prefix, a))
+		}
+	}
+	if strings.TrimSpace(c.NATSURL) == "" {
+		errs = append(errs, fmt.Errorf("NATS_URL (or %s_NATS_URL) must not be empty", prefix))
+	}
+	return errors.Join(errs...)
+}
+
+// Streams returns the stream options the configuration asks for.
+func (c *Common) Streams() events.StreamOptions {
+	return events.StreamOptions{Replicas: c.StreamReplicas, PromptsMaxAge: c.PromptsMaxAge}
+}
+
+// Store returns where ClickHouse is.
+func (c *Common) Store() rank.Config {
+	return rank.Config{Addrs: c.ClickHouseAddr, Database: c.ClickHouseDatabase, User: c.ClickHouseUser, Password: c.ClickHousePassword}
+}
+
+// LogLevel is a slog level read from the environment by name.
+type LogLevel slog.Level
+
+// Decode implements envconfig.Decoder.
+func (l *LogLevel) Decode(v string) error {
+	switch strings.ToLower(v) {
+	case "debug":
+		*l = LogLevel(slog.LevelDebug)
+	case "info":
+		*l = LogLevel(slog.LevelInfo)
+	case "warn", "warning":
+		*l = LogLevel(slog.LevelWarn)
+	case "error":
+		*l = LogLevel(slog.LevelError)
+	default:
+		return fmt.Errorf("%q is not one of debug, info, warn, error", v)
+	}
+	return nil
+}
+
+// Load reads cfg from the environment with envconfig under prefix ("ranker", "composer").
+func Load(prefix string, cfg any) error {
+	if err := envconfig.Process(prefix, cfg); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return nil
+}
+
+// Usage writes the --help text: what the command does and the variable table.
+func Usage(w io.Writer, prefix, summary string, cfg any) error {
+	fmt.Fprintf(w, "%s\n\nConfiguration is read from the environment. Every variable may also be given with the\nprefix %s_ (for example %s_NATS_URL), which overrides the shared name.\n\n",
+		summary, strings.ToUpper(prefix), strings.ToUpper(prefix))
+	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
+	if err := envconfig.Usagef(prefix, cfg, tw, usageFormat); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+const usageFormat = `VARIABLE	DEFAULT	MEANING
+{{range .}}{{usage_key .}}	{{usage_default .}}	{{usage_description .}}
+{{end}}`
+
+// NewLogger returns the JSON logger every line of a service goes through.
+func NewLogger(w io.Writer, level LogLevel, serviceName string) *slog.Logger {
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.Level(level)})
+	return slog.New(h).With("service", serviceName)
+}
+
+// ConnectNATS connects with the configured credentials and reconnects forever afterwards; the
+// connection state is logged and reflected in readiness.
+func ConnectNATS(c *Common, name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats disconnected", "error", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+	}
+	if c.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(c.NATSCreds))
+	}
+	if c.NATSUser != "" {
+		opts = append(opts, nats.UserInfo(c.NATSUser, c.NATSPassword))
+	}
+	if c.NATSTLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.NATSTLSCA))
+	}
+	nc, err := nats.Connect(c.NATSURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect nats %s: %w", c.NATSURL, err)
+	}
+	return nc, nil
+}
+
+// Check is one readiness condition; nil means ready.
+type Check func(ctx context.Context) error
+
+// Server is the HTTP side of a service: its API plus /metrics, /healthz and /readyz.
+type Server struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Listen binds addr and builds the handler. /readyz answers 200 only when every check passes,
+// and 503 with the failing checks otherwise.
+func Listen(addr string, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		failing := map[string]string{}
+		for name, check := range checks {
+			if err := check(ctx); err != nil {
+				failing[name] = err.Error()
+			}
+		}
+		if len(failing) > 0 {
+			WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failing": failing})
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if api != nil {
+		mux.Handle("/", api)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return &Server{srv: srv, ln: ln}, nil
+}
+
+// Addr is the bound address (useful with port 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve blocks until Shutdown.
+func (s *Server) Serve() error {
+	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests and waits for the ones in flight.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// WriteJSON writes v with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// Error is the JSON body of every 4xx and 5xx of the APIs.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// NATSConnected is the readiness check of a NATS connection.
+func NATSConnected(nc *nats.Conn) Check {
+	return func(context.Context) error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("nats %s", nc.Status())
+		}
+		return nil
+	}
+}

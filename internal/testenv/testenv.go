@@ -1,0 +1,127 @@
+// Package testenv gives tests real servers: one private clickhouse-server per package run (started
+// on first use, stopped by Main), a fresh database per test, and an in-process JetStream server per
+// test. Nothing here is a stand-in: every test talks to the same servers production uses.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/servers"
+)
+
+// shared is the package run's ClickHouse. It is the one piece of package state here: TestMain
+// owns its lifetime, and a server per test would cost 3 s each.
+var shared struct {
+	once sync.Once
+	ch   *servers.ClickHouse
+	dir  string
+	err  error
+	dbs  atomic.Int64
+}
+
+// Main runs the tests of a package and stops the shared ClickHouse afterwards. Call it from
+// TestMain: func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if shared.ch != nil {
+		shared.ch.Stop()
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+	return code
+}
+
+// ClickHouse returns the package's ClickHouse server, starting it on first use. A missing binary
+// fails the test with the apt command that installs it.
+func ClickHouse(t testing.TB) *servers.ClickHouse {
+	t.Helper()
+	shared.once.Do(func() {
+		shared.dir, shared.err = os.MkdirTemp("", "podium-clickhouse-")
+		if shared.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		shared.ch, shared.err = servers.StartClickHouse(ctx, shared.dir)
+	})
+	if shared.err != nil {
+		t.Fatalf("testenv: %v", shared.err)
+	}
+	return shared.ch
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9_]+`)
+
+// Database creates a fresh, empty database for this test and drops it when the test ends. It
+// returns the server address and the database name.
+func Database(t testing.TB) (addr, database string) {
+	t.Helper()
+	ch := ClickHouse(t)
+	name := strings.ToLower(unsafeChars.ReplaceAllString(t.Name(), "_"))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	database = fmt.Sprintf("t%d_%s", shared.dbs.Add(1), name)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr}})
+	if err != nil {
+		t.Fatalf("testenv: connect clickhouse: %v", err)
+	}
+	ctx := context.Background()
+	if err := conn.Exec(ctx, "CREATE DATABASE "+database); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		defer conn.Close()
+		if os.Getenv("PODIUM_KEEP_DATABASES") != "" {
+			t.Logf("testenv: kept database %s on %s", database, ch.Addr)
+			return
+		}
+		if err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+database); err != nil {
+			t.Logf("testenv: drop database %s: %v", database, err)
+		}
+	})
+	return ch.Addr, database
+}
+
+// NATS starts an in-process JetStream server for this test, shut down when the test ends.
+func NATS(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := servers.StartNATS(t.TempDir())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// JetStream connects a client to s, closed when the test ends.
+func JetStream(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatalf("testenv: connect nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("testenv: jetstream: %v", err)
+	}
+	return nc, js
+}

@@ -1,0 +1,237 @@
+// Package events is the wire contract of the pipeline: the CloudEvents envelope, the five event
+// bodies, subjects, stream and consumer configurations, validation of incoming events and the
+// helpers that publish and dead-letter them. It is shared by every service and imports none of
+// them, so the contract lives in exactly one place.
+package events
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event types, as carried in the envelope's "type" attribute and as the first two subject tokens.
+const (
+	TypeEvaluationCompleted = "evaluation.completed"
+	TypeRoundRequested      = "round.requested"
+	TypePromptComposed      = "prompt.composed"
+	TypePromptFailed        = "prompt.failed"
+	TypeLeaderboardUpdated  = "leaderboard.updated"
+)
+
+// SpecVersion is the only CloudEvents version accepted and produced.
+const SpecVersion = "1.0"
+
+// ContentType is the structured-mode CloudEvents media type sent as the Content-Type header.
+const ContentType = "application/cloudevents+json"
+
+// DefaultMaxEventBytes is the default body limit, the NATS default max payload.
+const DefaultMaxEventBytes = 1 << 20
+
+// Envelope is a CloudEvents 1.0 event in structured JSON mode.
+type Envelope struct {
+	SpecVersion     string          `json:"specversion"`
+	ID              string          `json:"id"`
+	Source          string          `json:"source"`
+	Type            string          `json:"type"`
+	Time            string          `json:"time"`
+	DataContentType string          `json:"datacontenttype,omitempty"`
+	Data            json.RawMessage `json:"data"`
+}
+
+// Meta is the validated part of an incoming envelope that handlers need.
+type Meta struct {
+	ID     string
+	Source string
+	Type   string
+	Time   time.Time // with the offset the producer sent
+}
+
+// Evaluation is a validated evaluation.completed event.
+type Evaluation struct {
+	Meta
+	Data EvaluationCompleted
+}
+
+// RoundRequest is a validated round.requested event.
+type RoundRequest struct {
+	Meta
+	Data RoundRequested
+}
+
+// EvaluationCompleted is the data of evaluation.completed.
+type EvaluationCompleted struct {
+	ExecutionID string     `json:"execution_id"`
+	TeamID      string     `json:"team_id"`
+	TeamName    string     `json:"team_name"`
+	RoundNumber int        `json:"round_number"`
+	Submission  Submission `json:"submission"`
+	Evaluation  Scores     `json:"evaluation"`
+	EvaluatedAt time.Time  `json:"evaluated_at"`
+}
+
+// Submission is what a team handed in, kept whole.
+type Submission struct {
+	Content string `json:"content"`
+	Format  string `json:"format,omitempty"`
+}
+
+// Scores is the evaluator's verdict on one submission.
+type Scores struct {
+	OverallScore float64  `json:"overall_score"`
+	Metrics      []Metric `json:"metrics"`
+	Feedback     string   `json:"feedback,omitempty"`
+}
+
+// Metric is one named score with the evaluator's comment.
+type Metric struct {
+	MetricName       string  `json:"metric_name"`
+	Score            float64 `json:"score"`
+	EvaluatorComment string  `json:"evaluator_comment"`
+}
+
+// RoundRequested is the data of round.requested.
+type RoundRequested struct {
+	ExecutionID string         `json:"execution_id"`
+	TeamID      string         `json:"team_id"`
+	TeamName    string         `json:"team_name"`
+	RoundNumber int            `json:"round_number"`
+	UserPrompt  string         `json:"user_prompt"`
+	Template    string         `json:"template,omitempty"`
+	Model       string         `json:"model,omitempty"`
+	Timezone    string         `json:"timezone,omitempty"`
+	MaxRounds   int            `json:"max_rounds,omitempty"` // 0 when not sent
+	ScoreOrder  ScoreOrder     `json:"score_order,omitempty"`
+	Limits      Limits         `json:"limits"`
+	Vars        map[string]any `json:"vars,omitempty"` // numbers are json.Number, so they render as sent
+}
+
+// Limits override a template's defaults; nil means "not sent".
+type Limits struct {
+	HistoryRounds    *int `json:"history_rounds,omitempty"`
+	LeaderboardTeams *int `json:"leaderboard_teams,omitempty"`
+	PreviewChars     *int `json:"preview_chars,omitempty"`
+	MaxPromptTokens  *int `json:"max_prompt_tokens,omitempty"`
+}
+
+// ScoreOrder says whether a higher or a lower score is better.
+type ScoreOrder string
+
+// Score orders. The zero value means Desc.
+const (
+	Desc ScoreOrder = "desc"
+	Asc  ScoreOrder = "asc"
+)
+
+// ParseScoreOrder accepts "", "desc" and "asc".
+func ParseScoreOrder(s string) (ScoreOrder, bool) {
+	switch s {
+	case "", string(Desc):
+		return Desc, true
+	case string(Asc):
+		return Asc, true
+	}
+	return "", false
+}
+
+// LeaderboardRow is one team's standing in an execution (CONTRACT section 4).
+type LeaderboardRow struct {
+	Position  int     `json:"position"`
+	Rank      int     `json:"rank"`
+	TeamID    string  `json:"team_id"`
+	TeamName  string  `json:"team_name"`
+	BestScore float64 `json:"best_score"`
+	BestRound int     `json:"best_round"`
+	Rounds    int     `json:"rounds"`
+}
+
+// TeamRound is the latest evaluation of one round of one team, as the history endpoint and the
+// composer see it.
+type TeamRound struct {
+	RoundNumber  int        `json:"round_number"`
+	EvaluationID string     `json:"evaluation_id"`
+	OverallScore float64    `json:"overall_score"`
+	Metrics      []Metric   `json:"metrics"`
+	Feedback     string     `json:"feedback"`
+	Submission   Submission `json:"submission"`
+	EvaluatedAt  string     `json:"evaluated_at"` // as the evaluator sent it
+}
+
+// PromptComposed is the data of prompt.composed.
+type PromptComposed struct {
+	RequestID     string        `json:"request_id"`
+	ExecutionID   string        `json:"execution_id"`
+	TeamID        string        `json:"team_id"`
+	TeamName      string        `json:"team_name"`
+	RoundNumber   int           `json:"round_number"`
+	Prompt        string        `json:"prompt"`
+	Messages      []Message     `json:"messages,omitempty"`
+	PromptSHA256  string        `json:"prompt_sha256"`
+	Template      TemplateRef   `json:"template"`
+	Model         string        `json:"model,omitempty"`
+	TokenEstimate int           `json:"token_estimate"`
+	TokenEncoding string        `json:"token_encoding"`
+	Truncated     []Truncation  `json:"truncated"`
+	Inputs        ComposeInputs `json:"inputs"`
+}
+
+// Message is one chat message of a template that defines roles.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// TemplateRef names the exact template that rendered a prompt.
+type TemplateRef struct {
+	Name     string `json:"name"`
+	Version  int    `json:"version"`
+	SHA256   string `json:"sha256"`
+	Variant  string `json:"variant,omitempty"`
+	Fallback bool   `json:"fallback"`
+}
+
+// Truncation records one cut the budget made.
+type Truncation struct {
+	Section string `json:"section"`
+	Detail  string `json:"detail"`
+}
+
+// ComposeInputs records what a prompt was built from, for audit and replay.
+type ComposeInputs struct {
+	EvaluationIDs  []string         `json:"evaluation_ids"`
+	HistoryRounds  []int            `json:"history_rounds"`
+	Leaderboard    []LeaderboardRow `json:"leaderboard"`
+	TeamPosition   *int             `json:"team_position"`
+	TeamCount      int              `json:"team_count"`
+	EvaluationsSeq uint64           `json:"evaluations_seq"`
+}
+
+// PromptFailed is the data of prompt.failed.
+type PromptFailed struct {
+	RequestID   string      `json:"request_id"`
+	ExecutionID string      `json:"execution_id"`
+	TeamID      string      `json:"team_id"`
+	RoundNumber int         `json:"round_number"`
+	Code        FailureCode `json:"code"`
+	Message     string      `json:"message"`
+	Retryable   bool        `json:"retryable"`
+}
+
+// FailureCode is the machine-readable reason of a prompt.failed.
+type FailureCode string
+
+// The failure codes of CONTRACT section 3.
+const (
+	CodeInvalidRequest   FailureCode = "invalid_request"
+	CodeUnknownTemplate  FailureCode = "unknown_template"
+	CodeTemplateError    FailureCode = "template_error"
+	CodeInputsNotReady   FailureCode = "inputs_not_ready"
+	CodeStoreUnavailable FailureCode = "store_unavailable"
+	CodeBudgetExceeded   FailureCode = "budget_exceeded"
+)
+
+// LeaderboardUpdated is the data of leaderboard.updated.
+type LeaderboardUpdated struct {
+	ExecutionID    string           `json:"execution_id"`
+	Leaderboard    []LeaderboardRow `json:"leaderboard"`
+	EvaluationsSeq uint64           `json:"evaluations_seq"`
+}

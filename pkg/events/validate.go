@@ -1,0 +1,604 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"mime"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Problem is one violation of the contract, located by a JSON path such as
+// "data.evaluation.metrics[0].score" ("" is the body as a whole, "subject" the NATS subject).
+type Problem struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// InvalidError lists every problem found in one event. Invalid events are poison: they are never
+// retried, only dead-lettered.
+type InvalidError struct {
+	Problems []Problem
+}
+
+func (e *InvalidError) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.String()
+	}
+	return "invalid event: " + strings.Join(parts, "; ")
+}
+
+// IsInvalid reports whether err says the event itself is bad (as opposed to a failure to process
+// a good one).
+func IsInvalid(err error) bool {
+	var ie *InvalidError
+	return errors.As(err, &ie)
+}
+
+// MaxRoundNumber keeps round numbers inside the UInt32 column and the JSON Schema's bound.
+const MaxRoundNumber = math.MaxInt32
+
+// ParseEvaluation validates an evaluation.completed body received on subject and returns it typed.
+func ParseEvaluation(subject string, body []byte, maxBytes int) (Evaluation, error) {
+	var c checker
+	meta, data := c.envelope(TypeEvaluationCompleted, subject, body, maxBytes)
+	var ev Evaluation
+	ev.Meta = meta
+	if data != nil {
+		ev.Data = c.evaluationCompleted(data, "data")
+		c.subjectAgrees(subject, TypeEvaluationCompleted, ev.Data.ExecutionID, ev.Data.TeamID)
+	}
+	return ev, c.err()
+}
+
+// ParseRoundRequest validates a round.requested body received on subject and returns it typed.
+func ParseRoundRequest(subject string, body []byte, maxBytes int) (RoundRequest, error) {
+	var c checker
+	meta, data := c.envelope(TypeRoundRequested, subject, body, maxBytes)
+	var rr RoundRequest
+	rr.Meta = meta
+	if data != nil {
+		rr.Data = c.roundRequested(data, "data")
+		c.subjectAgrees(subject, TypeRoundRequested, rr.Data.ExecutionID, rr.Data.TeamID)
+	}
+	return rr, c.err()
+}
+
+// Validate checks any of the five event types against the contract; the type is taken from the
+// subject. Consumers of the pipeline's output (and its tests) use it on what the services publish.
+func Validate(subject string, body []byte, maxBytes int) error {
+	var c checker
+	eventType := subjectType(subject)
+	if eventType == "" {
+		c.add("subject", fmt.Sprintf("%q is not the subject of a known event type", subject))
+		return c.err()
+	}
+	_, data := c.envelope(eventType, subject, body, maxBytes)
+	if data == nil {
+		return c.err()
+	}
+	switch eventType {
+	case TypeEvaluationCompleted:
+		d := c.evaluationCompleted(data, "data")
+		c.subjectAgrees(subject, eventType, d.ExecutionID, d.TeamID)
+	case TypeRoundRequested:
+		d := c.roundRequested(data, "data")
+		c.subjectAgrees(subject, eventType, d.ExecutionID, d.TeamID)
+	case TypePromptComposed:
+		exec, team := c.promptComposed(data, "data")
+		c.subjectAgrees(subject, eventType, exec, team)
+	case TypePromptFailed:
+		exec, team := c.promptFailed(data, "data")
+		c.subjectAgrees(subject, eventType, exec, team)
+	case TypeLeaderboardUpdated:
+		exec := c.leaderboardUpdated(data, "data")
+		if want := LeaderboardSubject(exec); exec != "" && subject != want {
+			c.add("subject", fmt.Sprintf("%q does not match the body, which names %q", subject, want))
+		}
+	}
+	return c.err()
+}
+
+func subjectType(subject string) string {
+	for _, t := range []string{TypeEvaluationCompleted, TypeRoundRequested, TypePromptComposed, TypePromptFailed, TypeLeaderboardUpdated} {
+		if strings.HasPrefix(subject, t+".") {
+			return t
+		}
+	}
+	return ""
+}
+
+// checker accumulates problems while it walks a decoded JSON tree, so one pass reports them all.
+type checker struct {
+	problems []Problem
+}
+
+func (c *checker) add(path, msg string) { c.problems = append(c.problems, Problem{path, msg}) }
+
+func (c *checker) err() error {
+	if len(c.problems) == 0 {
+		return nil
+	}
+	return &InvalidError{Problems: c.problems}
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// envelope checks the body as a whole and the CloudEvents attributes, and returns the data object
+// (nil when there is none to check further).
+func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int) (Meta, map[string]any) {
+	var meta Meta
+	if maxBytes > 0 && len(body) > maxBytes {
+		c.add("", fmt.Sprintf("body is %d bytes, over the limit of %d (MAX_EVENT_BYTES)", len(body), maxBytes))
+		return meta, nil
+	}
+	if !utf8.Valid(body) {
+		c.add("", "body is not valid UTF-8")
+		return meta, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var root any
+	if err := dec.Decode(&root); err != nil {
+		c.add("", "body is not JSON: "+err.Error())
+		return meta, nil
+	}
+	if _, err := dec.Token(); err == nil {
+		c.add("", "body has data after the JSON value")
+		return meta, nil
+	}
+	m, ok := root.(map[string]any)
+	if !ok {
+		c.add("", "body must be a JSON object (a CloudEvent in structured mode), got "+kind(root))
+		return meta, nil
+	}
+	if v, ok := c.str(m, "", "specversion", true); ok && v != SpecVersion {
+		c.add("specversion", fmt.Sprintf("must be %q, got %q", SpecVersion, v))
+	}
+	if v, ok := c.str(m, "", "id", true); ok {
+		if !validEventID(v) {
+			c.add("id", "must be 1-128 printable ASCII characters")
+		}
+		meta.ID = v
+	}
+	if v, ok := c.str(m, "", "source", true); ok {
+		if _, err := url.Parse(v); v == "" || err != nil {
+			c.add("source", "must be a non-empty URI-reference")
+		}
+		meta.Source = v
+	}
+	if v, ok := c.str(m, "", "type", true); ok {
+		if v != eventType {
+			c.add("type", fmt.Sprintf("must be %q on subject %q, got %q", eventType, subject, v))
+		}
+		meta.Type = v
+	}
+	meta.Time = c.timestamp(m, "", "time")
+	if v, ok := c.str(m, "", "datacontenttype", false); ok {
+		if mt, _, err := mime.ParseMediaType(v); err != nil || mt != "application/json" {
+			c.add("datacontenttype", fmt.Sprintf("must be \"application/json\" when present, got %q", v))
+		}
+	}
+	data := c.object(m, "", "data", true)
+	return meta, data
+}
+
+func validEventID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// subjectAgrees reports a subject whose tokens differ from the body's identifiers. Identifiers
+// that are themselves invalid were reported already and are not compared again.
+func (c *checker) subjectAgrees(subject, eventType, exec, team string) {
+	addr, err := ParseTeamSubject(eventType, subject)
+	if err != nil {
+		c.add("subject", err.Error())
+		return
+	}
+	if ValidIdentifier(exec) && exec != addr.ExecutionID {
+		c.add("data.execution_id", fmt.Sprintf("is %q but the subject names %q", exec, addr.ExecutionID))
+	}
+	if ValidIdentifier(team) && team != addr.TeamID {
+		c.add("data.team_id", fmt.Sprintf("is %q but the subject names %q", team, addr.TeamID))
+	}
+}
+
+func (c *checker) evaluationCompleted(m map[string]any, p string) EvaluationCompleted {
+	var d EvaluationCompleted
+	d.ExecutionID = c.ident(m, p, "execution_id")
+	d.TeamID = c.ident(m, p, "team_id")
+	d.TeamName = c.nonEmpty(m, p, "team_name")
+	d.RoundNumber = c.round(m, p, "round_number")
+	if sub := c.object(m, p, "submission", true); sub != nil {
+		sp := join(p, "submission")
+		d.Submission.Content, _ = c.str(sub, sp, "content", true)
+		d.Submission.Format, _ = c.str(sub, sp, "format", false)
+	}
+	if ev := c.object(m, p, "evaluation", true); ev != nil {
+		ep := join(p, "evaluation")
+		d.Evaluation.OverallScore, _ = c.number(ev, ep, "overall_score", true)
+		d.Evaluation.Metrics = c.metrics(ev, ep)
+		d.Evaluation.Feedback, _ = c.str(ev, ep, "feedback", false)
+	}
+	d.EvaluatedAt = c.timestamp(m, p, "evaluated_at")
+	return d
+}
+
+func (c *checker) metrics(m map[string]any, p string) []Metric {
+	items := c.array(m, p, "metrics", false)
+	out := make([]Metric, 0, len(items))
+	seen := make(map[string]int, len(items))
+	for i, it := range items {
+		ip := fmt.Sprintf("%s.metrics[%d]", p, i)
+		o, ok := it.(map[string]any)
+		if !ok {
+			c.add(ip, "must be an object, got "+kind(it))
+			continue
+		}
+		var mt Metric
+		mt.MetricName = c.nonEmpty(o, ip, "metric_name")
+		if j, dup := seen[mt.MetricName]; dup && mt.MetricName != "" {
+			c.add(ip+".metric_name", fmt.Sprintf("%q repeats %s.metrics[%d]; metric names must be unique", mt.MetricName, p, j))
+		}
+		seen[mt.MetricName] = i
+		mt.Score, _ = c.number(o, ip, "score", true)
+		mt.EvaluatorComment, _ = c.str(o, ip, "evaluator_comment", false)
+		out = append(out, mt)
+	}
+	return out
+}
+
+func (c *checker) roundRequested(m map[string]any, p string) RoundRequested {
+	var d RoundRequested
+	d.ExecutionID = c.ident(m, p, "execution_id")
+	d.TeamID = c.ident(m, p, "team_id")
+	d.TeamName = c.nonEmpty(m, p, "team_name")
+	d.RoundNumber = c.round(m, p, "round_number")
+	d.UserPrompt = c.nonEmpty(m, p, "user_prompt")
+	if v, ok := c.str(m, p, "template", false); ok {
+		if !validTemplateRef(v) {
+			c.add(join(p, "template"), fmt.Sprintf("%q must be name, name@<version> or name:<label> (letters, digits, '_', '-')", v))
+		}
+		d.Template = v
+	}
+	d.Model, _ = c.str(m, p, "model", false)
+	d.Timezone, _ = c.str(m, p, "timezone", false)
+	if v, ok := c.integer(m, p, "max_rounds", false, 1, MaxRoundNumber); ok {
+		d.MaxRounds = v
+	}
+	if v, ok := c.str(m, p, "score_order", false); ok {
+		if so, valid := ParseScoreOrder(v); valid && v != "" {
+			d.ScoreOrder = so
+		} else {
+			c.add(join(p, "score_order"), fmt.Sprintf("must be \"asc\" or \"desc\", got %q", v))
+		}
+	}
+	if lim := c.object(m, p, "limits", false); lim != nil {
+		lp := join(p, "limits")
+		d.Limits.HistoryRounds = c.optInt(lim, lp, "history_rounds", 0)
+		d.Limits.LeaderboardTeams = c.optInt(lim, lp, "leaderboard_teams", 0)
+		d.Limits.PreviewChars = c.optInt(lim, lp, "preview_chars", 0)
+		d.Limits.MaxPromptTokens = c.optInt(lim, lp, "max_prompt_tokens", 1)
+	}
+	d.Vars = c.object(m, p, "vars", false)
+	return d
+}
+
+// validTemplateRef accepts name, name@<version> and name:<label>.
+func validTemplateRef(s string) bool {
+	name, rest, sep := s, "", byte(0)
+	if i := strings.IndexAny(s, "@:"); i >= 0 {
+		name, rest, sep = s[:i], s[i+1:], s[i]
+	}
+	if !ValidIdentifier(name) {
+		return false
+	}
+	switch sep {
+	case '@':
+		n, err := strconv.Atoi(rest)
+		return err == nil && n >= 1 && strconv.Itoa(n) == rest
+	case ':':
+		return ValidIdentifier(rest)
+	}
+	return true
+}
+
+func (c *checker) promptComposed(m map[string]any, p string) (exec, team string) {
+	c.nonEmpty(m, p, "request_id")
+	exec = c.ident(m, p, "execution_id")
+	team = c.ident(m, p, "team_id")
+	c.nonEmpty(m, p, "team_name")
+	c.round(m, p, "round_number")
+	c.str(m, p, "prompt", true)
+	for i, it := range c.array(m, p, "messages", false) {
+		ip := fmt.Sprintf("%s.messages[%d]", p, i)
+		if o, ok := it.(map[string]any); ok {
+			c.nonEmpty(o, ip, "role")
+			c.str(o, ip, "content", true)
+		} else {
+			c.add(ip, "must be an object, got "+kind(it))
+		}
+	}
+	if v, ok := c.str(m, p, "prompt_sha256", true); ok && !isHex64(v) {
+		c.add(join(p, "prompt_sha256"), "must be 64 lowercase hex digits")
+	}
+	if t := c.object(m, p, "template", true); t != nil {
+		tp := join(p, "template")
+		c.nonEmpty(t, tp, "name")
+		c.integer(t, tp, "version", true, 1, math.MaxInt32)
+		if v, ok := c.str(t, tp, "sha256", true); ok && !isHex64(v) {
+			c.add(join(tp, "sha256"), "must be 64 lowercase hex digits")
+		}
+		c.str(t, tp, "variant", false)
+		c.boolean(t, tp, "fallback", true)
+	}
+	c.str(m, p, "model", false)
+	c.integer(m, p, "token_estimate", true, 0, math.MaxInt32)
+	c.nonEmpty(m, p, "token_encoding")
+	for i, it := range c.array(m, p, "truncated", true) {
+		ip := fmt.Sprintf("%s.truncated[%d]", p, i)
+		if o, ok := it.(map[string]any); ok {
+			c.nonEmpty(o, ip, "section")
+			c.str(o, ip, "detail", true)
+		} else {
+			c.add(ip, "must be an object, got "+kind(it))
+		}
+	}
+	if in := c.object(m, p, "inputs", true); in != nil {
+		ip := join(p, "inputs")
+		for i, it := range c.array(in, ip, "evaluation_ids", true) {
+			if s, ok := it.(string); !ok || s == "" {
+				c.add(fmt.Sprintf("%s.evaluation_ids[%d]", ip, i), "must be a non-empty string")
+			}
+		}
+		for i, it := range c.array(in, ip, "history_rounds", true) {
+			c.intValue(it, fmt.Sprintf("%s.history_rounds[%d]", ip, i), 1, MaxRoundNumber)
+		}
+		c.leaderboardRows(in, ip, "leaderboard")
+		if v, present := in["team_position"]; present && v != nil {
+			c.intValue(v, join(ip, "team_position"), 1, math.MaxInt32)
+		} else if !present {
+			c.add(join(ip, "team_position"), "is required (null when the team is unranked)")
+		}
+		c.integer(in, ip, "team_count", true, 0, math.MaxInt32)
+		c.integer(in, ip, "evaluations_seq", true, 0, math.MaxInt64)
+	}
+	return exec, team
+}
+
+func (c *checker) promptFailed(m map[string]any, p string) (exec, team string) {
+	c.nonEmpty(m, p, "request_id")
+	exec = c.ident(m, p, "execution_id")
+	team = c.ident(m, p, "team_id")
+	c.integer(m, p, "round_number", true, 0, MaxRoundNumber) // 0 when the body was too broken to tell
+	if v, ok := c.str(m, p, "code", true); ok {
+		switch FailureCode(v) {
+		case CodeInvalidRequest, CodeUnknownTemplate, CodeTemplateError, CodeInputsNotReady, CodeStoreUnavailable, CodeBudgetExceeded:
+		default:
+			c.add(join(p, "code"), fmt.Sprintf("%q is not a failure code of the contract", v))
+		}
+	}
+	c.nonEmpty(m, p, "message")
+	c.boolean(m, p, "retryable", true)
+	return exec, team
+}
+
+func (c *checker) leaderboardUpdated(m map[string]any, p string) string {
+	exec := c.ident(m, p, "execution_id")
+	c.leaderboardRows(m, p, "leaderboard")
+	c.integer(m, p, "evaluations_seq", true, 0, math.MaxInt64)
+	return exec
+}
+
+func (c *checker) leaderboardRows(m map[string]any, p, key string) {
+	for i, it := range c.array(m, p, key, true) {
+		ip := fmt.Sprintf("%s[%d]", join(p, key), i)
+		o, ok := it.(map[string]any)
+		if !ok {
+			c.add(ip, "must be an object, got "+kind(it))
+			continue
+		}
+		c.integer(o, ip, "position", true, 1, math.MaxInt32)
+		c.integer(o, ip, "rank", true, 1, math.MaxInt32)
+		c.ident(o, ip, "team_id")
+		c.nonEmpty(o, ip, "team_name")
+		c.number(o, ip, "best_score", true)
+		c.round(o, ip, "best_round")
+		c.integer(o, ip, "rounds", true, 1, MaxRoundNumber)
+	}
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// get returns m[key]; a missing required key is reported. A null optional value counts as absent,
+// as producers in languages with a None tend to send it.
+func (c *checker) get(m map[string]any, p, key string, required bool) (any, bool) {
+	v, ok := m[key]
+	if !ok || (v == nil && !required) {
+		if required {
+			c.add(join(p, key), "is required")
+		}
+		return nil, false
+	}
+	return v, true
+}
+
+func (c *checker) str(m map[string]any, p, key string, required bool) (string, bool) {
+	v, ok := c.get(m, p, key, required)
+	if !ok {
+		return "", false
+	}
+	s, ok := v.(string)
+	if !ok {
+		c.add(join(p, key), "must be a string, got "+kind(v))
+	}
+	return s, ok
+}
+
+func (c *checker) nonEmpty(m map[string]any, p, key string) string {
+	s, ok := c.str(m, p, key, true)
+	if ok && s == "" {
+		c.add(join(p, key), "must not be empty")
+	}
+	return s
+}
+
+func (c *checker) ident(m map[string]any, p, key string) string {
+	s, ok := c.str(m, p, key, true)
+	if ok && !ValidIdentifier(s) {
+		c.add(join(p, key), fmt.Sprintf("%q %s", s, identifierRule))
+	}
+	return s
+}
+
+func (c *checker) boolean(m map[string]any, p, key string, required bool) {
+	if v, ok := c.get(m, p, key, required); ok {
+		if _, isBool := v.(bool); !isBool {
+			c.add(join(p, key), "must be a boolean, got "+kind(v))
+		}
+	}
+}
+
+func (c *checker) number(m map[string]any, p, key string, required bool) (float64, bool) {
+	v, ok := c.get(m, p, key, required)
+	if !ok {
+		return 0, false
+	}
+	n, isNum := v.(json.Number)
+	if !isNum {
+		c.add(join(p, key), "must be a number, got "+kind(v))
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		c.add(join(p, key), fmt.Sprintf("must be a finite number, got %s", n))
+		return 0, false
+	}
+	return f, true
+}
+
+func (c *checker) integer(m map[string]any, p, key string, required bool, lo, hi int64) (int, bool) {
+	v, ok := c.get(m, p, key, required)
+	if !ok {
+		return 0, false
+	}
+	return c.intValue(v, join(p, key), lo, hi)
+}
+
+// intValue accepts JSON numbers with no fractional part (2 and 2.0), as JSON Schema's "integer".
+func (c *checker) intValue(v any, path string, lo, hi int64) (int, bool) {
+	n, isNum := v.(json.Number)
+	if !isNum {
+		c.add(path, "must be an integer, got "+kind(v))
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || f != math.Trunc(f) || f < float64(lo) || f > float64(hi) {
+		c.add(path, fmt.Sprintf("must be an integer from %d to %d, got %s", lo, hi, n))
+		return 0, false
+	}
+	return int(f), true
+}
+
+func (c *checker) round(m map[string]any, p, key string) int {
+	n, _ := c.integer(m, p, key, true, 1, MaxRoundNumber)
+	return n
+}
+
+func (c *checker) optInt(m map[string]any, p, key string, lo int64) *int {
+	if n, ok := c.integer(m, p, key, false, lo, math.MaxInt32); ok {
+		return &n
+	}
+	return nil
+}
+
+func (c *checker) timestamp(m map[string]any, p, key string) time.Time {
+	s, ok := c.str(m, p, key, true)
+	if !ok {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		c.add(join(p, key), fmt.Sprintf("must be an RFC 3339 time with an offset, like 2026-11-21T10:00:00Z, got %q", s))
+	}
+	return t
+}
+
+func (c *checker) object(m map[string]any, p, key string, required bool) map[string]any {
+	v, ok := c.get(m, p, key, required)
+	if !ok {
+		return nil
+	}
+	o, isObj := v.(map[string]any)
+	if !isObj {
+		c.add(join(p, key), "must be an object, got "+kind(v))
+	}
+	return o
+}
+
+func (c *checker) array(m map[string]any, p, key string, required bool) []any {
+	v, ok := c.get(m, p, key, required)
+	if !ok {
+		return nil
+	}
+	a, isArr := v.([]any)
+	if !isArr {
+		c.add(join(p, key), "must be an array, got "+kind(v))
+	}
+	return a
+}
+
+func kind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}

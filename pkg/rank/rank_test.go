@@ -1,0 +1,183 @@
+package rank_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+func TestRank(t *testing.T) {
+	rs := func(team string, round int, score float64, at int64) rank.RoundScore {
+		return rank.RoundScore{TeamID: team, TeamName: "name-" + team, Round: round, Score: score, AtMicros: at, EventID: team}
+	}
+	row := func(pos, rk int, team string, best float64, bestRound, rounds int) events.LeaderboardRow {
+		return events.LeaderboardRow{Position: pos, Rank: rk, TeamID: team, TeamName: "name-" + team, BestScore: best, BestRound: bestRound, Rounds: rounds}
+	}
+	tests := []struct {
+		name   string
+		rounds []rank.RoundScore
+		order  events.ScoreOrder
+		want   []events.LeaderboardRow
+	}{
+		{name: "empty", want: []events.LeaderboardRow{}},
+		{
+			name:   "competition ranks for ties, team_id breaks the order",
+			rounds: []rank.RoundScore{rs("d", 1, 50, 1), rs("c", 1, 70, 1), rs("b", 1, 70, 1), rs("a", 1, 90, 1)},
+			want:   []events.LeaderboardRow{row(1, 1, "a", 90, 1, 1), row(2, 2, "b", 70, 1, 1), row(3, 2, "c", 70, 1, 1), row(4, 4, "d", 50, 1, 1)},
+		},
+		{
+			name:   "best_round is the first round that reached the best",
+			rounds: []rank.RoundScore{rs("a", 3, 80, 3), rs("a", 1, 80, 1), rs("a", 2, 60, 2)},
+			want:   []events.LeaderboardRow{row(1, 1, "a", 80, 1, 3)},
+		},
+		{
+			name:   "ascending order: lowest is best",
+			order:  events.Asc,
+			rounds: []rank.RoundScore{rs("a", 1, 10, 1), rs("a", 2, 5, 2), rs("b", 1, 7, 1)},
+			want:   []events.LeaderboardRow{row(1, 1, "a", 5, 2, 2), row(2, 2, "b", 7, 1, 1)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := rank.Rank(tt.rounds, tt.order)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Rank() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRankTeamNameFromLatestEvaluation(t *testing.T) {
+	got := rank.Rank([]rank.RoundScore{
+		{TeamID: "a", TeamName: "Old", Round: 2, Score: 1, AtMicros: 10, EventID: "x"},
+		{TeamID: "a", TeamName: "New", Round: 1, Score: 1, AtMicros: 20, EventID: "y"},
+	}, events.Desc)
+	if got[0].TeamName != "New" {
+		t.Errorf("team_name = %q, want the latest evaluation's %q", got[0].TeamName, "New")
+	}
+}
+
+func openStore(t *testing.T) *rank.Store {
+	t.Helper()
+	addr, db := testenv.Database(t)
+	ctx := context.Background()
+	cfg := rank.Config{Addrs: []string{addr}, Database: db}
+	if err := rank.CreateDatabase(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	s, err := rank.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestMigrateTwiceChangesNothing(t *testing.T) {
+	s := openStore(t)
+	applied, err := s.Migrate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 0 {
+		t.Errorf("second Migrate applied %v, want nothing", applied)
+	}
+}
+
+func record(id string, seq uint64, team string, round int, score float64, at string) rank.Record {
+	ts, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		panic(err)
+	}
+	return rank.Record{EventID: id, Source: "test", Seq: seq, EvaluationCompleted: events.EvaluationCompleted{
+		ExecutionID: "exec", TeamID: team, TeamName: "Team " + team, RoundNumber: round,
+		Submission:  events.Submission{Content: "sub " + id, Format: "md"},
+		Evaluation:  events.Scores{OverallScore: score, Metrics: []events.Metric{{MetricName: "m", Score: score, EvaluatorComment: "c " + id}}, Feedback: "fb " + id},
+		EvaluatedAt: ts,
+	}}
+}
+
+func TestStoreLatestEvaluationWinsAndReplaysCountOnce(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	recs := []rank.Record{
+		record("e1", 1, "a", 1, 70, "2026-11-21T10:00:00Z"),
+		// A re-evaluation of a/1 an hour later in another offset wins...
+		record("e2", 2, "a", 1, 60, "2026-11-21T20:00:00+09:00"),
+		// ...and one at the same microsecond with a smaller id does not.
+		record("e0", 3, "a", 1, 99, "2026-11-21T11:00:00.0000004Z"),
+		record("e3", 4, "a", 2, 80, "2026-11-21T12:00:00Z"),
+		record("e4", 5, "b", 1, 80, "2026-11-21T10:00:00Z"),
+	}
+	for i := 0; i < 2; i++ { // the second insert is a replay of every id
+		if err := s.Insert(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A replay of e1 with a later seq and different content changes nothing either.
+	replay := record("e1", 9, "a", 1, 100, "2026-11-22T10:00:00Z")
+	if err := s.Insert(ctx, []rank.Record{replay}); err != nil {
+		t.Fatal(err)
+	}
+
+	board, err := s.Leaderboard(ctx, "exec", events.Desc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []events.LeaderboardRow{
+		{Position: 1, Rank: 1, TeamID: "a", TeamName: "Team a", BestScore: 80, BestRound: 2, Rounds: 2},
+		{Position: 2, Rank: 1, TeamID: "b", TeamName: "Team b", BestScore: 80, BestRound: 1, Rounds: 1},
+	}
+	if diff := cmp.Diff(want, board.Rows); diff != "" {
+		t.Errorf("leaderboard mismatch (-want +got):\n%s", diff)
+	}
+	if board.Seq != 9 {
+		t.Errorf("evaluations_seq = %d, want 9", board.Seq)
+	}
+
+	hist, err := s.History(ctx, "exec", "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotIDs []string
+	for _, r := range hist {
+		gotIDs = append(gotIDs, r.EvaluationID)
+	}
+	if diff := cmp.Diff([]string{"e2", "e3"}, gotIDs); diff != "" {
+		t.Errorf("history ids mismatch (-want +got):\n%s", diff)
+	}
+	wantRound1 := events.TeamRound{RoundNumber: 1, EvaluationID: "e2", OverallScore: 60,
+		Metrics: []events.Metric{{MetricName: "m", Score: 60, EvaluatorComment: "c e2"}}, Feedback: "fb e2",
+		Submission: events.Submission{Content: "sub e2", Format: "md"}, EvaluatedAt: "2026-11-21T20:00:00+09:00"}
+	if diff := cmp.Diff(wantRound1, hist[0]); diff != "" {
+		t.Errorf("history round 1 mismatch (-want +got):\n%s", diff)
+	}
+
+	before2, err := s.Leaderboard(ctx, "exec", events.Desc, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := before2.Rows[0]; got.TeamID != "b" || got.BestScore != 80 {
+		t.Errorf("leaderboard before round 2: first row %+v, want team b with 80", got)
+	}
+
+	unknown, err := s.Leaderboard(ctx, "nope", events.Desc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unknown.Rows) != 0 || unknown.Seq != 0 {
+		t.Errorf("unknown execution: %+v, want no rows", unknown)
+	}
+}
