@@ -138,7 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- srv.Serve() }()
 	go r.watchConsumer(work, cons, 5*time.Second)
-	go watchReady(work, m, checks)
+	go service.WatchReady(work, m.ready, checks)
 
 	consumeErr := r.consume(ctx, work, cons)
 	log.Info("ranker stopping")
@@ -175,26 +175,4 @@ func (r *ranker) storeReady(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-// watchReady mirrors readiness into the ranker_ready gauge for dashboards and alerts.
-func watchReady(ctx context.Context, m *metrics, checks map[string]service.Check) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		ready := 1.0
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		for _, check := range checks {
-			if check(cctx) != nil {
-				ready = 0
-			}
-		}
-		cancel()
-		m.ready.Set(ready)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -242,3 +242,25 @@ func NATSConnected(nc *nats.Conn) Check {
 		return nil
 	}
 }
+
+// WatchReady mirrors readiness into a gauge every few seconds, for dashboards and alerts.
+func WatchReady(ctx context.Context, gauge prometheus.Gauge, checks map[string]Check) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		ready := 1.0
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		for _, check := range checks {
+			if check(cctx) != nil {
+				ready = 0
+			}
+		}
+		cancel()
+		gauge.Set(ready)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -78,6 +78,26 @@ func ParseRoundRequest(subject string, body []byte, maxBytes int) (RoundRequest,
 	return rr, c.err()
 }
 
+// ParseRenderRequest validates the body of POST /v1/render: a round.requested data object with an
+// optional "time" (RFC 3339; zero when absent) and an optional "request_id".
+func ParseRenderRequest(body []byte, maxBytes int) (RoundRequested, time.Time, string, error) {
+	var c checker
+	m := c.decodeObject(body, maxBytes, "the data of a round.requested")
+	if m == nil {
+		return RoundRequested{}, time.Time{}, "", c.err()
+	}
+	rr := c.roundRequested(m, "")
+	var t time.Time
+	if _, ok := m["time"]; ok {
+		t = c.timestamp(m, "", "time")
+	}
+	id, _ := c.str(m, "", "request_id", false)
+	if id != "" && !ValidEventID(id) {
+		c.add("request_id", "must be 1-128 printable ASCII characters")
+	}
+	return rr, t, id, c.err()
+}
+
 // Validate checks any of the five event types against the contract; the type is taken from the
 // subject. Consumers of the pipeline's output (and its tests) use it on what the services publish.
 func Validate(subject string, body []byte, maxBytes int) error {
@@ -143,39 +163,48 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// envelope checks the body as a whole and the CloudEvents attributes, and returns the data object
-// (nil when there is none to check further).
-func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int) (Meta, map[string]any) {
-	var meta Meta
+// decodeObject checks size, UTF-8 and JSON syntax and returns the top-level object, or nil.
+func (c *checker) decodeObject(body []byte, maxBytes int, what string) map[string]any {
 	if maxBytes > 0 && len(body) > maxBytes {
 		c.add("", fmt.Sprintf("body is %d bytes, over the limit of %d (MAX_EVENT_BYTES)", len(body), maxBytes))
-		return meta, nil
+		return nil
 	}
 	if !utf8.Valid(body) {
 		c.add("", "body is not valid UTF-8")
-		return meta, nil
+		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var root any
 	if err := dec.Decode(&root); err != nil {
 		c.add("", "body is not JSON: "+err.Error())
-		return meta, nil
+		return nil
 	}
 	if _, err := dec.Token(); err == nil {
 		c.add("", "body has data after the JSON value")
-		return meta, nil
+		return nil
 	}
 	m, ok := root.(map[string]any)
 	if !ok {
-		c.add("", "body must be a JSON object (a CloudEvent in structured mode), got "+kind(root))
+		c.add("", "body must be a JSON object ("+what+"), got "+kind(root))
+		return nil
+	}
+	return m
+}
+
+// envelope checks the body as a whole and the CloudEvents attributes, and returns the data object
+// (nil when there is none to check further).
+func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int) (Meta, map[string]any) {
+	var meta Meta
+	m := c.decodeObject(body, maxBytes, "a CloudEvent in structured mode")
+	if m == nil {
 		return meta, nil
 	}
 	if v, ok := c.str(m, "", "specversion", true); ok && v != SpecVersion {
 		c.add("specversion", fmt.Sprintf("must be %q, got %q", SpecVersion, v))
 	}
 	if v, ok := c.str(m, "", "id", true); ok {
-		if !validEventID(v) {
+		if !ValidEventID(v) {
 			c.add("id", "must be 1-128 printable ASCII characters")
 		}
 		meta.ID = v
@@ -202,7 +231,8 @@ func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int)
 	return meta, data
 }
 
-func validEventID(s string) bool {
+// ValidEventID reports whether s is a valid CloudEvents id here: 1-128 printable ASCII characters.
+func ValidEventID(s string) bool {
 	if len(s) == 0 || len(s) > 128 {
 		return false
 	}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/podium-llm/podium/internal/service"
+)
+
+// config is CONTRACT section 6 plus the composer's own tuning.
+type config struct {
+	service.Common
+	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8081" desc:"address of /metrics, /healthz, /readyz and POST /v1/render"`
+	TZ              string        `envconfig:"TZ" desc:"default timezone of current_datetime (IANA name), UTC when empty"`
+	TemplatesDir    string        `envconfig:"TEMPLATES_DIR" desc:"extra template directory (COMPOSER_TEMPLATES_DIR), loaded and checked at start"`
+	DefaultTemplate string        `envconfig:"DEFAULT_TEMPLATE" default:"team-round" desc:"template of requests that name none (COMPOSER_DEFAULT_TEMPLATE)"`
+	InputsTimeout   time.Duration `envconfig:"INPUTS_TIMEOUT" default:"10s" desc:"longest wait for the ranker to commit evaluations acknowledged before a request (COMPOSER_INPUTS_TIMEOUT)"`
+	Workers         int           `envconfig:"WORKERS" default:"8" desc:"requests composed at once by this replica"`
+	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s" desc:"redelivery timeout of the composer consumer (kept alive with InProgress while waiting)"`
+	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10" desc:"deliveries of one request; the last one answers prompt.failed instead of retrying"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish requests in hand after SIGTERM"`
+}
+
+func (c *config) validate() error {
+	errs := []error{c.Common.Validate("COMPOSER")}
+	if c.InputsTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("COMPOSER_INPUTS_TIMEOUT must be positive, got %s", c.InputsTimeout))
+	}
+	if c.Workers < 1 || c.Workers > 1024 {
+		errs = append(errs, fmt.Errorf("COMPOSER_WORKERS must be 1 to 1024, got %d", c.Workers))
+	}
+	if c.AckWait < time.Second {
+		errs = append(errs, fmt.Errorf("COMPOSER_ACK_WAIT must be at least 1s, got %s", c.AckWait))
+	}
+	if c.MaxDeliver < 1 {
+		errs = append(errs, fmt.Errorf("COMPOSER_MAX_DELIVER must be positive, got %d", c.MaxDeliver))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("COMPOSER_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout))
+	}
+	if _, err := location(c.TZ); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// location resolves TZ as the C library would name it (a leading ':' is allowed).
+func location(tz string) (*time.Location, error) {
+	tz = strings.TrimPrefix(tz, ":")
+	if tz == "" {
+		return time.UTC, nil
+	}
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		return nil, fmt.Errorf("TZ (or COMPOSER_TZ) %q is not an IANA time zone name such as UTC or Asia/Tokyo", tz)
+	}
+	return loc, nil
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// metrics are the composer's Prometheus series; their names are stable because dashboards and
+// alerts in deploy/ depend on them.
+type metrics struct {
+	requests        *prometheus.CounterVec
+	renderDuration  prometheus.Histogram
+	inputsWait      prometheus.Histogram
+	storeRead       prometheus.Histogram
+	promptTokens    prometheus.Histogram
+	truncations     *prometheus.CounterVec
+	templatesLoaded *prometheus.GaugeVec
+	ready           prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "composer_requests_total",
+			Help: "round.requested handled, by outcome (composed, failed, dead_lettered) and failure code.",
+		}, []string{"outcome", "code"}),
+		renderDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "composer_render_duration_seconds",
+			Help:    "Time to render one prompt from its inputs.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18),
+		}),
+		inputsWait: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "composer_inputs_wait_seconds",
+			Help:    "Time waiting for the ranker to commit the evaluations acknowledged before a request.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		storeRead: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "composer_store_read_duration_seconds",
+			Help:    "Time to read a team's history and the leaderboard from ClickHouse.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		promptTokens: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "composer_prompt_tokens",
+			Help:    "Estimated tokens per composed prompt.",
+			Buckets: prometheus.ExponentialBuckets(64, 2, 12),
+		}),
+		truncations: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "composer_truncations_total",
+			Help: "Cuts the budget made, by section.",
+		}, []string{"section"}),
+		templatesLoaded: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "composer_templates_loaded",
+			Help: "1 for every loaded template, by name and version.",
+		}, []string{"name", "version"}),
+		ready: f.NewGauge(prometheus.GaugeOpts{
+			Name: "composer_ready",
+			Help: "1 when connected to NATS and ClickHouse and consuming, as /readyz.",
+		}),
+	}
+}

@@ -1,0 +1,314 @@
+// Package e2e runs the real ranker and composer binaries against a real JetStream server and a
+// real ClickHouse server, and talks to them only as an orchestrator would: NATS and HTTP.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// bins holds the binaries built once for the package run.
+var bins struct {
+	dir string
+	err error
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "podium-e2e-bin-")
+	if err == nil {
+		out, buildErr := exec.Command("go", "build", "-o", dir, "github.com/podium-llm/podium/cmd/ranker", "github.com/podium-llm/podium/cmd/composer").CombinedOutput()
+		if buildErr != nil {
+			err = fmt.Errorf("go build: %v\n%s", buildErr, out)
+		}
+	}
+	bins.dir, bins.err = dir, err
+	code := testenv.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one pipeline under test: its own JetStream server and ClickHouse database.
+type env struct {
+	t        *testing.T
+	ns       *server.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	chAddr   string
+	database string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	if bins.err != nil {
+		t.Fatal(bins.err)
+	}
+	ns := testenv.NATS(t)
+	nc, js := testenv.JetStream(t, ns)
+	addr, db := testenv.Database(t)
+	return &env{t: t, ns: ns, nc: nc, js: js, chAddr: addr, database: db}
+}
+
+// proc is a running service binary.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	addr string
+	logs *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// baseEnv is the configuration every service of e gets; extra entries override it.
+func (e *env) baseEnv(extra ...string) []string {
+	return append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		"NATS_URL=" + e.ns.ClientURL(),
+		"CLICKHOUSE_ADDR=" + e.chAddr,
+		"CLICKHOUSE_DATABASE=" + e.database,
+		"LOG_LEVEL=debug",
+	}, extra...)
+}
+
+// start runs a service binary and waits until /readyz says 200.
+func (e *env) start(name string, extra ...string) *proc {
+	e.t.Helper()
+	p := e.spawn(name, extra...)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + p.addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case err := <-p.done:
+			e.t.Fatalf("%s exited at start: %v\n%s", name, err, p.logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s not ready after 30s\n%s", name, p.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// spawn runs a service binary without waiting for it; it is killed when the test ends.
+func (e *env) spawn(name string, extra ...string) *proc {
+	e.t.Helper()
+	addr := freeAddr(e.t)
+	p := &proc{name: name, addr: addr, logs: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(filepath.Join(bins.dir, name))
+	p.cmd.Env = e.baseEnv(append([]string{"HTTP_ADDR=" + addr}, extra...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	e.t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.done <- nil
+		if e.t.Failed() {
+			e.t.Logf("%s logs:\n%s", name, p.logs)
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit error and how long the process took.
+func (p *proc) stop(t *testing.T, limit time.Duration) (error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err, time.Since(start)
+	case <-time.After(limit):
+		t.Fatalf("%s did not exit within %s of SIGTERM\n%s", p.name, limit, p.logs)
+		return nil, 0
+	}
+}
+
+// getJSON fetches an API path of p into v and returns the status.
+func (p *proc) getJSON(t *testing.T, path string, v any) int {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("GET %s: %v: %s", path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// metric returns the value of one series on p's /metrics, 0 when absent.
+func (p *proc) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
+
+// publish sends a CloudEvent as an orchestrator would.
+func (e *env) publish(subject, id, eventType string, at time.Time, data any) {
+	e.t.Helper()
+	body, err := events.Marshal(id, "orchestrator/test", eventType, at, data)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.publishRaw(subject, id, body)
+}
+
+// publishRaw sends bytes as they are, for bad input.
+func (e *env) publishRaw(subject, id string, body []byte) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := events.Publish(ctx, e.js, subject, id, body); err != nil {
+		e.t.Fatalf("publish %s: %v", subject, err)
+	}
+}
+
+// evaluation builds an evaluation.completed data.
+func evaluation(exec, team, name string, round int, score float64, content string, at time.Time) events.EvaluationCompleted {
+	return events.EvaluationCompleted{
+		ExecutionID: exec, TeamID: team, TeamName: name, RoundNumber: round,
+		Submission: events.Submission{Content: content, Format: "md"},
+		Evaluation: events.Scores{OverallScore: score, Feedback: "feedback for " + team + " round " + fmt.Sprint(round),
+			Metrics: []events.Metric{{MetricName: "ClarityCoherence", Score: score, EvaluatorComment: "comment " + team}}},
+		EvaluatedAt: at,
+	}
+}
+
+func (e *env) publishEvaluation(id string, ev events.EvaluationCompleted) {
+	e.t.Helper()
+	e.publish(events.EvaluationSubject(ev.ExecutionID, ev.TeamID), id, events.TypeEvaluationCompleted, ev.EvaluatedAt, ev)
+}
+
+func (e *env) requestRound(id string, rr events.RoundRequested, at time.Time) {
+	e.t.Helper()
+	e.publish(events.RoundSubject(rr.ExecutionID, rr.TeamID), id, events.TypeRoundRequested, at, rr)
+}
+
+// received is one message read back from a stream.
+type received struct {
+	Subject string
+	Header  nats.Header
+	Body    []byte
+	Seq     uint64
+}
+
+// collect reads every message of stream matching filter until n arrived or the limit passed.
+func (e *env) collect(stream, filter string, n int, limit time.Duration) []received {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var cons jetstream.Consumer
+	var err error
+	for {
+		cons, err = e.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the stream is created by a service at start
+	}
+	if err != nil {
+		e.t.Fatalf("consume %s %s: %v", stream, filter, err)
+	}
+	var out []received
+	for len(out) < n {
+		batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for msg := range batch.Messages() {
+			md, _ := msg.Metadata()
+			out = append(out, received{Subject: msg.Subject(), Header: msg.Headers(), Body: msg.Data(), Seq: md.Sequence.Stream})
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out
+}
+
+// dataOf decodes the data of a CloudEvent body into v.
+func dataOf(t *testing.T, body []byte, v any) events.Envelope {
+	t.Helper()
+	var env events.Envelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		t.Fatalf("envelope: %v: %s", err, body)
+	}
+	if err := json.Unmarshal(env.Data, v); err != nil {
+		t.Fatalf("data: %v: %s", err, env.Data)
+	}
+	return env
+}

@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+var t0 = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+type leaderboard struct {
+	ExecutionID    string                  `json:"execution_id"`
+	Teams          []events.LeaderboardRow `json:"teams"`
+	EvaluationsSeq uint64                  `json:"evaluations_seq"`
+}
+
+// TestRoundTwoPromptCarriesRoundOneAndTheLeaderboard is the pipeline's main job: evaluations in,
+// a round-2 prompt out that holds the team's round-1 score and submission and the leaderboard,
+// and nothing of the other teams' submissions or feedback.
+func TestRoundTwoPromptCarriesRoundOneAndTheLeaderboard(t *testing.T) {
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	e.start("composer")
+
+	const exec = "exec-7f3a"
+	teams := []struct {
+		id, name string
+		score    float64
+	}{{"team-alpha", "Alpha", 72.25}, {"team-beta", "Beta", 90}, {"team-gamma", "Gamma", 72.25}}
+	for i, tm := range teams {
+		e.publishEvaluation(fmt.Sprintf("ev-%d", i), evaluation(exec, tm.id, tm.name, 1, tm.score, "SUBMISSION OF "+tm.id+" <a href=\"x\">&</a>", t0.Add(time.Duration(i)*time.Second)))
+	}
+	// Read-your-writes: the request is published right after the evaluations, without waiting.
+	e.requestRound("req-alpha-2", events.RoundRequested{ExecutionID: exec, TeamID: "team-alpha", TeamName: "Alpha",
+		RoundNumber: 2, UserPrompt: "Write a haiku about consensus.", MaxRounds: 3, Timezone: "Asia/Tokyo"}, t0.Add(time.Hour))
+
+	got := e.collect(events.StreamPrompts, "prompt.*."+exec+".team-alpha", 1, 30*time.Second)
+	if len(got) != 1 {
+		t.Fatalf("got %d prompts, want 1", len(got))
+	}
+	if err := events.Validate(got[0].Subject, got[0].Body, 0); err != nil {
+		t.Fatalf("published event breaks the contract: %v\n%s", err, got[0].Body)
+	}
+	if got[0].Subject != "prompt.composed."+exec+".team-alpha" {
+		t.Fatalf("subject %s: %s", got[0].Subject, got[0].Body)
+	}
+	var pc events.PromptComposed
+	envl := dataOf(t, got[0].Body, &pc)
+	if envl.ID != events.PromptEventID("req-alpha-2") || got[0].Header.Get("Nats-Msg-Id") != envl.ID {
+		t.Errorf("event id %q / Nats-Msg-Id %q, want both derived from the request id", envl.ID, got[0].Header.Get("Nats-Msg-Id"))
+	}
+	for _, want := range []string{
+		"Round 2 of 3.",
+		"Current time: 2026-11-21T20:00:00+09:00",
+		"## Round 1: 72.25",
+		`SUBMISSION OF team-alpha <a href="x">&</a>`, // raw, not HTML-escaped
+		"Evaluator feedback: feedback for team-alpha round 1",
+		"1. Beta: best 90.00 in round 1",
+		"2. Alpha: best 72.25 in round 1 (1 rounds evaluated) <- your team",
+		"3. Gamma: best 72.25",
+		"Your team is in position 2 of 3 (rank 2), best score 72.25, 17.75 behind the leader.",
+	} {
+		if !strings.Contains(pc.Prompt, want) {
+			t.Errorf("prompt lacks %q:\n%s", want, pc.Prompt)
+		}
+	}
+	for _, other := range []string{"SUBMISSION OF team-beta", "SUBMISSION OF team-gamma", "feedback for team-beta", "comment team-gamma"} {
+		if strings.Contains(pc.Prompt, other) {
+			t.Errorf("prompt of team-alpha contains another team's %q", other)
+		}
+	}
+	wantBoard := []events.LeaderboardRow{
+		{Position: 1, Rank: 1, TeamID: "team-beta", TeamName: "Beta", BestScore: 90, BestRound: 1, Rounds: 1},
+		{Position: 2, Rank: 2, TeamID: "team-alpha", TeamName: "Alpha", BestScore: 72.25, BestRound: 1, Rounds: 1},
+		{Position: 3, Rank: 2, TeamID: "team-gamma", TeamName: "Gamma", BestScore: 72.25, BestRound: 1, Rounds: 1},
+	}
+	if diff := cmp.Diff(wantBoard, pc.Inputs.Leaderboard); diff != "" {
+		t.Errorf("inputs.leaderboard (-want +got):\n%s", diff)
+	}
+	if pc.Inputs.TeamPosition == nil || *pc.Inputs.TeamPosition != 2 || pc.Inputs.TeamCount != 3 {
+		t.Errorf("team_position %v team_count %d, want 2 of 3", pc.Inputs.TeamPosition, pc.Inputs.TeamCount)
+	}
+	if diff := cmp.Diff([]string{"ev-0"}, pc.Inputs.EvaluationIDs); diff != "" {
+		t.Errorf("evaluation_ids (-want +got):\n%s", diff)
+	}
+
+	var lb leaderboard
+	if code := ranker.getJSON(t, "/v1/executions/"+exec+"/leaderboard", &lb); code != http.StatusOK {
+		t.Fatalf("leaderboard status %d", code)
+	}
+	if diff := cmp.Diff(wantBoard, lb.Teams); diff != "" {
+		t.Errorf("ranker API leaderboard (-want +got):\n%s", diff)
+	}
+	if lb.EvaluationsSeq != 3 {
+		t.Errorf("evaluations_seq = %d, want 3", lb.EvaluationsSeq)
+	}
+
+	// The ranker announced the leaderboard it committed.
+	updates := e.collect(events.StreamLeaderboards, events.LeaderboardSubject(exec), 1, 10*time.Second)
+	if len(updates) != 1 {
+		t.Fatalf("got %d leaderboard.updated, want the last one kept", len(updates))
+	}
+	var lu events.LeaderboardUpdated
+	dataOf(t, updates[0].Body, &lu)
+	if lu.EvaluationsSeq != 3 || len(lu.Leaderboard) != 3 {
+		t.Errorf("leaderboard.updated = %+v, want 3 rows at seq 3", lu)
+	}
+}
+
+// TestRoundOneAndAnUnknownTemplate shows the first round's prompt and a prompt.failed.
+func TestRoundOneAndAnUnknownTemplate(t *testing.T) {
+	e := newEnv(t)
+	e.start("ranker")
+	e.start("composer")
+	e.requestRound("req-1", events.RoundRequested{ExecutionID: "ex", TeamID: "t1", TeamName: "One", RoundNumber: 1, UserPrompt: "Task."}, t0)
+	e.requestRound("req-2", events.RoundRequested{ExecutionID: "ex", TeamID: "t2", TeamName: "Two", RoundNumber: 1, UserPrompt: "Task.", Template: "nope"}, t0)
+	got := e.collect(events.StreamPrompts, "prompt.*.ex.*", 2, 30*time.Second)
+	if len(got) != 2 {
+		t.Fatalf("got %d answers, want 2", len(got))
+	}
+	for _, m := range got {
+		if err := events.Validate(m.Subject, m.Body, 0); err != nil {
+			t.Errorf("%s breaks the contract: %v", m.Subject, err)
+		}
+		switch m.Subject {
+		case "prompt.composed.ex.t1":
+			var pc events.PromptComposed
+			dataOf(t, m.Body, &pc)
+			if !strings.Contains(pc.Prompt, "This is the first round") || pc.Inputs.TeamPosition != nil {
+				t.Errorf("round 1 prompt: %+v", pc)
+			}
+		case "prompt.failed.ex.t2":
+			var pf events.PromptFailed
+			dataOf(t, m.Body, &pf)
+			if pf.Code != events.CodeUnknownTemplate || pf.RequestID != "req-2" || pf.Retryable || !strings.Contains(pf.Message, `"nope"`) {
+				t.Errorf("prompt.failed = %+v", pf)
+			}
+		default:
+			t.Errorf("unexpected answer on %s", m.Subject)
+		}
+	}
+}
+
+// TestGracefulShutdown: SIGTERM makes both services drain and exit 0.
+func TestGracefulShutdown(t *testing.T) {
+	e := newEnv(t)
+	ranker := e.start("ranker", "RANKER_SHUTDOWN_TIMEOUT=5s")
+	composer := e.start("composer", "COMPOSER_SHUTDOWN_TIMEOUT=5s")
+	for i := range 50 {
+		e.publishEvaluation(fmt.Sprintf("ev-%d", i), evaluation("ex", fmt.Sprintf("t%d", i%5), "T", 1+i/5, float64(i), "s", t0))
+	}
+	for _, p := range []*proc{composer, ranker} {
+		err, took := p.stop(t, 10*time.Second)
+		if err != nil {
+			t.Errorf("%s exited with %v after SIGTERM\n%s", p.name, err, p.logs)
+		}
+		if !strings.Contains(p.logs.String(), `"msg":"`+p.name+` stopped"`) {
+			t.Errorf("%s did not log its stop", p.name)
+		}
+		t.Logf("%s stopped in %s", p.name, took)
+	}
+	// Nothing was lost: a new ranker finds every evaluation acked or still pending, never dropped.
+	ranker2 := e.start("ranker")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var lb leaderboard
+		ranker2.getJSON(t, "/v1/executions/ex/leaderboard", &lb)
+		rounds := 0
+		for _, r := range lb.Teams {
+			rounds += r.Rounds
+		}
+		if rounds == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after restart the leaderboard holds %d evaluated rounds, want 50", rounds)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestHelpAndBadConfiguration(t *testing.T) {
+	if bins.err != nil {
+		t.Fatal(bins.err)
+	}
+	for _, name := range []string{"ranker", "composer"} {
+		out, err := exec.Command(bins.dir+"/"+name, "--help").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s --help: %v\n%s", name, err, out)
+		}
+		for _, v := range []string{"NATS_URL", "CLICKHOUSE_ADDR", "CLICKHOUSE_DATABASE", "HTTP_ADDR", "MANAGE_STREAMS", "STREAM_REPLICAS", "LOG_LEVEL", "MAX_EVENT_BYTES"} {
+			if !strings.Contains(string(out), v) {
+				t.Errorf("%s --help does not list %s", name, v)
+			}
+		}
+	}
+	tests := []struct {
+		bin, env, want string
+	}{
+		{"ranker", "RANKER_BATCH_SIZE=lots", "BATCH_SIZE"},
+		{"ranker", "LOG_LEVEL=loud", "LOG_LEVEL"},
+		{"composer", "COMPOSER_INPUTS_TIMEOUT=soon", "INPUTS_TIMEOUT"},
+		{"composer", "TZ=Mars/Olympus", "TZ"},
+		{"composer", "STREAM_REPLICAS=0", "STREAM_REPLICAS"},
+		{"composer", "COMPOSER_DEFAULT_TEMPLATE=missing", `default template "missing"`},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command(bins.dir+"/"+tt.bin)
+		cmd.Env = []string{tt.env, "NATS_URL=nats://127.0.0.1:1", "CLICKHOUSE_ADDR=127.0.0.1:1"}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tt.want) {
+			t.Errorf("%s with %s: err %v, output %q; want an error naming %s", tt.bin, tt.env, err, out, tt.want)
+		}
+	}
+}
