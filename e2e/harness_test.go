@@ -165,7 +165,7 @@ func (e *env) spawn(name string, extra ...string) *proc {
 }
 
 // stop sends SIGTERM and returns the exit error and how long the process took.
-func (p *proc) stop(t *testing.T, limit time.Duration) (error, time.Duration) {
+func (p *proc) stop(t *testing.T, limit time.Duration) (time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -174,10 +174,10 @@ func (p *proc) stop(t *testing.T, limit time.Duration) (error, time.Duration) {
 	select {
 	case err := <-p.done:
 		p.done <- err
-		return err, time.Since(start)
+		return time.Since(start), err
 	case <-time.After(limit):
 		t.Fatalf("%s did not exit within %s of SIGTERM\n%s", p.name, limit, p.logs)
-		return nil, 0
+		return 0, nil
 	}
 }
 

@@ -157,7 +157,7 @@ func TestGracefulShutdown(t *testing.T) {
 		e.publishEvaluation(fmt.Sprintf("ev-%d", i), evaluation("ex", fmt.Sprintf("t%d", i%5), "T", 1+i/5, float64(i), "s", t0))
 	}
 	for _, p := range []*proc{composer, ranker} {
-		err, took := p.stop(t, 10*time.Second)
+		took, err := p.stop(t, 10*time.Second)
 		if err != nil {
 			t.Errorf("%s exited with %v after SIGTERM\n%s", p.name, err, p.logs)
 		}
@@ -212,7 +212,7 @@ func TestHelpAndBadConfiguration(t *testing.T) {
 		{"composer", "COMPOSER_DEFAULT_TEMPLATE=missing", `default template "missing"`},
 	}
 	for _, tt := range tests {
-		cmd := exec.Command(bins.dir+"/"+tt.bin)
+		cmd := exec.Command(bins.dir + "/" + tt.bin)
 		cmd.Env = []string{tt.env, "NATS_URL=nats://127.0.0.1:1", "CLICKHOUSE_ADDR=127.0.0.1:1"}
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), tt.want) {

@@ -1,0 +1,39 @@
+# podium: the README's two commands are `make demo` and `make test`.
+GO      ?= go
+BIN     ?= bin
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PKGS    := ./...
+
+.PHONY: all build test test-short lint demo bench clickhouse clean help
+
+all: build
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build ranker, composer and demo into bin/
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+clickhouse: ## install Debian's clickhouse-server if no ClickHouse binary is on PATH
+	@command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || { \
+		echo "clickhouse-server not found: installing Debian's package"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clickhouse-server clickhouse-client; }
+
+demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse
+	$(BIN)/demo --bin $(BIN)
+
+test: clickhouse ## run every test (unit, store, end-to-end) against real servers
+	$(GO) test -count=1 -timeout 25m $(PKGS)
+
+test-short: ## unit tests that need no server
+	$(GO) test -count=1 -short $(PKGS)
+
+lint: ## go vet and staticcheck
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+
+bench: clickhouse build ## benchmarks (see README for what each reports)
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m $(PKGS)
+
+clean: ## remove build output
+	rm -rf $(BIN)

@@ -1,0 +1,22 @@
+// Command demo plays a small tournament on the real pipeline: it starts a private ClickHouse and
+// an in-process JetStream server, runs the ranker and composer binaries, acts as the orchestrator
+// (4 teams x 3 rounds with synthetic submissions and scores), prints the head of every composed
+// prompt and the final leaderboard, and stops everything it started.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
