@@ -34,8 +34,8 @@ func TestParseEvaluationGood(t *testing.T) {
 	}
 	want := events.EvaluationCompleted{
 		ExecutionID: "exec-7f3a", TeamID: "team-alpha", TeamName: "Alpha", RoundNumber: 2,
-		Submission: events.Submission{Content: "full text", Format: "md"},
-		Evaluation: events.Scores{OverallScore: 82.5, Metrics: []events.Metric{{MetricName: "ClarityCoherence", Score: 80, EvaluatorComment: "clear"}}},
+		Submission:  events.Submission{Content: "full text", Format: "md"},
+		Evaluation:  events.Scores{OverallScore: 82.5, Metrics: []events.Metric{{MetricName: "ClarityCoherence", Score: 80, EvaluatorComment: "clear"}}},
 		EvaluatedAt: time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC),
 	}
 	if !ev.Data.EvaluatedAt.Equal(want.EvaluatedAt) {
