@@ -78,21 +78,30 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer) er
 			r.log.Warn("fetch failed", "error", err)
 			continue
 		}
-		batch := []jetstream.Msg{first}
-		deadline := time.Now().Add(r.flushInterval)
-		for len(batch) < r.batchSize {
-			wait := time.Until(deadline)
-			if wait <= 0 {
-				break
-			}
-			msg, err := it.Next(jetstream.NextMaxWait(wait))
-			if err != nil {
-				break
-			}
-			batch = append(batch, msg)
-		}
-		r.process(work, batch)
+		r.process(work, r.fill(stop, it, first, draining))
 	}
+}
+
+// fill gathers a batch after its first message until it is full or the flush interval passed.
+// A stop cuts the wait short, so shutdown flushes what is in hand at once.
+func (r *ranker) fill(stop context.Context, it jetstream.MessagesContext, first jetstream.Msg, draining bool) []jetstream.Msg {
+	batch := []jetstream.Msg{first}
+	ctx, cancel := context.WithTimeout(stop, r.flushInterval)
+	defer cancel()
+	for len(batch) < r.batchSize {
+		var msg jetstream.Msg
+		var err error
+		if draining {
+			msg, err = it.Next(jetstream.NextMaxWait(10 * time.Millisecond))
+		} else {
+			msg, err = it.Next(jetstream.NextContext(ctx))
+		}
+		if err != nil {
+			break
+		}
+		batch = append(batch, msg)
+	}
+	return batch
 }
 
 // process validates, stores and acknowledges one batch. Invalid events are dead-lettered and

@@ -47,6 +47,8 @@ func StartNATS(storeDir string) (*server.Server, error) {
 type ClickHouse struct {
 	Addr string // host:port of the native protocol
 	Dir  string // config, data and logs
+	bin  string
+	args []string
 	cmd  *exec.Cmd
 	done chan error
 }
@@ -81,26 +83,42 @@ func StartClickHouse(ctx context.Context, dir string) (*ClickHouse, error) {
 	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(clickhouseUsers), 0o644); err != nil {
 		return nil, fmt.Errorf("servers: clickhouse: %w", err)
 	}
-	out, err := os.Create(filepath.Join(dir, "stdout.log"))
-	if err != nil {
-		return nil, fmt.Errorf("servers: clickhouse: %w", err)
-	}
 	args = append(args, "--config-file="+filepath.Join(dir, "config.xml"))
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
+	ch := &ClickHouse{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tcpPort)), Dir: dir, bin: bin, args: args}
+	if err := ch.launch(ctx); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// launch starts the process and waits until it answers.
+func (c *ClickHouse) launch(ctx context.Context) error {
+	out, err := os.OpenFile(filepath.Join(c.Dir, "stdout.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("servers: clickhouse: %w", err)
+	}
+	cmd := exec.Command(c.bin, c.args...)
+	cmd.Dir = c.Dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		out.Close()
-		return nil, fmt.Errorf("servers: start %s: %w", bin, err)
+		return fmt.Errorf("servers: start %s: %w", c.bin, err)
 	}
-	ch := &ClickHouse{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tcpPort)), Dir: dir, cmd: cmd, done: make(chan error, 1)}
-	go func() { ch.done <- cmd.Wait(); out.Close() }()
-	if err := ch.waitReady(ctx, 60*time.Second); err != nil {
-		ch.Stop()
-		return nil, err
+	c.cmd, c.done = cmd, make(chan error, 1)
+	go func() { c.done <- cmd.Wait(); out.Close() }()
+	if err := c.waitReady(ctx, 60*time.Second); err != nil {
+		c.Stop()
+		return err
 	}
-	return ch, nil
+	return nil
+}
+
+// Restart stops the server and starts it again on the same port with the same data, as an
+// operator's restart or a crash-and-recover would.
+func (c *ClickHouse) Restart(ctx context.Context) error {
+	c.Stop()
+	return c.launch(ctx)
 }
 
 func clickhouseCommand() (string, []string, error) {

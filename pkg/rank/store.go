@@ -153,21 +153,23 @@ func (s *Store) Leaderboard(ctx context.Context, executionID string, order event
 // Leaderboards ranks several executions with one query, as the ranker does for every execution
 // a batch touched. Every requested execution has an entry, empty when it has no evaluations.
 func (s *Store) Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, beforeRound int) (map[string]Board, error) {
-	// Replays of an id collapse to their first stored copy (argMin by stream sequence), then the
-	// latest evaluation of each round wins: later evaluated_at, then the greater id.
+	// Replays of an id on the same subject (execution, team) collapse to their first stored copy
+	// (argMin by stream sequence), even when the replay names another round; then the latest
+	// evaluation of each round wins: later evaluated_at, then the greater id.
 	const q = `
-SELECT execution_id, team_id, round_number,
+SELECT execution_id, team_id, r,
        argMax(n, tuple(t, event_id)), argMax(s, tuple(t, event_id)),
        max(t), argMax(event_id, tuple(t, event_id)), max(q)
 FROM (
-    SELECT execution_id, team_id, round_number, event_id,
+    SELECT execution_id, team_id, event_id, argMin(round_number, stream_seq) AS r,
            argMin(team_name, stream_seq) AS n, argMin(overall_score, stream_seq) AS s,
-           argMin(evaluated_at_us, stream_seq) AS t, max(stream_seq) AS q
+           argMin(evaluated_at_us, stream_seq) AS t, min(stream_seq) AS q
     FROM evaluations
-    WHERE execution_id IN ? AND round_number < ?
-    GROUP BY execution_id, team_id, round_number, event_id
+    WHERE execution_id IN ?
+    GROUP BY execution_id, team_id, event_id
 )
-GROUP BY execution_id, team_id, round_number`
+WHERE r < ?
+GROUP BY execution_id, team_id, r`
 	set := clickhouse.GroupSet{Value: make([]any, len(executionIDs))}
 	for i, id := range executionIDs {
 		set.Value[i] = id
@@ -204,22 +206,23 @@ GROUP BY execution_id, team_id, round_number`
 // History returns a team's latest evaluation of each round below beforeRound (0 = all), ascending.
 func (s *Store) History(ctx context.Context, executionID, teamID string, beforeRound int) ([]events.TeamRound, error) {
 	const q = `
-SELECT round_number,
+SELECT r,
        argMax(event_id, tuple(t, event_id)), argMax(s, tuple(t, event_id)),
        argMax(m, tuple(t, event_id)), argMax(f, tuple(t, event_id)),
        argMax(c, tuple(t, event_id)), argMax(cf, tuple(t, event_id)), argMax(ea, tuple(t, event_id))
 FROM (
-    SELECT round_number, event_id,
+    SELECT event_id, argMin(round_number, stream_seq) AS r,
            argMin(overall_score, stream_seq) AS s, argMin(metrics, stream_seq) AS m,
            argMin(feedback, stream_seq) AS f, argMin(submission, stream_seq) AS c,
            argMin(submission_format, stream_seq) AS cf, argMin(evaluated_at, stream_seq) AS ea,
            argMin(evaluated_at_us, stream_seq) AS t
     FROM evaluations
-    WHERE execution_id = ? AND team_id = ? AND round_number < ?
-    GROUP BY round_number, event_id
+    WHERE execution_id = ? AND team_id = ?
+    GROUP BY event_id
 )
-GROUP BY round_number
-ORDER BY round_number`
+WHERE r < ?
+GROUP BY r
+ORDER BY r`
 	rows, err := s.conn.Query(ctx, q, executionID, teamID, roundLimit(beforeRound))
 	if err != nil {
 		return nil, fmt.Errorf("rank: history of %s/%s: %w", executionID, teamID, err)

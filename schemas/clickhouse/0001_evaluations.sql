@@ -1,13 +1,16 @@
--- Every evaluation.completed the ranker accepted, one row per event id (replays of an id collapse
--- at merge time, and every read deduplicates by id before it ranks, so the merge state never
--- changes a result). The sort key starts with execution_id so that a leaderboard or history read
--- touches only the granules of its own execution. Types are those ClickHouse 18.16 and current
--- releases share: times are Int64 microseconds (no DateTime64 there) plus the producer's text.
+-- Every evaluation.completed the ranker accepted. The unit of deduplication is an event id on its
+-- subject (execution, team): the sort key is exactly that, so a redelivered or replayed id
+-- collapses at merge time, and the version falls as the stream sequence grows, so the merge keeps
+-- the FIRST stored copy (a ReplacingMergeTree without a version would keep the last one). Reads
+-- do the same collapse themselves (argMin by stream_seq), so the merge state never changes a
+-- result. The key starts with execution_id: a leaderboard or history read touches only its own
+-- execution's granules. Types are those ClickHouse 18.16 and current releases share: times are
+-- Int64 microseconds (no DateTime64 there) plus the producer's text.
 CREATE TABLE IF NOT EXISTS evaluations (
     execution_id String,
     team_id String,
-    round_number UInt32,
     event_id String,
+    round_number UInt32,
     team_name String,
     overall_score Float64,
     metrics String,
@@ -17,7 +20,8 @@ CREATE TABLE IF NOT EXISTS evaluations (
     evaluated_at String,
     evaluated_at_us Int64,
     event_source String,
-    stream_seq UInt64
-) ENGINE = ReplacingMergeTree()
+    stream_seq UInt64,
+    keep_version UInt64 MATERIALIZED 18446744073709551615 - stream_seq
+) ENGINE = ReplacingMergeTree(keep_version)
 PARTITION BY tuple()
-ORDER BY (execution_id, team_id, round_number, event_id);
+ORDER BY (execution_id, team_id, event_id);

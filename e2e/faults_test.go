@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// publishAll sends sends[from:to]. The Nats-Msg-Id includes the position, so a replay of an id
+// is stored again, as it would be after the broker's duplicate window.
+func publishAll(t *testing.T, e *env, sends []published, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		s := sends[i]
+		e.publishRaw(events.EvaluationSubject(s.ev.ExecutionID, s.ev.TeamID), fmt.Sprintf("%s/%d", s.id, i), mustMarshal(t, s))
+	}
+}
+
+// checkAgainstTruth compares every leaderboard the ranker serves with the ground truth.
+func checkAgainstTruth(t *testing.T, ranker *proc, first map[string]published) {
+	t.Helper()
+	boards, _ := truth(first, false)
+	for exec, want := range boards {
+		var got leaderboard
+		ranker.getJSON(t, "/v1/executions/"+exec+"/leaderboard", &got)
+		if diff := gocmp.Diff(want, got.Teams); diff != "" {
+			t.Errorf("%s leaderboard (-truth +api):\n%s", exec, diff)
+		}
+	}
+}
+
+func ackFloor(t *testing.T, e *env) uint64 {
+	t.Helper()
+	cons, err := e.js.Consumer(t.Context(), events.StreamEvaluations, events.ConsumerRanker)
+	if err != nil {
+		return 0
+	}
+	info, err := cons.Info(t.Context())
+	if err != nil {
+		return 0
+	}
+	return info.AckFloor.Stream
+}
+
+// TestRankerKilledMidStreamLosesNothing kills a ranker with SIGKILL while it ingests and starts a
+// new one: every evaluation ends up committed once and the leaderboards are exact.
+func TestRankerKilledMidStreamLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	opts := []string{"RANKER_BATCH_SIZE=100", "RANKER_FLUSH_INTERVAL=30ms", "RANKER_ACK_WAIT=2s"}
+	first := e.start("ranker", opts...)
+	sends, firstByID := tournament(7, 30, 8, 6)
+	half := len(sends) / 2
+	publishAll(t, e, sends, 0, half)
+	for ackFloor(t, e) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	first.done <- nil
+	killedAt := ackFloor(t, e)
+	publishAll(t, e, sends, half, len(sends))
+	second := e.start("ranker", opts...)
+	waitCommitted(t, e, len(sends))
+	t.Logf("killed after %d of %d events were committed; the second ranker committed the rest", killedAt, len(sends))
+	if killedAt >= uint64(half) {
+		t.Logf("the first ranker had committed everything published before the kill")
+	}
+	checkAgainstTruth(t, second, firstByID)
+}
+
+// TestRankerRidesOutClickHousePauseAndRestart freezes ClickHouse (SIGSTOP) during ingestion, then
+// restarts it: readiness turns 503 and back, nothing is lost, ingestion resumes by itself.
+func TestRankerRidesOutClickHousePauseAndRestart(t *testing.T) {
+	e := newEnv(t)
+	ch := testenv.ClickHouse(t)
+	ranker := e.start("ranker", "RANKER_BATCH_SIZE=50", "RANKER_FLUSH_INTERVAL=20ms")
+	sends, firstByID := tournament(11, 12, 6, 5)
+	third := len(sends) / 3
+	publishAll(t, e, sends, 0, third)
+	waitCommitted(t, e, third)
+
+	if err := ch.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	publishAll(t, e, sends, third, 2*third)
+	waitStatus(t, ranker, http.StatusServiceUnavailable, 15*time.Second)
+	if got := ackFloor(t, e); got != uint64(third) {
+		t.Errorf("ack floor moved to %d while ClickHouse was frozen, want %d", got, third)
+	}
+	if err := ch.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitCommitted(t, e, 2*third)
+	waitStatus(t, ranker, http.StatusOK, 30*time.Second)
+
+	if err := ch.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	publishAll(t, e, sends, 2*third, len(sends))
+	waitCommitted(t, e, len(sends))
+	waitStatus(t, ranker, http.StatusOK, 30*time.Second)
+	checkAgainstTruth(t, ranker, firstByID)
+	if errs := ranker.metric(t, `ranker_clickhouse_errors_total{kind="unavailable"}`); errs == 0 {
+		t.Errorf("no ClickHouse unavailability was counted")
+	}
+}
+
+func waitStatus(t *testing.T, p *proc, want int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		if code := p.getJSON(t, "/readyz", nil); code == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not answer %d within %s", want, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRankerSIGTERMDuringFlushLosesNothing stops a ranker while it holds a batch that is still
+// filling: it writes and acks the batch, and exits 0 within the shutdown timeout.
+func TestRankerSIGTERMDuringFlushLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	ranker := e.start("ranker", "RANKER_BATCH_SIZE=100000", "RANKER_FLUSH_INTERVAL=30s", "RANKER_SHUTDOWN_TIMEOUT=5s")
+	sends, firstByID := tournament(3, 5, 5, 3)
+	publishAll(t, e, sends, 0, len(sends))
+	// Wait until the ranker holds every message unacked in its batch.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cons, err := e.js.Consumer(t.Context(), events.StreamEvaluations, events.ConsumerRanker)
+		if err == nil {
+			if info, err := cons.Info(t.Context()); err == nil && info.NumAckPending == len(sends) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ranker never held the whole batch")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took, err := ranker.stop(t, 10*time.Second)
+	if err != nil {
+		t.Fatalf("ranker exited with %v", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("ranker took %s to stop, over its 5s shutdown timeout", took)
+	}
+	if got := ackFloor(t, e); got != uint64(len(sends)) {
+		t.Fatalf("after SIGTERM the ack floor is %d, want %d: the batch in hand was not committed", got, len(sends))
+	}
+	t.Logf("stopped in %s with %d evaluations flushed", took, len(sends))
+	checkAgainstTruth(t, e.start("ranker"), firstByID)
+}
