@@ -15,7 +15,7 @@ import (
 
 // publishAll sends sends[from:to]. The Nats-Msg-Id includes the position, so a replay of an id
 // is stored again, as it would be after the broker's duplicate window.
-func publishAll(t *testing.T, e *env, sends []published, from, to int) {
+func publishAll(t testing.TB, e *env, sends []published, from, to int) {
 	t.Helper()
 	for i := from; i < to; i++ {
 		s := sends[i]
@@ -36,7 +36,7 @@ func checkAgainstTruth(t *testing.T, ranker *proc, first map[string]published) {
 	}
 }
 
-func ackFloor(t *testing.T, e *env) uint64 {
+func ackFloor(t testing.TB, e *env) uint64 {
 	t.Helper()
 	cons, err := e.js.Consumer(t.Context(), events.StreamEvaluations, events.ConsumerRanker)
 	if err != nil {

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 
 // env is one pipeline under test: its own JetStream server and ClickHouse database.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	ns       *server.Server
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -57,7 +57,7 @@ type env struct {
 	database string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	if bins.err != nil {
 		t.Fatal(bins.err)
@@ -94,7 +94,7 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -165,7 +165,7 @@ func (e *env) spawn(name string, extra ...string) *proc {
 }
 
 // stop sends SIGTERM and returns the exit error and how long the process took.
-func (p *proc) stop(t *testing.T, limit time.Duration) (time.Duration, error) {
+func (p *proc) stop(t testing.TB, limit time.Duration) (time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -182,7 +182,7 @@ func (p *proc) stop(t *testing.T, limit time.Duration) (time.Duration, error) {
 }
 
 // getJSON fetches an API path of p into v and returns the status.
-func (p *proc) getJSON(t *testing.T, path string, v any) int {
+func (p *proc) getJSON(t testing.TB, path string, v any) int {
 	t.Helper()
 	resp, err := http.Get("http://" + p.addr + path)
 	if err != nil {
@@ -199,7 +199,7 @@ func (p *proc) getJSON(t *testing.T, path string, v any) int {
 }
 
 // metric returns the value of one series on p's /metrics, 0 when absent.
-func (p *proc) metric(t *testing.T, series string) float64 {
+func (p *proc) metric(t testing.TB, series string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + p.addr + "/metrics")
 	if err != nil {
@@ -301,7 +301,7 @@ func (e *env) collect(stream, filter string, n int, limit time.Duration) []recei
 }
 
 // dataOf decodes the data of a CloudEvent body into v.
-func dataOf(t *testing.T, body []byte, v any) events.Envelope {
+func dataOf(t testing.TB, body []byte, v any) events.Envelope {
 	t.Helper()
 	var env events.Envelope
 	if err := json.Unmarshal(body, &env); err != nil {

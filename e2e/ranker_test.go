@@ -221,7 +221,7 @@ func TestRankerMatchesGroundTruth(t *testing.T) {
 	}
 }
 
-func mustMarshal(t *testing.T, p published) []byte {
+func mustMarshal(t testing.TB, p published) []byte {
 	t.Helper()
 	b, err := events.Marshal(p.id, "orchestrator/test", events.TypeEvaluationCompleted, p.ev.EvaluatedAt, p.ev)
 	if err != nil {
@@ -231,7 +231,7 @@ func mustMarshal(t *testing.T, p published) []byte {
 }
 
 // waitCommitted waits until the ranker consumer has acknowledged n messages.
-func waitCommitted(t *testing.T, e *env, n int) {
+func waitCommitted(t testing.TB, e *env, n int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	var last *jetstream.ConsumerInfo

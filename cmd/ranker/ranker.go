@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +46,12 @@ type ranker struct {
 }
 
 // consume reads batches until stop is done, then drains what the client already holds and
-// returns. Work in hand is finished under work, which outlives stop by the shutdown timeout.
+// returns once every batch is committed and announced. Work in hand is finished under work, which
+// outlives stop by the shutdown timeout.
+//
+// Three stages overlap: this loop fills and validates batch n+1 while the committer inserts and
+// acks batch n, and the announcer publishes leaderboard.updated for what was committed, so the
+// ClickHouse insert is the only step on the critical path.
 func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(r.batchSize))
 	if err != nil {
@@ -54,6 +60,26 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer) er
 	defer it.Stop()
 	r.consuming.Store(true)
 	defer r.consuming.Store(false)
+
+	ann := newAnnouncer()
+	announced := make(chan struct{})
+	go func() { defer close(announced); r.announce(work, ann) }()
+	batches := make(chan batch, 1)
+	committed := make(chan struct{})
+	go func() {
+		defer close(committed)
+		for b := range batches {
+			if r.commit(work, b) {
+				ann.add(b.recs)
+			}
+		}
+	}()
+	defer func() {
+		close(batches)
+		<-committed
+		ann.close()
+		<-announced
+	}()
 
 	draining := false
 	for {
@@ -78,7 +104,7 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer) er
 			r.log.Warn("fetch failed", "error", err)
 			continue
 		}
-		r.process(work, r.fill(stop, it, first, draining))
+		batches <- r.validate(work, r.fill(stop, it, first, draining))
 	}
 }
 
@@ -104,13 +130,18 @@ func (r *ranker) fill(stop context.Context, it jetstream.MessagesContext, first 
 	return batch
 }
 
-// process validates, stores and acknowledges one batch. Invalid events are dead-lettered and
-// terminated; valid ones are acked only after ClickHouse has them.
-func (r *ranker) process(ctx context.Context, batch []jetstream.Msg) {
-	recs := make([]rank.Record, 0, len(batch))
-	keep := make([]jetstream.Msg, 0, len(batch))
-	seen := make(map[string]bool, len(batch))
-	for _, msg := range batch {
+// batch is a validated batch: the rows to write and the messages to ack once they are written.
+type batch struct {
+	recs []rank.Record
+	keep []jetstream.Msg
+}
+
+// validate parses a batch; invalid events are dead-lettered and terminated at once, and repeats
+// of an id within the batch are acked with it but written once.
+func (r *ranker) validate(ctx context.Context, msgs []jetstream.Msg) batch {
+	b := batch{recs: make([]rank.Record, 0, len(msgs)), keep: make([]jetstream.Msg, 0, len(msgs))}
+	seen := make(map[string]bool, len(msgs))
+	for _, msg := range msgs {
 		md, err := msg.Metadata()
 		if err != nil {
 			r.log.Error("message without metadata", "subject", msg.Subject(), "error", err)
@@ -122,25 +153,31 @@ func (r *ranker) process(ctx context.Context, batch []jetstream.Msg) {
 			r.deadLetter(ctx, msg, md, err)
 			continue
 		}
-		keep = append(keep, msg)
+		b.keep = append(b.keep, msg)
 		if seen[ev.ID] {
 			r.m.events.WithLabelValues("duplicate").Inc()
 			continue
 		}
 		seen[ev.ID] = true
-		recs = append(recs, rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, EvaluationCompleted: ev.Data})
+		b.recs = append(b.recs, rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, EvaluationCompleted: ev.Data})
 	}
-	if len(recs) > 0 && !r.insert(ctx, recs, keep) {
-		return
+	return b
+}
+
+// commit writes a batch and acks its messages only after ClickHouse has the rows. It returns
+// false when the batch was given back for redelivery instead.
+func (r *ranker) commit(ctx context.Context, b batch) bool {
+	if len(b.recs) > 0 && !r.insert(ctx, b.recs, b.keep) {
+		return false
 	}
-	for _, msg := range keep {
+	for _, msg := range b.keep {
 		if err := msg.Ack(); err != nil {
 			// The rows are stored; a redelivery is harmless because writes are idempotent.
 			r.log.Warn("ack failed", "subject", msg.Subject(), "error", err)
 		}
 	}
-	r.m.events.WithLabelValues("stored").Add(float64(len(recs)))
-	r.announce(ctx, recs)
+	r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
+	return true
 }
 
 // insert writes recs, retrying with capped exponential backoff while ClickHouse is unavailable.
@@ -192,17 +229,76 @@ func (r *ranker) deadLetter(ctx context.Context, msg jetstream.Msg, md *jetstrea
 	r.log.Warn("dead-lettered invalid event", "subject", msg.Subject(), "stream_seq", md.Sequence.Stream, "reason", reason)
 }
 
-// announce publishes one leaderboard.updated per execution the batch touched, in execution order.
-func (r *ranker) announce(ctx context.Context, recs []rank.Record) {
+// announcer collects the executions committed batches touched until the announcer goroutine
+// takes them, so a burst of batches costs one leaderboard read per execution, not one per batch.
+type announcer struct {
+	mu      sync.Mutex
+	pending map[string]bool
+	wake    chan struct{}
+	closed  bool
+}
+
+func newAnnouncer() *announcer {
+	return &announcer{pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+func (a *announcer) add(recs []rank.Record) {
 	if len(recs) == 0 {
 		return
 	}
-	ids := make([]string, 0, len(recs))
+	a.mu.Lock()
 	for _, rec := range recs {
-		ids = append(ids, rec.ExecutionID)
+		a.pending[rec.ExecutionID] = true
 	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *announcer) close() {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the executions to announce, sorted, and whether more may come.
+func (a *announcer) take() ([]string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := make([]string, 0, len(a.pending))
+	for id := range a.pending {
+		ids = append(ids, id)
+	}
+	clear(a.pending)
 	slices.Sort(ids)
-	ids = slices.Compact(ids)
+	return ids, !a.closed
+}
+
+// announce publishes one leaderboard.updated per execution with newly committed evaluations,
+// read after the commit, until the announcer is closed and emptied.
+func (r *ranker) announce(ctx context.Context, a *announcer) {
+	for {
+		<-a.wake
+		ids, open := a.take()
+		if len(ids) > 0 {
+			r.publishBoards(ctx, ids)
+		}
+		if !open {
+			if ids, _ := a.take(); len(ids) > 0 {
+				r.publishBoards(ctx, ids)
+			}
+			return
+		}
+	}
+}
+
+func (r *ranker) publishBoards(ctx context.Context, ids []string) {
 	start := time.Now()
 	boards, err := r.store.Leaderboards(ctx, ids, events.Desc, 0)
 	r.m.leaderboardQuery.Observe(time.Since(start).Seconds())
