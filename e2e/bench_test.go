@@ -3,14 +3,18 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -101,7 +105,6 @@ func BenchmarkRankerIngest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer raw.Close()
 	if _, err := raw.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -109,6 +112,8 @@ func BenchmarkRankerIngest(b *testing.B) {
 	for i, s := range sends {
 		recs[i] = rank.Record{EventID: s.id, Source: "bench", Seq: uint64(i + 1), EvaluationCompleted: s.ev}
 	}
+	chPid := testenv.ClickHouse(b).Pid()
+	chBefore := cpuSeconds(chPid)
 	start = time.Now()
 	for i := 0; i < n; i += 500 {
 		if err := raw.Insert(ctx, recs[i:min(i+500, n)]); err != nil {
@@ -116,16 +121,25 @@ func BenchmarkRankerIngest(b *testing.B) {
 		}
 	}
 	insertRate := float64(n) / time.Since(start).Seconds()
+	chRaw := cpuSeconds(chPid) - chBefore
+	// Drop the baseline's table so its background merges do not compete with the ranker's run.
+	raw.Close()
+	dropDatabase(b, e.chAddr, rawCfg.Database)
 
 	// The ranker: from process start until its consumer's ack floor covers every event.
+	chBefore = cpuSeconds(chPid)
 	start = time.Now()
-	ranker := e.spawn("ranker", "RANKER_BATCH_SIZE=500", "RANKER_FLUSH_INTERVAL=50ms", "LOG_LEVEL=warn")
+	ranker := e.spawn("ranker", "RANKER_BATCH_SIZE=500", "RANKER_FLUSH_INTERVAL=50ms", "LOG_LEVEL=warn", "PPROF=true", os.Getenv("BENCH_RANKER_ENV"))
+	if out := os.Getenv("BENCH_RANKER_PROFILE"); out != "" {
+		go saveProfile(b, ranker, out)
+	}
 	peak := 0
 	for ackFloor(b, e) < uint64(n) {
 		peak = max(peak, rssHighWater(ranker.cmd.Process.Pid))
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	rankerRate := float64(n) / time.Since(start).Seconds()
+	chRanker := cpuSeconds(chPid) - chBefore
 	peak = max(peak, rssHighWater(ranker.cmd.Process.Pid))
 	b.StopTimer()
 
@@ -138,12 +152,8 @@ func BenchmarkRankerIngest(b *testing.B) {
 	b.ReportMetric(rankerRate/lower, "ratio-vs-lower")
 	b.ReportMetric(float64(peak)/1024, "ranker-peak-rss-MiB")
 	if testing.Verbose() {
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ranker.cmd.Process.Pid)); err == nil {
-			f := strings.Fields(string(st))
-			ut, _ := strconv.Atoi(f[13])
-			sy, _ := strconv.Atoi(f[14])
-			b.Logf("ranker cpu: user %.2fs system %.2fs", float64(ut)/100, float64(sy)/100)
-		}
+		b.Logf("CPU per event: ranker %.1fµs, ClickHouse %.1fµs under the ranker, %.1fµs under the raw insert",
+			cpuSeconds(ranker.cmd.Process.Pid)/float64(n)*1e6, chRanker/float64(n)*1e6, chRaw/float64(n)*1e6)
 		for _, m := range []string{"ranker_insert_duration_seconds_sum", "ranker_insert_duration_seconds_count", "ranker_leaderboard_query_duration_seconds_sum", "ranker_batch_size_sum"} {
 			b.Logf("%s %v", m, ranker.metric(b, m))
 		}
@@ -163,4 +173,46 @@ func rssHighWater(pid int) int {
 		}
 	}
 	return 0
+}
+
+// saveProfile writes a two-second CPU profile of p, taken once it serves HTTP, to path: set
+// BENCH_RANKER_PROFILE to see where the ranker spends its time during the benchmark.
+func saveProfile(b *testing.B, p *proc, path string) {
+	for range 500 {
+		resp, err := http.Get("http://" + p.addr + "/debug/pprof/profile?seconds=2")
+		if err != nil {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			b.Log(err)
+		}
+		return
+	}
+}
+
+func dropDatabase(b *testing.B, addr, database string) {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+database); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// cpuSeconds is the user plus system CPU time process pid has used so far, 0 if unreadable.
+func cpuSeconds(pid int) float64 {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+	ut, _ := strconv.Atoi(f[11])
+	sy, _ := strconv.Atoi(f[12])
+	return float64(ut+sy) / 100 // USER_HZ
 }

@@ -121,7 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		},
 	}
-	srv, err := service.Listen(cfg.HTTPAddr, newAPI(c, cfg.MaxEventBytes), reg, checks)
+	srv, err := service.Listen(cfg.HTTPAddr, newAPI(c, cfg.MaxEventBytes), reg, checks, cfg.Pprof)
 	if err != nil {
 		return err
 	}

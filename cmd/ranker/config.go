@@ -11,12 +11,13 @@ import (
 // config is CONTRACT section 6 plus the ranker's own tuning.
 type config struct {
 	service.Common
-	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8082" desc:"address of /metrics, /healthz, /readyz and the API"`
-	BatchSize       int           `envconfig:"BATCH_SIZE" default:"500" desc:"evaluations per ClickHouse insert at most"`
-	FlushInterval   time.Duration `envconfig:"FLUSH_INTERVAL" default:"100ms" desc:"longest wait for a batch to fill before it is written"`
-	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"60s" desc:"redelivery timeout of the ranker consumer (kept alive with InProgress while ClickHouse is slow)"`
-	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"-1" desc:"deliveries of one evaluation before the broker gives up (-1 = never: evaluations are not dropped)"`
-	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish the batch in hand after SIGTERM"`
+	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8082" desc:"address of /metrics, /healthz, /readyz and the API"`
+	BatchSize        int           `envconfig:"BATCH_SIZE" default:"500" desc:"evaluations per ClickHouse insert at most"`
+	FlushInterval    time.Duration `envconfig:"FLUSH_INTERVAL" default:"100ms" desc:"longest wait for a batch to fill before it is written"`
+	AnnounceInterval time.Duration `envconfig:"ANNOUNCE_INTERVAL" default:"200ms" desc:"least time between two rounds of leaderboard.updated; executions committed meanwhile share the next"`
+	AckWait          time.Duration `envconfig:"ACK_WAIT" default:"60s" desc:"redelivery timeout of the ranker consumer (kept alive with InProgress while ClickHouse is slow)"`
+	MaxDeliver       int           `envconfig:"MAX_DELIVER" default:"-1" desc:"deliveries of one evaluation before the broker gives up (-1 = never: evaluations are not dropped)"`
+	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish the batch in hand after SIGTERM"`
 }
 
 func (c *config) validate() error {
@@ -26,6 +27,9 @@ func (c *config) validate() error {
 	}
 	if c.FlushInterval <= 0 {
 		errs = append(errs, fmt.Errorf("RANKER_FLUSH_INTERVAL must be positive, got %s", c.FlushInterval))
+	}
+	if c.AnnounceInterval < 0 {
+		errs = append(errs, fmt.Errorf("RANKER_ANNOUNCE_INTERVAL must not be negative, got %s", c.AnnounceInterval))
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("RANKER_ACK_WAIT must be at least 1s, got %s", c.AckWait))

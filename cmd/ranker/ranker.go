@@ -39,7 +39,9 @@ type ranker struct {
 	maxBytes      int
 	batchSize     int
 	flushInterval time.Duration
-	now           func() time.Time
+	// announceInterval is the least time between two rounds of leaderboard.updated.
+	announceInterval time.Duration
+	now              func() time.Time
 
 	consuming   atomic.Bool
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
@@ -235,11 +237,12 @@ type announcer struct {
 	mu      sync.Mutex
 	pending map[string]bool
 	wake    chan struct{}
+	done    chan struct{} // closed by close, to cut the pause between rounds short
 	closed  bool
 }
 
 func newAnnouncer() *announcer {
-	return &announcer{pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+	return &announcer{pending: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 func (a *announcer) add(recs []rank.Record) {
@@ -261,6 +264,7 @@ func (a *announcer) close() {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
+	close(a.done)
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -281,7 +285,10 @@ func (a *announcer) take() ([]string, bool) {
 }
 
 // announce publishes one leaderboard.updated per execution with newly committed evaluations,
-// read after the commit, until the announcer is closed and emptied.
+// read after the commit, until the announcer is closed and emptied. Rounds are at least
+// announceInterval apart: executions committed meanwhile wait and share the next round, so a
+// burst of batches costs ClickHouse one leaderboard read per execution per interval rather than
+// one per batch, and the inserts keep the server's CPU.
 func (r *ranker) announce(ctx context.Context, a *announcer) {
 	for {
 		<-a.wake
@@ -294,6 +301,12 @@ func (r *ranker) announce(ctx context.Context, a *announcer) {
 				r.publishBoards(ctx, ids)
 			}
 			return
+		}
+		if len(ids) > 0 {
+			select {
+			case <-a.done:
+			case <-time.After(r.announceInterval):
+			}
 		}
 	}
 }

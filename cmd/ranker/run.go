@@ -96,15 +96,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	m := newMetrics(reg)
 	host, _ := os.Hostname()
 	r := &ranker{
-		log:           log,
-		js:            js,
-		store:         st,
-		m:             m,
-		source:        "ranker/" + host,
-		maxBytes:      cfg.MaxEventBytes,
-		batchSize:     cfg.BatchSize,
-		flushInterval: cfg.FlushInterval,
-		now:           time.Now,
+		log:              log,
+		js:               js,
+		store:            st,
+		m:                m,
+		source:           "ranker/" + host,
+		maxBytes:         cfg.MaxEventBytes,
+		batchSize:        cfg.BatchSize,
+		flushInterval:    cfg.FlushInterval,
+		announceInterval: cfg.AnnounceInterval,
+		now:              time.Now,
 	}
 	checks := map[string]service.Check{
 		"nats":       service.NATSConnected(nc),
@@ -116,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		},
 	}
-	srv, err := service.Listen(cfg.HTTPAddr, newAPI(log, st, m), reg, checks)
+	srv, err := service.Listen(cfg.HTTPAddr, newAPI(log, st, m), reg, checks, cfg.Pprof)
 	if err != nil {
 		return err
 	}

@@ -163,6 +163,9 @@ func (c *ClickHouse) Ping(ctx context.Context) error {
 // Pause freezes the server (SIGSTOP), as a hung or overloaded ClickHouse would look to clients.
 func (c *ClickHouse) Pause() error { return c.cmd.Process.Signal(syscall.SIGSTOP) }
 
+// Pid is the server's process id, for reading its resource use.
+func (c *ClickHouse) Pid() int { return c.cmd.Process.Pid }
+
 // Resume undoes Pause.
 func (c *ClickHouse) Resume() error { return c.cmd.Process.Signal(syscall.SIGCONT) }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,6 +45,7 @@ type Common struct {
 	PromptsMaxAge  time.Duration `envconfig:"PROMPTS_MAX_AGE" default:"0" desc:"retention of the PROMPTS audit stream, 0 = forever"`
 	MaxEventBytes  int           `envconfig:"MAX_EVENT_BYTES" default:"1048576" desc:"largest accepted event body in bytes"`
 	LogLevel       LogLevel      `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error; logs are JSON on stderr"`
+	Pprof          bool          `envconfig:"PPROF" default:"false" desc:"serve Go profiles under /debug/pprof/ on the HTTP address (off: they expose internals)"`
 }
 
 // Validate checks ranges that types alone do not.
@@ -172,7 +174,7 @@ type Server struct {
 
 // Listen binds addr and builds the handler. /readyz answers 200 only when every check passes,
 // and 503 with the failing checks otherwise.
-func Listen(addr string, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check) (*Server, error) {
+func Listen(addr string, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check, pprofOn bool) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -197,6 +199,11 @@ func Listen(addr string, api http.Handler, gatherer prometheus.Gatherer, checks 
 		}
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
+	if pprofOn {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	if api != nil {
 		mux.Handle("/", api)
 	}

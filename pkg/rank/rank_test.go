@@ -2,13 +2,14 @@ package rank_test
 
 import (
 	"context"
-
-	"github.com/ClickHouse/clickhouse-go/v2"
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/podium-llm/podium/internal/testenv"
@@ -69,14 +70,14 @@ func TestRankTeamNameFromLatestEvaluation(t *testing.T) {
 	}
 }
 
-func openStore(t *testing.T) *rank.Store {
+func openStore(t testing.TB) *rank.Store {
 	t.Helper()
 	s, _ := openStoreAt(t)
 	return s
 }
 
 // openStoreAt also returns a raw connection to the test database, to force merges.
-func openStoreAt(t *testing.T) (*rank.Store, driver.Conn) {
+func openStoreAt(t testing.TB) (*rank.Store, driver.Conn) {
 	t.Helper()
 	addr, db := testenv.Database(t)
 	ctx := context.Background()
@@ -214,5 +215,44 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 	}
 	if len(unknown.Rows) != 0 || unknown.Seq != 0 {
 		t.Errorf("unknown execution: %+v, want no rows", unknown)
+	}
+}
+
+func TestLatest(t *testing.T) {
+	st := func(team, id string, round int, score float64, at int64, seq uint64) rank.Stored {
+		return rank.Stored{RoundScore: rank.RoundScore{TeamID: team, TeamName: "n-" + team, Round: round, Score: score, AtMicros: at, EventID: id}, Seq: seq}
+	}
+	rows := []rank.Stored{
+		st("a", "e1", 1, 10, 100, 1),
+		st("a", "e1", 2, 99, 100, 9), // replay of e1 naming another round: the first copy stands
+		st("a", "e2", 1, 20, 200, 2), // later evaluation of round 1 wins
+		st("a", "e3", 1, 30, 200, 3), // same time as e2: the greater id wins
+		st("b", "e1", 1, 50, 100, 4), // the same id on another team is another evaluation
+		st("b", "e4", 2, 60, 100, 5),
+		st("b", "e5", 3, 70, 100, 6),
+	}
+	for _, tt := range []struct {
+		before  int
+		want    []rank.RoundScore
+		wantSeq uint64
+	}{
+		{0, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore, rows[6].RoundScore}, 6},
+		{3, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore}, 5},
+		{2, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore}, 4},
+	} {
+		// Any order of the stored rows gives the same answer.
+		for _, perm := range [][]int{{0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {1, 3, 0, 6, 2, 5, 4}} {
+			in := make([]rank.Stored, len(rows))
+			for i, j := range perm {
+				in[i] = rows[j]
+			}
+			got, seq := rank.Latest(in, tt.before)
+			sort := func(a, b rank.RoundScore) int { return strings.Compare(a.TeamID+a.EventID, b.TeamID+b.EventID) }
+			slices.SortFunc(got, sort)
+			slices.SortFunc(tt.want, sort)
+			if diff := cmp.Diff(tt.want, got); diff != "" || seq != tt.wantSeq {
+				t.Errorf("Latest(before %d, order %v): seq %d, want %d; mismatch (-want +got):\n%s", tt.before, perm, seq, tt.wantSeq, diff)
+			}
+		}
 	}
 }

@@ -153,52 +153,41 @@ func (s *Store) Leaderboard(ctx context.Context, executionID string, order event
 // Leaderboards ranks several executions with one query, as the ranker does for every execution
 // a batch touched. Every requested execution has an entry, empty when it has no evaluations.
 func (s *Store) Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, beforeRound int) (map[string]Board, error) {
-	// Replays of an id on the same subject (execution, team) collapse to their first stored copy
-	// (argMin by stream sequence), even when the replay names another round; then the latest
-	// evaluation of each round wins: later evaluated_at, then the greater id.
+	// The rows of the executions are few (one per evaluation and copy) and the key starts with
+	// execution_id, so they are fetched as stored and reduced in Go by Latest: one plain range
+	// read costs ClickHouse 18.16 far less than a two-level GROUP BY, and the reduction is exact
+	// whatever the merge state.
 	const q = `
-SELECT execution_id, team_id, r,
-       argMax(n, tuple(t, event_id)), argMax(s, tuple(t, event_id)),
-       max(t), argMax(event_id, tuple(t, event_id)), max(q)
-FROM (
-    SELECT execution_id, team_id, event_id, argMin(round_number, stream_seq) AS r,
-           argMin(team_name, stream_seq) AS n, argMin(overall_score, stream_seq) AS s,
-           argMin(evaluated_at_us, stream_seq) AS t, min(stream_seq) AS q
-    FROM evaluations
-    WHERE execution_id IN ?
-    GROUP BY execution_id, team_id, event_id
-)
-WHERE r < ?
-GROUP BY execution_id, team_id, r`
+SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us, stream_seq
+FROM evaluations
+WHERE execution_id IN ?`
 	set := clickhouse.GroupSet{Value: make([]any, len(executionIDs))}
 	for i, id := range executionIDs {
 		set.Value[i] = id
 	}
-	rows, err := s.conn.Query(ctx, q, set, roundLimit(beforeRound))
+	rows, err := s.conn.Query(ctx, q, set)
 	if err != nil {
 		return nil, fmt.Errorf("rank: leaderboards: %w", err)
 	}
 	defer rows.Close()
-	rounds := make(map[string][]RoundScore, len(executionIDs))
-	seqs := make(map[string]uint64, len(executionIDs))
+	stored := make(map[string][]Stored, len(executionIDs))
 	for rows.Next() {
 		var exec string
-		var r RoundScore
+		var r Stored
 		var round uint32
-		var seq uint64
-		if err := rows.Scan(&exec, &r.TeamID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.EventID, &seq); err != nil {
+		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
 			return nil, fmt.Errorf("rank: leaderboards: %w", err)
 		}
 		r.Round = int(round)
-		seqs[exec] = max(seqs[exec], seq)
-		rounds[exec] = append(rounds[exec], r)
+		stored[exec] = append(stored[exec], r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("rank: leaderboards: %w", err)
 	}
 	boards := make(map[string]Board, len(executionIDs))
 	for _, id := range executionIDs {
-		boards[id] = Board{Rows: Rank(rounds[id], order), Seq: seqs[id]}
+		rounds, seq := Latest(stored[id], beforeRound)
+		boards[id] = Board{Rows: Rank(rounds, order), Seq: seq}
 	}
 	return boards, nil
 }
