@@ -211,6 +211,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	if err != nil {
 		return events.PromptComposed{}, &failure{code: compose.Code(err), msg: err.Error()}
 	}
+	if out.Template.Fallback {
+		c.log.Warn("model variant failed; composed with the base template", "request_id", requestID, "template", out.Template.Name, "variant", out.Template.Variant, "model", req.Model)
+	}
 	c.m.promptTokens.Observe(float64(out.TokenEstimate))
 	for _, t := range out.Truncated {
 		c.m.truncations.WithLabelValues(t.Section).Inc()

@@ -16,6 +16,7 @@ type config struct {
 	TZ              string        `envconfig:"TZ" desc:"default timezone of current_datetime (IANA name), UTC when empty"`
 	TemplatesDir    string        `envconfig:"TEMPLATES_DIR" desc:"extra template directory (COMPOSER_TEMPLATES_DIR), loaded and checked at start"`
 	DefaultTemplate string        `envconfig:"DEFAULT_TEMPLATE" default:"team-round" desc:"template of requests that name none (COMPOSER_DEFAULT_TEMPLATE)"`
+	TokenEncoding   string        `envconfig:"TOKEN_ENCODING" default:"o200k_base" desc:"how token_estimate counts: o200k_base, cl100k_base (BPE, offline) or approx-cjk-v1"`
 	InputsTimeout   time.Duration `envconfig:"INPUTS_TIMEOUT" default:"10s" desc:"longest wait for the ranker to commit evaluations acknowledged before a request (COMPOSER_INPUTS_TIMEOUT)"`
 	Workers         int           `envconfig:"WORKERS" default:"8" desc:"requests composed at once by this replica"`
 	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s" desc:"redelivery timeout of the composer consumer (kept alive with InProgress while waiting)"`

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,15 +51,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := service.NewLogger(stderr, cfg.LogLevel, "composer")
 	loc, _ := location(cfg.TZ)
-	lib, err := compose.Load(compose.Options{Dir: cfg.TemplatesDir, DefaultTemplate: cfg.DefaultTemplate, DefaultLocation: loc})
+	tokens, err := compose.NewTokenCounter(cfg.TokenEncoding)
+	if err != nil {
+		return fmt.Errorf("configuration: COMPOSER_TOKEN_ENCODING: %w", err)
+	}
+	lib, err := compose.Load(compose.Options{Dir: cfg.TemplatesDir, DefaultTemplate: cfg.DefaultTemplate, DefaultLocation: loc, Tokens: tokens})
 	if err != nil {
 		return fmt.Errorf("templates: %w", err)
 	}
 	if cmd == "check-templates" {
-		for _, t := range lib.Templates() {
-			fmt.Fprintf(stdout, "%s@%d\tsha256:%s\n", t.Name, t.Version, t.SHA256)
-		}
-		return nil
+		return printTemplates(stdout, lib)
 	}
 
 	st, err := rank.Open(ctx, cfg.Store())
@@ -157,4 +160,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cancelWork()
 	log.Info("composer stopped")
 	return errors.Join(errs...)
+}
+
+// printTemplates is check-templates' report: one line per template and one per variant.
+func printTemplates(w io.Writer, lib *compose.Library) error {
+	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TEMPLATE\tKIND\tMESSAGES\tLIMITS\tSHA256")
+	for _, t := range lib.Templates() {
+		l := t.Limits
+		fmt.Fprintf(tw, "%s@%d\t%s\t%v\thistory %d, leaderboard %d, preview %d, tokens %d\t%s\n",
+			t.Name, t.Version, t.Kind, t.Roles(), l.HistoryRounds, l.LeaderboardTeams, l.PreviewChars, l.MaxPromptTokens, t.SHA256)
+		for _, v := range t.Variants {
+			fmt.Fprintf(tw, "  variant %s\t%s\tpriority %d\tmodels %s\t\n", v.Name, v.Format, v.Priority, strings.Join(v.Models, " "))
+		}
+	}
+	fmt.Fprintf(tw, "token encoding: %s\n", lib.TokenEncoding())
+	return tw.Flush()
 }

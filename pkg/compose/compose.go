@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/podium-llm/podium/pkg/events"
@@ -53,7 +54,8 @@ type Inputs struct {
 	EvaluationsSeq uint64
 }
 
-// Compose renders the prompt for in.
+// Compose renders the prompt for in: the template the request names, in the model's variant when
+// one matches (falling back to the base template if the variant fails), within the token budget.
 func (l *Library) Compose(in Inputs) (events.PromptComposed, error) {
 	t, err := l.Lookup(in.Request.Template)
 	if err != nil {
@@ -66,34 +68,126 @@ func (l *Library) Compose(in Inputs) (events.PromptComposed, error) {
 	if max := in.Request.MaxRounds; max > 0 && in.Request.RoundNumber > max {
 		return events.PromptComposed{}, failf(events.CodeInvalidRequest, "round_number %d is past max_rounds %d", in.Request.RoundNumber, max)
 	}
+	if err := checkRelativePaths(in.Request.Vars, t.relativePaths); err != nil {
+		return events.PromptComposed{}, err
+	}
 	lim := t.limits(in.Request.Limits)
-	ctx := buildContext(in, lim, loc)
 
-	if name := missingVariable(t.tmpl.Tags(), []any{ctx}); name != "" {
-		return events.PromptComposed{}, failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", t.Name, name)
+	ref := events.TemplateRef{Name: t.Name, Version: t.Version, SHA256: t.SHA256}
+	var r rendered
+	if v := t.variantFor(in.Request.Model); v != nil {
+		parts := v.parts
+		if parts == nil {
+			parts = t.parts
+		}
+		ref.Variant = v.Name
+		r, err = l.renderBudgeted(t.Name+"/"+v.Name, parts, v.Format, in, lim, loc)
+		if err != nil {
+			// The base template is the tested path: a broken variant costs its format, not the prompt.
+			ref.Fallback = true
+			r, err = l.renderBudgeted(t.Name, t.parts, "", in, lim, loc)
+		}
+	} else {
+		r, err = l.renderBudgeted(t.Name, t.parts, "", in, lim, loc)
 	}
-	prompt, err := t.tmpl.Render(ctx)
 	if err != nil {
-		return events.PromptComposed{}, failf(events.CodeTemplateError, "template %q: %v", t.Name, err)
+		return events.PromptComposed{}, err
 	}
-	sum := sha256.Sum256([]byte(prompt))
-
+	sum := sha256.Sum256([]byte(r.prompt))
 	out := events.PromptComposed{
 		RequestID:     in.RequestID,
 		ExecutionID:   in.Request.ExecutionID,
 		TeamID:        in.Request.TeamID,
 		TeamName:      in.Request.TeamName,
 		RoundNumber:   in.Request.RoundNumber,
-		Prompt:        prompt,
+		Prompt:        r.prompt,
 		PromptSHA256:  hex.EncodeToString(sum[:]),
-		Template:      events.TemplateRef{Name: t.Name, Version: t.Version, SHA256: t.SHA256},
+		Template:      ref,
 		Model:         in.Request.Model,
-		TokenEstimate: l.tokens.Count(prompt),
+		TokenEstimate: r.tokens,
 		TokenEncoding: l.tokens.Name(),
-		Truncated:     []events.Truncation{},
+		Truncated:     r.cuts.truncations(in, lim),
 		Inputs:        recordInputs(in),
 	}
+	if t.Roles() || ref.Variant != "" && !ref.Fallback {
+		out.Messages = r.messages
+	}
 	return out, nil
+}
+
+// rendered is one render of a template's parts with some cuts applied.
+type rendered struct {
+	messages []events.Message
+	prompt   string
+	tokens   int
+	cuts     cuts
+}
+
+// render renders parts with the context of in under c. A part without a role is the user's.
+func (l *Library) render(name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location, c cuts) (rendered, error) {
+	ctx := buildContext(in, lim, loc, c)
+	msgs := make([]events.Message, 0, len(parts))
+	for _, p := range parts {
+		if v := missingVariable(p.tmpl.Tags(), []any{ctx}); v != "" {
+			return rendered{}, failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
+		}
+		text, err := p.tmpl.Render(ctx)
+		if err != nil {
+			return rendered{}, failf(events.CodeTemplateError, "template %q: %v", name, err)
+		}
+		role := p.role
+		if role == "" {
+			role = "user"
+		} else {
+			// A message is the part's text; the newline that ends the template file is not content.
+			text = strings.TrimSuffix(text, "\n")
+		}
+		msgs = append(msgs, events.Message{Role: role, Content: text})
+	}
+	r := rendered{messages: msgs, cuts: c}
+	if format == "" && len(parts) == 1 && parts[0].role == "" {
+		r.prompt = msgs[0].Content
+	} else {
+		r.prompt = flatten(format, msgs)
+	}
+	r.tokens = l.tokens.Count(r.prompt)
+	return r, nil
+}
+
+// renderBudgeted renders the whole prompt and, when it is over max_prompt_tokens, the smallest
+// prefix of the cut sequence (budgetSteps) that fits. Cuts only shrink the prompt, so the first
+// fitting step is found by bisection: a handful of renders whatever the history's length.
+func (l *Library) renderBudgeted(name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location) (rendered, error) {
+	steps := budgetSteps(in, lim)
+	full, err := l.render(name, parts, format, in, lim, loc, steps[0])
+	if err != nil || lim.MaxPromptTokens == 0 || full.tokens <= lim.MaxPromptTokens {
+		return full, err
+	}
+	last := len(steps) - 1
+	smallest, err := l.render(name, parts, format, in, lim, loc, steps[last])
+	if err != nil {
+		return rendered{}, err
+	}
+	if smallest.tokens > lim.MaxPromptTokens {
+		return rendered{}, failf(events.CodeBudgetExceeded,
+			"template %q needs %d tokens (%s) with only the task, the team's position and its latest score, over max_prompt_tokens %d",
+			name, smallest.tokens, l.tokens.Name(), lim.MaxPromptTokens)
+	}
+	best := smallest
+	lo, hi := 1, last-1 // steps[0] does not fit, steps[last] does
+	for lo <= hi {
+		mid := (lo + hi) / 2
+		r, err := l.render(name, parts, format, in, lim, loc, steps[mid])
+		if err != nil {
+			return rendered{}, err
+		}
+		if r.tokens <= lim.MaxPromptTokens {
+			best, hi = r, mid-1
+		} else {
+			lo = mid + 1
+		}
+	}
+	return best, nil
 }
 
 // recordInputs lists what the prompt was built from, for audit and replay.
@@ -140,9 +234,10 @@ func (l *Library) location(name string) (*time.Location, error) {
 	return loc, nil
 }
 
-// buildContext computes every variable of PROMPTS.md. It uses maps, not structs, because mustache
-// looks struct fields up by Go name; and only values that print the same everywhere.
-func buildContext(in Inputs, lim Limits, loc *time.Location) map[string]any {
+// buildContext computes every variable of PROMPTS.md with the budget's cuts c applied. It uses
+// maps, not structs, because mustache looks struct fields up by Go name; and only values that
+// print the same everywhere.
+func buildContext(in Inputs, lim Limits, loc *time.Location, c cuts) map[string]any {
 	req := in.Request
 	ctx := map[string]any{
 		"user_prompt":      req.UserPrompt,
@@ -157,25 +252,42 @@ func buildContext(in Inputs, lim Limits, loc *time.Location) map[string]any {
 		ctx["max_rounds"] = req.MaxRounds
 		ctx["rounds_remaining"] = req.MaxRounds - req.RoundNumber
 	}
-	vars := map[string]any{}
+	vars := make(map[string]any, len(req.Vars))
 	for k, v := range req.Vars {
 		vars[k] = v
 	}
 	ctx["vars"] = vars
 
+	trend := make([]string, 0, len(in.History))
+	for _, r := range in.History {
+		trend = append(trend, score2(r.OverallScore))
+	}
+	ctx["trend"] = strings.Join(trend, " -> ")
+	if c.noTrend {
+		ctx["trend"] = ""
+	}
+
+	// The rounds the budget kept, with its cuts applied to each.
+	kept := make([]events.TeamRound, 0, len(in.History)-c.droppedRounds)
+	for i, r := range in.History[c.droppedRounds:] {
+		if c.noMetrics {
+			r.Metrics = nil
+		}
+		if c.previewSubmissions {
+			r.Submission.Content, _ = preview(r.Submission.Content, previewLimit(lim))
+		}
+		if c.noLatestFeedback && c.droppedRounds+i == len(in.History)-1 {
+			r.Feedback = ""
+		}
+		kept = append(kept, r)
+	}
+
 	// Structured history: the last history_rounds rounds, submissions previewed.
-	hist := in.History
+	hist := kept
 	if len(hist) > lim.HistoryRounds {
 		hist = hist[len(hist)-lim.HistoryRounds:]
 	}
 	items := make([]any, 0, len(hist))
-	trend := ""
-	for i, r := range in.History {
-		if i > 0 {
-			trend += " -> "
-		}
-		trend += score2(r.OverallScore)
-	}
 	for _, r := range hist {
 		metrics := make([]any, 0, len(r.Metrics))
 		for _, m := range r.Metrics {
@@ -196,19 +308,15 @@ func buildContext(in Inputs, lim Limits, loc *time.Location) map[string]any {
 		items = append(items, item)
 	}
 	ctx["history"] = items
-	ctx["trend"] = trend
 
 	// Structured leaderboard: the top leaderboard_teams rows, plus the team's own below the cut.
-	rows := make([]any, 0, min(len(in.Leaderboard), lim.LeaderboardTeams+1))
-	for i, r := range in.Leaderboard {
-		isSelf := r.TeamID == req.TeamID
-		if i >= lim.LeaderboardTeams && !isSelf {
-			continue
-		}
+	lbRows := c.leaderboardRows(in.Leaderboard, req.TeamID, lim.LeaderboardTeams)
+	rows := make([]any, 0, len(lbRows))
+	for _, r := range lbRows {
 		rows = append(rows, map[string]any{
 			"position": r.Position, "rank": r.Rank, "team_id": r.TeamID, "team_name": r.TeamName,
 			"best_score": r.BestScore, "best_score_text": score2(r.BestScore), "best_round": r.BestRound,
-			"rounds": r.Rounds, "is_self": isSelf,
+			"rounds": r.Rounds, "is_self": r.TeamID == req.TeamID,
 		})
 	}
 	ctx["leaderboard"] = rows
@@ -225,8 +333,9 @@ func buildContext(in Inputs, lim Limits, loc *time.Location) map[string]any {
 			"gap_to_leader_text": score2(gap), "team_count": len(in.Leaderboard),
 		}
 	}
-	ctx["submission_history"] = submissionHistory(in.History)
-	ctx["ranking_table"] = rankingTable(in.Leaderboard, req.TeamID)
+	// mixseek's strings are whole whatever the structured limits say; only the budget cuts them.
+	ctx["submission_history"] = submissionHistory(kept)
+	ctx["ranking_table"] = rankingTable(c.leaderboardRows(in.Leaderboard, req.TeamID, len(in.Leaderboard)), req.TeamID)
 	ctx["team_position_message"] = teamPositionMessage(position, len(in.Leaderboard))
 	return ctx
 }

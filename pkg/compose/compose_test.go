@@ -173,7 +173,11 @@ func TestLoadFailsOnMissingDefault(t *testing.T) {
 
 func testLibrary(t *testing.T) *Library {
 	t.Helper()
-	l, err := Load(Options{})
+	tokens, err := NewTokenCounter("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load(Options{Tokens: tokens})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +217,14 @@ func goldenCases() map[string]Inputs {
 		"round3-history-ties": {RequestID: "req-3", Request: request(3, ""), Time: roundTime,
 			History: history, Leaderboard: board, EvaluationsSeq: 8},
 		"round2-unranked-empty-leaderboard": {RequestID: "req-2", Request: request(2, ""), Time: roundTime},
+		// The team sent nothing yet, others did: a leaderboard without the team.
+		"round3-unranked": {RequestID: "req-5", Request: request(3, ""), Time: roundTime, Leaderboard: []events.LeaderboardRow{
+			lb(1, 1, "team-beta", "Beta", 90, 2, 2), lb(2, 2, "team-gamma", "Γάμμα チーム", 80.5, 1, 2)}, EvaluationsSeq: 4},
+		// A long Japanese submission with emoji and combining marks: previews cut on characters.
+		"round2-long-unicode": {RequestID: "req-6", Request: request(2, ""), Time: roundTime, History: []events.TeamRound{
+			tr(1, 64.25, strings.Repeat("分散合意は難しい。🚀 café ", 120)+"終わり", "長すぎます。要点を絞ってください。",
+				events.Metric{MetricName: "簡潔さ", Score: 40, EvaluatorComment: "冗長 <verbose> & \"long\""})},
+			Leaderboard: []events.LeaderboardRow{lb(1, 1, "team-alpha", "Alpha", 64.25, 1, 1)}, EvaluationsSeq: 1},
 		"round3-leader-cut": {RequestID: "req-4", Request: func() events.RoundRequested {
 			r := request(3, "")
 			one := 1
@@ -225,35 +237,91 @@ func goldenCases() map[string]Inputs {
 	}
 }
 
+// runnerCases are the runner-task prompts: a first attempt and a retry with a digest.
+func runnerCases() map[string]Inputs {
+	vars := func(digest bool) map[string]any {
+		v := map[string]any{
+			"role": "You are a careful Go engineer working alone in a repository checkout.",
+			"task": map[string]any{"id": "T-42", "title": "Make the ranker's flush configurable",
+				"description": "Add RANKER_FLUSH_INTERVAL and use it for batches.\nKeep <defaults> & \"names\" as they are.",
+				"done_when":   "go test ./... passes and the README lists the variable"},
+			"workspace":     "podium (a Go module)",
+			"read_first":    []any{"README.md", "cmd/ranker/config.go"},
+			"constraints":   map[string]any{"write": []any{"cmd/ranker/"}, "exclude": []any{"vendor/"}, "forbidden": []any{".ci/run"}, "needs_approval": []any{"go.mod"}},
+			"output_format": "A unified diff, then one paragraph on what you tested.",
+		}
+		if digest {
+			v["digest"] = map[string]any{"exit_code": json.Number("1"), "reason": "tests failed",
+				"checks":           []any{map[string]any{"name": "go vet", "passed": true}, map[string]any{"name": "go test", "passed": false}},
+				"scope_violations": []any{"go.sum"}, "changed_files": []any{"cmd/ranker/config.go", "go.sum"}}
+		}
+		return v
+	}
+	first := request(1, "runner-task")
+	first.Vars = vars(false)
+	retry := request(2, "runner-task")
+	retry.Vars = vars(true)
+	return map[string]Inputs{
+		"first-attempt":    {RequestID: "req-t1", Request: first, Time: roundTime},
+		"retry-digest":     {RequestID: "req-t2", Request: retry, Time: roundTime},
+		"retry-digest-phi": {RequestID: "req-t3", Request: func() events.RoundRequested { r := retry; r.Model = "phi-4-mini-instruct"; return r }(), Time: roundTime},
+	}
+}
+
+// checkGolden compares got with testdata/<name>.txt, rewriting it under -update.
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	golden := filepath.Join("testdata", name+".txt")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./pkg/compose -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("prompt differs from %s (-want +got):\n%s", golden, diff)
+	}
+}
+
 func TestGoldenPrompts(t *testing.T) {
 	l := testLibrary(t)
+	type tc struct {
+		template, name string
+		in             Inputs
+	}
+	var cases []tc
 	for _, tmpl := range []string{"team-round", "mixseek-team"} {
 		for name, in := range goldenCases() {
-			t.Run(tmpl+"/"+name, func(t *testing.T) {
-				in.Request.Template = tmpl
-				got, err := l.Compose(in)
-				if err != nil {
-					t.Fatal(err)
-				}
-				golden := filepath.Join("testdata", tmpl+"."+name+".txt")
-				if *update {
-					if err := os.WriteFile(golden, []byte(got.Prompt), 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				want, err := os.ReadFile(golden)
-				if err != nil {
-					t.Fatalf("%v (run go test ./pkg/compose -update to create it)", err)
-				}
-				if diff := cmp.Diff(string(want), got.Prompt); diff != "" {
-					t.Errorf("prompt differs from %s (-want +got):\n%s", golden, diff)
-				}
-				again, err := l.Compose(in)
-				if err != nil || again.Prompt != got.Prompt || again.PromptSHA256 != got.PromptSHA256 {
-					t.Errorf("second render differs: %v", err)
-				}
-			})
+			in.Request.Template = tmpl
+			cases = append(cases, tc{tmpl, name, in})
 		}
+	}
+	for name, in := range runnerCases() {
+		cases = append(cases, tc{"runner-task", name, in})
+	}
+	for _, model := range []string{"phi-4-mini", "Meta-Llama-3-8B-Instruct", "qwen2.5-7b-instruct"} {
+		in := goldenCases()["round3-history-ties"]
+		in.Request.Template, in.Request.Model = "team-round", model
+		cases = append(cases, tc{"team-round", "round3-model-" + strings.ToLower(model), in})
+	}
+	for _, c := range cases {
+		t.Run(c.template+"/"+c.name, func(t *testing.T) {
+			got, err := l.Compose(c.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, c.template+"."+c.name, got.Prompt)
+			again, err := l.Compose(c.in)
+			if err != nil || again.Prompt != got.Prompt || again.PromptSHA256 != got.PromptSHA256 || !cmp.Equal(again.Messages, got.Messages) {
+				t.Errorf("second render differs: %v", err)
+			}
+			if got.TokenEncoding != "o200k_base" || got.TokenEstimate <= 0 {
+				t.Errorf("token estimate %d %q", got.TokenEstimate, got.TokenEncoding)
+			}
+		})
 	}
 }
 
