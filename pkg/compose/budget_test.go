@@ -278,3 +278,45 @@ func TestTokenCounters(t *testing.T) {
 		t.Errorf("unknown encoding: %v", err)
 	}
 }
+
+// TestBPECountIsExact checks that counting line by line (with the cache) gives what encoding
+// the whole text at once gives, on every golden prompt and on text built to stress the cut
+// points: newlines after punctuation, before slashes, runs of blank lines, CJK and spaces.
+func TestBPECountIsExact(t *testing.T) {
+	goldens, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
+	if err != nil || len(goldens) == 0 {
+		t.Fatalf("no golden prompts: %v", err)
+	}
+	var texts []string
+	for _, g := range goldens {
+		b, err := os.ReadFile(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, string(b))
+	}
+	pieces := []string{"word", "Word", " ", "\n", "\n\n", ".", "/", "./x", "12345", "'s", "日本語", "　", "\t", "\r\n", "<|end|>", "é", "🚀", "{{x}}", "a.\n/b", ":\n-"}
+	seed := uint64(42)
+	for range 300 {
+		var b strings.Builder
+		for range 40 {
+			seed = seed*6364136223846793005 + 1442695040888963407
+			b.WriteString(pieces[seed>>33%uint64(len(pieces))])
+		}
+		texts = append(texts, b.String())
+	}
+	for _, enc := range []string{"o200k_base", "cl100k_base"} {
+		c, err := NewTokenCounter(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := c.(*bpeCounter).enc
+		for _, text := range texts {
+			for range 2 { // cold and cached
+				if got, want := c.Count(text), len(whole.EncodeOrdinary(text)); got != want {
+					t.Fatalf("%s: Count = %d, whole-text encoding = %d, for %q", enc, got, want, text)
+				}
+			}
+		}
+	}
+}

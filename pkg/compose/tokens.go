@@ -36,18 +36,73 @@ func NewTokenCounter(name string) (TokenCounter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compose: token encoding %q: %w (known: %v)", name, err, Encodings())
 	}
-	return bpeCounter{enc: enc, name: name}, nil
+	return &bpeCounter{enc: enc, name: name, cache: map[string]int{}}, nil
 }
 
 // bpeCounter counts with a BPE tokenizer. Special-token text in a prompt ("<|endoftext|>" in a
 // submission) is counted as the ordinary text it is, never as a control token.
+//
+// Encoding is the composer's hottest step (the pre-tokenizer is a backtracking regexp), and
+// prompts of one tournament repeat most of their lines: the template's, the leaderboard's, a
+// team's earlier rounds, and every line again on each step of a budget search. So the text is
+// cut into lines where the encoding's own pre-tokenizer always cuts, and each line's count is
+// remembered. The sum equals the count of the whole text exactly (TestBPECountIsExact).
 type bpeCounter struct {
 	enc  *tiktoken.Tiktoken
 	name string
+
+	mu    sync.Mutex
+	cache map[string]int
 }
 
-func (c bpeCounter) Name() string       { return c.name }
-func (c bpeCounter) Count(s string) int { return len(c.enc.EncodeOrdinary(s)) }
+// maxCachedLines bounds the memory of the line cache (about 64k lines of a few hundred bytes).
+const maxCachedLines = 1 << 16
+
+func (c *bpeCounter) Name() string { return c.name }
+
+func (c *bpeCounter) Count(s string) int {
+	total, start := 0, 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' && splitsAfter(s, i) {
+			total += c.line(s[start : i+1])
+			start = i + 1
+		}
+	}
+	return total + c.line(s[start:])
+}
+
+// splitsAfter reports whether every pre-tokenizer piece ends at the newline s[i]: the character
+// before it is not whitespace (no whitespace run spans the newline) and the one after it is
+// neither whitespace nor '/' (punctuation pieces may absorb newlines and slashes that follow).
+// Both o200k_base's and cl100k_base's patterns start a new piece there.
+func splitsAfter(s string, i int) bool {
+	if i == 0 || i+1 >= len(s) {
+		return false
+	}
+	before, _ := utf8.DecodeLastRuneInString(s[:i])
+	after, _ := utf8.DecodeRuneInString(s[i+1:])
+	return !unicode.IsSpace(before) && !unicode.IsSpace(after) && after != '/'
+}
+
+func (c *bpeCounter) line(s string) int {
+	if s == "" {
+		return 0
+	}
+	c.mu.Lock()
+	n, ok := c.cache[s]
+	c.mu.Unlock()
+	if ok {
+		return n
+	}
+	n = len(c.enc.EncodeOrdinary(s))
+	c.mu.Lock()
+	if len(c.cache) >= maxCachedLines {
+		clear(c.cache)
+	}
+	c.cache[s] = n
+	c.mu.Unlock()
+	return n
+}
 
 // approxCounter is the documented deterministic approximation: every CJK character (Han,
 // Hiragana, Katakana, Hangul) is one token, and every other run of text costs one token per four
