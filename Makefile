@@ -32,8 +32,10 @@ lint: ## go vet and staticcheck
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 
-bench: clickhouse build ## benchmarks (see README for what each reports)
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 60m $(PKGS)
+bench: clickhouse build ## benchmarks with their baselines (figures and how to read them: README)
+	$(GO) test -run '^$$' -bench 'Parse|Render' -benchmem -count=1 ./pkg/events ./pkg/compose
+	$(GO) test -run '^$$' -bench LeaderboardRead -benchtime 2000x -count=1 -timeout 20m ./pkg/rank
+	$(GO) test -run '^$$' -bench RankerIngest -benchtime 50000x -count=1 -timeout 20m ./e2e
 
 clean: ## remove build output
 	rm -rf $(BIN)
