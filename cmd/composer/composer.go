@@ -14,23 +14,13 @@ import (
 
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
-
-// reader is what the composer needs of ClickHouse.
-type reader interface {
-	Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, beforeRound int) (rank.Board, error)
-	History(ctx context.Context, executionID, teamID string, beforeRound int) ([]events.TeamRound, error)
-	Ping(ctx context.Context) error
-}
-
-var _ reader = (*rank.Store)(nil)
 
 // composer answers round requests.
 type composer struct {
 	log           *slog.Logger
 	js            jetstream.JetStream
-	store         reader
+	reads         *sharedReads
 	lib           *compose.Library
 	m             *metrics
 	source        string
@@ -178,25 +168,27 @@ func backoff(delivery uint64) time.Duration {
 // render. keepAlive is called while waiting so the broker does not redeliver the request.
 func (c *composer) compose(ctx context.Context, requestID string, req events.RoundRequested, at time.Time, keepAlive func()) (events.PromptComposed, error) {
 	waitStart := time.Now()
-	if err := c.waitForInputs(ctx, keepAlive); err != nil {
+	seq, err := c.waitForInputs(ctx, keepAlive)
+	if err != nil {
 		return events.PromptComposed{}, err
 	}
 	c.m.inputsWait.Observe(time.Since(waitStart).Seconds())
 
-	readStart := time.Now()
+	// One snapshot of the execution serves the history and the leaderboard, and is shared with
+	// the other teams' requests of the same round.
+	sn, err := c.reads.get(ctx, req.ExecutionID, req.RoundNumber, seq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return events.PromptComposed{}, err
+		}
+		return events.PromptComposed{}, fmt.Errorf("%w: %v", errStore, err)
+	}
 	order := req.ScoreOrder
 	if order == "" {
 		order = events.Desc
 	}
-	history, err := c.store.History(ctx, req.ExecutionID, req.TeamID, req.RoundNumber)
-	if err != nil {
-		return events.PromptComposed{}, fmt.Errorf("%w: %v", errStore, err)
-	}
-	board, err := c.store.Leaderboard(ctx, req.ExecutionID, order, req.RoundNumber)
-	if err != nil {
-		return events.PromptComposed{}, fmt.Errorf("%w: %v", errStore, err)
-	}
-	c.m.storeRead.Observe(time.Since(readStart).Seconds())
+	history := sn.History(req.TeamID)
+	board := sn.Leaderboard(order)
 
 	renderStart := time.Now()
 	out, err := c.lib.Compose(compose.Inputs{
@@ -222,8 +214,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 }
 
 // waitForInputs implements CONTRACT section 5: every evaluation JetStream acknowledged before
-// now must be committed by the ranker (its ack floor reaches the stream's last sequence).
-func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) error {
+// now must be committed by the ranker (its ack floor reaches the stream's last sequence). It
+// returns that sequence, 0 when no evaluation was ever accepted.
+func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.inputsTimeout)
 	defer cancel()
 	notReady := func(detail string) error {
@@ -232,14 +225,14 @@ func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) error {
 	}
 	stream, err := c.js.Stream(ctx, events.StreamEvaluations)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil // no evaluation was ever accepted: nothing to wait for
+		return 0, nil // no evaluation was ever accepted: nothing to wait for
 	}
 	if err != nil {
-		return notReady("EVALUATIONS stream: " + err.Error())
+		return 0, notReady("EVALUATIONS stream: " + err.Error())
 	}
 	target := stream.CachedInfo().State.LastSeq
 	if target == 0 {
-		return nil
+		return 0, nil
 	}
 	delay := 5 * time.Millisecond
 	lastKeepAlive := time.Now()
@@ -249,7 +242,7 @@ func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) error {
 		if err == nil {
 			ci := info.CachedInfo()
 			if ci.AckFloor.Stream >= target || ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Stream >= target {
-				return nil
+				return target, nil
 			}
 			detail = fmt.Sprintf("ranker committed up to sequence %d of %d", ci.AckFloor.Stream, target)
 		} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -261,7 +254,7 @@ func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) error {
 		}
 		select {
 		case <-ctx.Done():
-			return notReady(detail)
+			return 0, notReady(detail)
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 100*time.Millisecond)

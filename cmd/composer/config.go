@@ -18,6 +18,7 @@ type config struct {
 	DefaultTemplate string        `envconfig:"DEFAULT_TEMPLATE" default:"team-round" desc:"template of requests that name none (COMPOSER_DEFAULT_TEMPLATE)"`
 	TokenEncoding   string        `envconfig:"TOKEN_ENCODING" default:"o200k_base" desc:"how token_estimate counts: o200k_base, cl100k_base (BPE, offline) or approx-cjk-v1"`
 	InputsTimeout   time.Duration `envconfig:"INPUTS_TIMEOUT" default:"10s" desc:"longest wait for the ranker to commit evaluations acknowledged before a request (COMPOSER_INPUTS_TIMEOUT)"`
+	ReadCacheTTL    time.Duration `envconfig:"READ_CACHE_TTL" default:"2s" desc:"how long an execution's read serves the other requests of the same round and evaluations sequence; 0 shares only reads in flight"`
 	Workers         int           `envconfig:"WORKERS" default:"8" desc:"requests composed at once by this replica"`
 	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s" desc:"redelivery timeout of the composer consumer (kept alive with InProgress while waiting)"`
 	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10" desc:"deliveries of one request; the last one answers prompt.failed instead of retrying"`
@@ -28,6 +29,9 @@ func (c *config) validate() error {
 	errs := []error{c.Common.Validate("COMPOSER")}
 	if c.InputsTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_INPUTS_TIMEOUT must be positive, got %s", c.InputsTimeout))
+	}
+	if c.ReadCacheTTL < 0 {
+		errs = append(errs, fmt.Errorf("COMPOSER_READ_CACHE_TTL must not be negative, got %s", c.ReadCacheTTL))
 	}
 	if c.Workers < 1 || c.Workers > 1024 {
 		errs = append(errs, fmt.Errorf("COMPOSER_WORKERS must be 1 to 1024, got %d", c.Workers))

@@ -12,6 +12,7 @@ type metrics struct {
 	renderDuration  prometheus.Histogram
 	inputsWait      prometheus.Histogram
 	storeRead       prometheus.Histogram
+	storeReads      *prometheus.CounterVec
 	promptTokens    prometheus.Histogram
 	truncations     *prometheus.CounterVec
 	templatesLoaded *prometheus.GaugeVec
@@ -37,9 +38,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		storeRead: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_store_read_duration_seconds",
-			Help:    "Time to read a team's history and the leaderboard from ClickHouse.",
+			Help:    "Time of one ClickHouse read of an execution's evaluations (history and leaderboard of every team).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		storeReads: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "composer_store_reads_total",
+			Help: "Inputs obtained per request, by how: queried (this request read ClickHouse), shared (joined a read in flight) or cached (a read of the same round and sequence).",
+		}, []string{"result"}),
 		promptTokens: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_prompt_tokens",
 			Help:    "Estimated tokens per composed prompt.",

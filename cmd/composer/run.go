@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := &composer{
 		log:           log,
 		js:            js,
-		store:         st,
+		reads:         newSharedReads(st.Snapshot, cfg.ReadCacheTTL, m),
 		lib:           lib,
 		m:             m,
 		source:        "composer/" + host,

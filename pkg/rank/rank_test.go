@@ -209,6 +209,35 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 		t.Errorf("leaderboard before round 2: first row %+v, want team b with 80", got)
 	}
 
+	// A snapshot answers both reads exactly as the dedicated queries do, at every round bound.
+	for _, before := range []int{0, 1, 2, 3, 4} {
+		sn, err := s.Snapshot(ctx, "exec", before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
+			want, err := s.Leaderboard(ctx, "exec", order, before)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, sn.Leaderboard(order)); diff != "" {
+				t.Errorf("snapshot leaderboard before %d, %s (merged %v) mismatch (-want +got):\n%s", before, order, merged, diff)
+			}
+		}
+		for _, team := range []string{"a", "b", "nobody"} {
+			want, err := s.History(ctx, "exec", team, before)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, sn.History(team)); diff != "" {
+				t.Errorf("snapshot history of %s before %d (merged %v) mismatch (-want +got):\n%s", team, before, merged, diff)
+			}
+		}
+		if before == 0 && sn.Bytes() <= 0 {
+			t.Errorf("snapshot of 6 evaluations reports %d bytes", sn.Bytes())
+		}
+	}
+
 	unknown, err := s.Leaderboard(ctx, "nope", events.Desc, 0)
 	if err != nil {
 		t.Fatal(err)
