@@ -20,7 +20,8 @@ import (
 type composer struct {
 	log           *slog.Logger
 	js            jetstream.JetStream
-	reads         *sharedReads
+	probes        *commitProbes
+	reads         *storeReads
 	lib           *compose.Library
 	m             *metrics
 	source        string
@@ -174,9 +175,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	}
 	c.m.inputsWait.Observe(time.Since(waitStart).Seconds())
 
-	// One snapshot of the execution serves the history and the leaderboard, and is shared with
-	// the other teams' requests of the same round.
-	sn, err := c.reads.get(ctx, req.ExecutionID, req.RoundNumber, seq)
+	// One read of the execution serves the history and the leaderboard, and is shared with the
+	// other teams' requests of the same round.
+	evs, err := c.reads.get(ctx, req.ExecutionID, seq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return events.PromptComposed{}, err
@@ -187,6 +188,7 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	if order == "" {
 		order = events.Desc
 	}
+	sn := evs.Before(req.RoundNumber)
 	history := sn.History(req.TeamID)
 	board := sn.Leaderboard(order)
 
@@ -219,34 +221,37 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.inputsTimeout)
 	defer cancel()
-	notReady := func(detail string) error {
-		return &failure{code: events.CodeInputsNotReady, retryable: true,
-			msg: fmt.Sprintf("the ranker has not committed the evaluations acknowledged before this request within %s (%s)", c.inputsTimeout, detail)}
-	}
-	stream, err := c.js.Stream(ctx, events.StreamEvaluations)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, nil // no evaluation was ever accepted: nothing to wait for
-	}
-	if err != nil {
-		return 0, notReady("EVALUATIONS stream: " + err.Error())
-	}
-	target := stream.CachedInfo().State.LastSeq
-	if target == 0 {
-		return 0, nil
-	}
+	var target uint64
+	known := false
+	detail := "no answer from JetStream"
 	delay := 5 * time.Millisecond
 	lastKeepAlive := time.Now()
-	detail := "ranker consumer not found"
 	for {
-		info, err := stream.Consumer(ctx, events.ConsumerRanker)
-		if err == nil {
-			ci := info.CachedInfo()
-			if ci.AckFloor.Stream >= target || ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Stream >= target {
+		p, err := c.probes.join(ctx)
+		if err != nil {
+			break
+		}
+		if !known {
+			// The first probe started after this request was taken: its last sequence is
+			// the target.
+			if p.noStream {
+				return 0, nil
+			}
+			if p.streamErr == nil {
+				target, known = p.lastSeq, true
+			}
+		}
+		if known {
+			if target == 0 {
+				return 0, nil
+			}
+			ok, why := p.committed(target)
+			if ok {
 				return target, nil
 			}
-			detail = fmt.Sprintf("ranker committed up to sequence %d of %d", ci.AckFloor.Stream, target)
-		} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			detail = err.Error()
+			detail = why
+		} else {
+			detail = "EVALUATIONS stream: " + p.streamErr.Error()
 		}
 		if time.Since(lastKeepAlive) > 5*time.Second {
 			keepAlive()
@@ -254,11 +259,15 @@ func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) (uint64,
 		}
 		select {
 		case <-ctx.Done():
-			return 0, notReady(detail)
 		case <-time.After(delay):
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		delay = min(delay*2, 100*time.Millisecond)
 	}
+	return 0, &failure{code: events.CodeInputsNotReady, retryable: true,
+		msg: fmt.Sprintf("the ranker has not committed the evaluations acknowledged before this request within %s (%s)", c.inputsTimeout, detail)}
 }
 
 func (c *composer) publishComposed(ctx context.Context, out events.PromptComposed) error {

@@ -18,8 +18,8 @@ type config struct {
 	DefaultTemplate string        `envconfig:"DEFAULT_TEMPLATE" default:"team-round" desc:"template of requests that name none (COMPOSER_DEFAULT_TEMPLATE)"`
 	TokenEncoding   string        `envconfig:"TOKEN_ENCODING" default:"o200k_base" desc:"how token_estimate counts: o200k_base, cl100k_base (BPE, offline) or approx-cjk-v1"`
 	InputsTimeout   time.Duration `envconfig:"INPUTS_TIMEOUT" default:"10s" desc:"longest wait for the ranker to commit evaluations acknowledged before a request (COMPOSER_INPUTS_TIMEOUT)"`
-	ReadCacheTTL    time.Duration `envconfig:"READ_CACHE_TTL" default:"2s" desc:"how long an execution's read serves the other requests of the same round and evaluations sequence; 0 shares only reads in flight"`
-	Workers         int           `envconfig:"WORKERS" default:"8" desc:"requests composed at once by this replica"`
+	ReadCacheTTL    time.Duration `envconfig:"READ_CACHE_TTL" default:"2s" desc:"how long a read of an execution serves later requests that wait for no newer evaluation; 0 shares only reads in flight"`
+	Workers         int           `envconfig:"WORKERS" default:"32" desc:"requests composed at once by this replica (mostly waiting on NATS and ClickHouse, so more than cores)"`
 	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s" desc:"redelivery timeout of the composer consumer (kept alive with InProgress while waiting)"`
 	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10" desc:"deliveries of one request; the last one answers prompt.failed instead of retrying"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish requests in hand after SIGTERM"`

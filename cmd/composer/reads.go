@@ -2,130 +2,178 @@ package main
 
 import (
 	"context"
-	"strconv"
+	"maps"
+	"slices"
 	"sync"
 	"time"
-
-	"golang.org/x/sync/singleflight"
 
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// maxSharedBytes bounds the memory of kept snapshots. A snapshot of 10 teams and 5 rounds of
-// 2 KiB submissions is about 100 KiB, so this keeps a few hundred executions' rounds.
-const maxSharedBytes = 64 << 20
+const (
+	// maxKeptBytes bounds the memory of kept reads. An execution of 10 teams and 5 rounds of
+	// 2 KiB submissions is about 100 KiB, so this keeps a few hundred executions.
+	maxKeptBytes = 64 << 20
+	// maxQueries is how many ClickHouse reads one replica runs at once; requests arriving
+	// meanwhile queue for the next one, which reads all their executions together.
+	maxQueries = 2
+	// maxBatch bounds the executions of one read.
+	maxBatch = 100
+)
 
-// sharedReads lets the requests of one execution's round share one ClickHouse read: a read in
-// flight is joined (singleflight), and a finished one is kept for ttl.
+// storeReads is how the composer reads ClickHouse: requests of one execution share one read,
+// requests of several executions waiting together are read with one query, and a finished read
+// serves later requests of its execution for ttl.
 //
-// A snapshot is keyed by the EVALUATIONS sequence the request waited for. Every request with
-// the same key needs exactly the evaluations up to that sequence, and the snapshot was read
-// after the ranker committed them, so sharing it never breaks read-your-writes; an evaluation
-// accepted later moves the sequence and so the key.
-type sharedReads struct {
-	read  func(ctx context.Context, executionID string, beforeRound int) (*rank.Snapshot, error)
-	ttl   time.Duration
-	m     *metrics
-	now   func() time.Time
-	group singleflight.Group
+// A read may serve a request only if it started after the ranker had committed every evaluation
+// the request waits for (CONTRACT section 5). A request finishes that wait before it asks, so a
+// read started after it asked serves it; and a read started for requests that waited up to
+// sequence S serves any request that waited up to S or less. That rule lets a request join a
+// read already running, or take a kept one.
+type storeReads struct {
+	read func(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
+	ttl  time.Duration
+	m    *metrics
+	now  func() time.Time
 
-	mu    sync.Mutex
-	kept  map[readKey]keptSnapshot
-	order []keptSnapshot // in the order kept, hence of expiry, for eviction
-	bytes int
+	mu       sync.Mutex
+	waiting  map[string][]*waiter // by execution, for the next read
+	inflight map[string]*flight   // by execution, the read last started
+	running  int
+	kept     map[string]keptRead // by execution
+	order    []keptRead          // in the order kept, hence of expiry, for eviction
+	bytes    int
 }
 
-type readKey struct {
+type waiter struct {
+	seq  uint64 // the EVALUATIONS sequence the request waited for
+	done chan readResult
+}
+
+// flight is the part of a running read for one execution.
+type flight struct {
+	seq uint64 // the highest sequence its requests waited for when it started
+	ws  []*waiter
+}
+
+type readResult struct {
+	ev  *rank.Evaluations
+	err error
+}
+
+type keptRead struct {
 	executionID string
-	beforeRound int
+	ev          *rank.Evaluations
 	seq         uint64
+	expires     time.Time
 }
 
-type keptSnapshot struct {
-	key     readKey
-	sn      *rank.Snapshot
-	expires time.Time
+func newStoreReads(read func(context.Context, []string) (map[string]*rank.Evaluations, error), ttl time.Duration, m *metrics) *storeReads {
+	return &storeReads{read: read, ttl: ttl, m: m, now: time.Now, waiting: map[string][]*waiter{}, inflight: map[string]*flight{}, kept: map[string]keptRead{}}
 }
 
-func newSharedReads(read func(context.Context, string, int) (*rank.Snapshot, error), ttl time.Duration, m *metrics) *sharedReads {
-	return &sharedReads{read: read, ttl: ttl, m: m, now: time.Now, kept: make(map[readKey]keptSnapshot)}
-}
-
-// get returns the snapshot of an execution before a round that reflects at least seq.
-func (s *sharedReads) get(ctx context.Context, executionID string, beforeRound int, seq uint64) (*rank.Snapshot, error) {
-	key := readKey{executionID, beforeRound, seq}
-	if sn := s.lookup(key); sn != nil {
+// get returns the evaluations of an execution, read after the ranker committed sequence seq.
+func (s *storeReads) get(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
+	s.mu.Lock()
+	if k, ok := s.kept[executionID]; ok && seq <= k.seq && s.now().Before(k.expires) {
+		s.mu.Unlock()
 		s.m.storeReads.WithLabelValues("cached").Inc()
-		return sn, nil
+		return k.ev, nil
 	}
-	flight := executionID + "\x00" + strconv.Itoa(beforeRound) + "\x00" + strconv.FormatUint(seq, 10)
-	// The read runs detached from the first caller's context so that a caller giving up does not
-	// fail the others that joined it; the store's own read timeout still bounds it.
-	queried := false
-	ch := s.group.DoChan(flight, func() (any, error) {
-		queried = true // read after the channel delivers the result, so no race
-		start := time.Now()
-		sn, err := s.read(context.WithoutCancel(ctx), executionID, beforeRound)
-		s.m.storeRead.Observe(time.Since(start).Seconds())
-		if err == nil {
-			s.keep(key, sn)
-		}
-		return sn, err
-	})
+	w := &waiter{seq: seq, done: make(chan readResult, 1)}
+	if f, ok := s.inflight[executionID]; ok && seq <= f.seq {
+		f.ws = append(f.ws, w)
+		s.m.storeReads.WithLabelValues("shared").Inc()
+	} else {
+		s.waiting[executionID] = append(s.waiting[executionID], w)
+	}
+	if len(s.waiting) > 0 && s.running < maxQueries {
+		s.running++
+		go s.drain()
+	}
+	s.mu.Unlock()
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err()
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		// Every caller of a shared flight sees res.Shared, the one that ran the query too.
-		outcome := "shared"
-		if queried {
-			outcome = "queried"
-		}
-		s.m.storeReads.WithLabelValues(outcome).Inc()
-		return res.Val.(*rank.Snapshot), nil
+		return nil, ctx.Err() // the read still runs and serves the others
+	case res := <-w.done:
+		return res.ev, res.err
 	}
 }
 
-func (s *sharedReads) lookup(key readKey) *rank.Snapshot {
-	if s.ttl <= 0 {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k, ok := s.kept[key]
-	if !ok || !s.now().Before(k.expires) {
-		return nil
-	}
-	return k.sn
-}
-
-func (s *sharedReads) keep(key readKey, sn *rank.Snapshot) {
-	if s.ttl <= 0 || sn.Bytes() > maxSharedBytes/4 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	k := keptSnapshot{key: key, sn: sn, expires: now.Add(s.ttl)}
-	if old, ok := s.kept[key]; ok {
-		s.bytes -= old.sn.Bytes() // its entry in order is now stale and is skipped below
-	}
-	s.kept[key] = k
-	s.order = append(s.order, k)
-	s.bytes += sn.Bytes()
-	// Entries are kept in order of expiry, so the expired and the oldest are at the front.
-	for len(s.order) > 0 {
-		first := s.order[0]
-		current := s.kept[first.key]
-		if current.sn == first.sn && current.expires.Equal(first.expires) {
-			if now.Before(first.expires) && s.bytes <= maxSharedBytes {
+// drain runs reads until no request waits.
+func (s *storeReads) drain() {
+	for {
+		s.mu.Lock()
+		if len(s.waiting) == 0 {
+			s.running--
+			s.mu.Unlock()
+			return
+		}
+		batch := make(map[string]*flight, min(len(s.waiting), maxBatch))
+		for exec, ws := range s.waiting {
+			if len(batch) == maxBatch {
 				break
 			}
-			s.bytes -= first.sn.Bytes()
-			delete(s.kept, first.key)
+			f := &flight{ws: ws}
+			for _, w := range ws {
+				f.seq = max(f.seq, w.seq)
+			}
+			batch[exec] = f
+			s.inflight[exec] = f
+			delete(s.waiting, exec)
+			s.m.storeReads.WithLabelValues("queried").Inc()
+			s.m.storeReads.WithLabelValues("shared").Add(float64(len(ws) - 1))
+		}
+		s.mu.Unlock()
+
+		ids := slices.Sorted(maps.Keys(batch))
+		start := time.Now()
+		// Detached from any one request: a caller giving up must not fail the others. The
+		// store's read timeout bounds it.
+		evs, err := s.read(context.Background(), ids)
+		s.m.storeRead.Observe(time.Since(start).Seconds())
+
+		s.mu.Lock()
+		for exec, f := range batch {
+			if s.inflight[exec] == f {
+				delete(s.inflight, exec)
+			}
+			res := readResult{ev: evs[exec], err: err}
+			if err == nil {
+				s.keep(exec, res.ev, f.seq)
+			}
+			for _, w := range f.ws {
+				w.done <- res
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// keep remembers a read for ttl, within maxKeptBytes; s.mu is held.
+func (s *storeReads) keep(exec string, ev *rank.Evaluations, seq uint64) {
+	if s.ttl <= 0 || ev.Bytes() > maxKeptBytes/4 {
+		return
+	}
+	now := s.now()
+	if old, ok := s.kept[exec]; ok {
+		if old.seq > seq && now.Before(old.expires) {
+			return // a read that finished earlier reflects more
+		}
+		s.bytes -= old.ev.Bytes() // its entry in order is now stale and is skipped below
+	}
+	k := keptRead{executionID: exec, ev: ev, seq: seq, expires: now.Add(s.ttl)}
+	s.kept[exec] = k
+	s.order = append(s.order, k)
+	s.bytes += ev.Bytes()
+	for len(s.order) > 0 {
+		first := s.order[0]
+		if current := s.kept[first.executionID]; current.ev == first.ev && current.expires.Equal(first.expires) {
+			if now.Before(first.expires) && s.bytes <= maxKeptBytes {
+				break
+			}
+			s.bytes -= first.ev.Bytes()
+			delete(s.kept, first.executionID)
 		}
 		s.order = s.order[1:]
 	}

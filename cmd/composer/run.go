@@ -105,7 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := &composer{
 		log:           log,
 		js:            js,
-		reads:         newSharedReads(st.Snapshot, cfg.ReadCacheTTL, m),
+		probes:        &commitProbes{js: js, timeout: 5 * time.Second},
+		reads:         newStoreReads(st.Evaluations, cfg.ReadCacheTTL, m),
 		lib:           lib,
 		m:             m,
 		source:        "composer/" + host,

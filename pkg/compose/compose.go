@@ -125,11 +125,16 @@ type rendered struct {
 
 // render renders parts with the context of in under c. A part without a role is the user's.
 func (l *Library) render(name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location, c cuts) (rendered, error) {
-	ctx := buildContext(in, lim, loc, c)
+	ctx := buildContext(in, lim, loc, c, func(name string) bool { return anyUses(parts, name) })
+	// checkTags let only names that always have a value through, and those under vars, which
+	// the request supplies; so only a template naming vars can miss one.
+	checkVars := anyUses(parts, "vars")
 	msgs := make([]events.Message, 0, len(parts))
 	for _, p := range parts {
-		if v := missingVariable(p.tmpl.Tags(), []any{ctx}); v != "" {
-			return rendered{}, failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
+		if checkVars {
+			if v := missingVariable(p.tmpl.Tags(), []any{ctx}); v != "" {
+				return rendered{}, failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
+			}
 		}
 		text, err := p.tmpl.Render(ctx)
 		if err != nil {
@@ -236,8 +241,8 @@ func (l *Library) location(name string) (*time.Location, error) {
 
 // buildContext computes every variable of PROMPTS.md with the budget's cuts c applied. It uses
 // maps, not structs, because mustache looks struct fields up by Go name; and only values that
-// print the same everywhere.
-func buildContext(in Inputs, lim Limits, loc *time.Location, c cuts) map[string]any {
+// print the same everywhere. The costly values are computed only when the template uses them.
+func buildContext(in Inputs, lim Limits, loc *time.Location, c cuts, uses func(string) bool) map[string]any {
 	req := in.Request
 	ctx := map[string]any{
 		"user_prompt":      req.UserPrompt,
@@ -334,8 +339,12 @@ func buildContext(in Inputs, lim Limits, loc *time.Location, c cuts) map[string]
 		}
 	}
 	// mixseek's strings are whole whatever the structured limits say; only the budget cuts them.
-	ctx["submission_history"] = submissionHistory(kept)
-	ctx["ranking_table"] = rankingTable(c.leaderboardRows(in.Leaderboard, req.TeamID, len(in.Leaderboard)), req.TeamID)
+	if uses("submission_history") {
+		ctx["submission_history"] = submissionHistory(kept)
+	}
+	if uses("ranking_table") {
+		ctx["ranking_table"] = rankingTable(c.leaderboardRows(in.Leaderboard, req.TeamID, len(in.Leaderboard)), req.TeamID)
+	}
 	ctx["team_position_message"] = teamPositionMessage(position, len(in.Leaderboard))
 	return ctx
 }

@@ -170,10 +170,20 @@ func preview(s string, limit int) (string, bool) {
 	if limit <= 0 || n <= limit {
 		return s, false
 	}
-	runes := []rune(s)
+	// Byte offsets of the cuts, found by walking runes from each end: a submission can be
+	// long, and converting it to []rune would copy it four times over.
 	head := limit / 2
-	tail := limit - head
-	return string(runes[:head]) + fmt.Sprintf("\n[… %d characters omitted …]\n", n-limit) + string(runes[n-tail:]), true
+	end := 0
+	for range head {
+		_, size := utf8.DecodeRuneInString(s[end:])
+		end += size
+	}
+	start := len(s)
+	for range limit - head {
+		_, size := utf8.DecodeLastRuneInString(s[:start])
+		start -= size
+	}
+	return s[:end] + "\n[… " + strconv.Itoa(n-limit) + " characters omitted …]\n" + s[start:], true
 }
 
 // signed prints a score difference with its sign, "+8.50" or "-2.00".

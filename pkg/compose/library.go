@@ -61,6 +61,28 @@ type part struct {
 	role string
 	src  string // after partial expansion
 	tmpl *mustache.Template
+	uses map[string]bool // first segment of every tag name, at any depth
+}
+
+// tagNames adds the first segment of every tag name under tags to into.
+func tagNames(tags []mustache.Tag, into map[string]bool) {
+	for _, t := range tags {
+		first, _, _ := strings.Cut(t.Name(), ".")
+		into[first] = true
+		if t.Type() == mustache.Section || t.Type() == mustache.InvertedSection {
+			tagNames(t.Tags(), into)
+		}
+	}
+}
+
+// anyUses reports whether a part names the variable: values no part names are not computed.
+func anyUses(parts []part, name string) bool {
+	for _, p := range parts {
+		if p.uses[name] {
+			return true
+		}
+	}
+	return false
 }
 
 // Roles reports whether the template renders messages (it declares roles).
@@ -426,7 +448,9 @@ func parsePart(name, role, text string, schema *node) (part, error) {
 	if err := checkTags(label, text, tmpl.Tags(), schema); err != nil {
 		return part{}, err
 	}
-	return part{role: role, src: text, tmpl: tmpl}, nil
+	uses := map[string]bool{}
+	tagNames(tmpl.Tags(), uses)
+	return part{role: role, src: text, tmpl: tmpl, uses: uses}, nil
 }
 
 // loadVariants builds the manifest's variants, each with its own parts where the folder has

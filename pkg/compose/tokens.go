@@ -114,7 +114,8 @@ func (approxCounter) Name() string { return approxName }
 func (approxCounter) Count(s string) int {
 	tokens, run := 0, 0
 	for _, r := range s {
-		if unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul) {
+		// Below U+1100 (the first Hangul jamo) no rune is in these scripts: skip the table walk.
+		if r >= 0x1100 && unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul) {
 			tokens += (run+3)/4 + 1
 			run = 0
 			continue

@@ -27,20 +27,22 @@ const maxReasonLen = 2048
 // Marshal builds a structured-mode CloudEvent around data. Times are written in UTC with
 // microsecond precision, the precision the whole pipeline compares at.
 func Marshal(id, source, eventType string, t time.Time, data any) ([]byte, error) {
-	raw, err := json.Marshal(data)
+	// Envelope with data as a value: encoded in one pass, not encoded then compacted again as a
+	// json.RawMessage would be (a prompt.composed body is several KiB).
+	env := struct {
+		SpecVersion     string `json:"specversion"`
+		ID              string `json:"id"`
+		Source          string `json:"source"`
+		Type            string `json:"type"`
+		Time            string `json:"time"`
+		DataContentType string `json:"datacontenttype,omitempty"`
+		Data            any    `json:"data"`
+	}{SpecVersion, id, source, eventType, t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano), "application/json", data}
+	b, err := json.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("events: marshal %s data: %w", eventType, err)
 	}
-	env := Envelope{
-		SpecVersion:     SpecVersion,
-		ID:              id,
-		Source:          source,
-		Type:            eventType,
-		Time:            t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano),
-		DataContentType: "application/json",
-		Data:            raw,
-	}
-	return json.Marshal(env)
+	return b, nil
 }
 
 // DerivedID is a stable event id computed from parts alone, so that whichever replica produces

@@ -233,9 +233,13 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 				t.Errorf("snapshot history of %s before %d (merged %v) mismatch (-want +got):\n%s", team, before, merged, diff)
 			}
 		}
-		if before == 0 && sn.Bytes() <= 0 {
-			t.Errorf("snapshot of 6 evaluations reports %d bytes", sn.Bytes())
-		}
+	}
+	evs, err := s.Evaluations(ctx, []string{"exec", "nope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs["exec"].Bytes() < 6*len("sub e0") || evs["nope"] == nil || len(evs["nope"].Before(0).Leaderboard(events.Desc).Rows) != 0 {
+		t.Errorf("evaluations of two executions: %d bytes for exec, %+v for an unknown one", evs["exec"].Bytes(), evs["nope"])
 	}
 
 	unknown, err := s.Leaderboard(ctx, "nope", events.Desc, 0)

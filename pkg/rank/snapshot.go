@@ -6,81 +6,136 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// Snapshot is everything the composer needs of one execution before a round: the latest
-// evaluation of every (team, round) with its submission, feedback and metrics. One query fills
-// it, and it answers the leaderboard and every team's history, so the requests of a whole round
-// cost ClickHouse one round trip instead of two per team.
-type Snapshot struct {
-	rounds  []RoundScore       // sorted by team, then round
-	history []events.TeamRound // history[i] is the content of rounds[i]
-	seq     uint64
-	bytes   int
+// Evaluations are the stored rows of one execution with their content, as one read returns
+// them: enough to answer the leaderboard and every team's history before any round. The
+// composer reads them for a whole round of requests at once instead of twice per team.
+type Evaluations struct {
+	rows   []Stored
+	detail map[eventKey]*events.TeamRound // content of the first stored copy of each event
+	bytes  int
+
+	mu     sync.Mutex
+	before map[int]*Snapshot // reductions already made: every team of a round asks the same
 }
 
 type eventKey struct{ team, id string }
 
-// Snapshot reads every stored row of an execution and reduces them with Latest, so its
-// leaderboard and histories follow exactly the rules of Leaderboard and History.
-func (s *Store) Snapshot(ctx context.Context, executionID string, beforeRound int) (*Snapshot, error) {
-	// Rows of later rounds are read too: a replayed event id keeps the round of its first copy,
-	// which a WHERE on round_number could not see.
+// Evaluations reads every stored row of the executions in one query. Every requested execution
+// has an entry, empty when it has no evaluations.
+func (s *Store) Evaluations(ctx context.Context, executionIDs []string) (map[string]*Evaluations, error) {
+	// Rows of every round are read: a replayed event id keeps the round of its first copy, which
+	// a WHERE on round_number could not see.
 	const q = `
-SELECT team_id, event_id, round_number, team_name, overall_score, evaluated_at_us, stream_seq,
-       metrics, feedback, submission, submission_format, evaluated_at
+SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us,
+       stream_seq, metrics, feedback, submission, submission_format, evaluated_at
 FROM evaluations
-WHERE execution_id = ?`
-	rows, err := s.conn.Query(ctx, q, executionID)
+WHERE execution_id IN ?`
+	set := clickhouse.GroupSet{Value: make([]any, len(executionIDs))}
+	out := make(map[string]*Evaluations, len(executionIDs))
+	for i, id := range executionIDs {
+		set.Value[i] = id
+		out[id] = &Evaluations{detail: map[eventKey]*events.TeamRound{}, before: map[int]*Snapshot{}}
+	}
+	rows, err := s.conn.Query(ctx, q, set)
 	if err != nil {
-		return nil, fmt.Errorf("rank: snapshot of %s: %w", executionID, err)
+		return nil, fmt.Errorf("rank: evaluations: %w", err)
 	}
 	defer rows.Close()
-	var stored []Stored
-	details := make(map[eventKey]*events.TeamRound)
 	firstSeq := make(map[eventKey]uint64)
 	for rows.Next() {
+		var exec, metrics string
 		var r Stored
 		var round uint32
 		var d events.TeamRound
-		var metrics string
-		if err := rows.Scan(&r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq,
+		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq,
 			&metrics, &d.Feedback, &d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
-			return nil, fmt.Errorf("rank: snapshot of %s: %w", executionID, err)
+			return nil, fmt.Errorf("rank: evaluations: %w", err)
 		}
 		r.Round = int(round)
-		stored = append(stored, r)
-		// Keep the content of the copy Latest keeps: the first stored one.
-		k := eventKey{r.TeamID, r.EventID}
+		ev := out[exec]
+		if ev == nil {
+			continue // IN matched what was not asked: cannot happen, but never index a nil entry
+		}
+		ev.rows = append(ev.rows, r)
+		// Keep the content of the copy Latest keeps: the first stored one. firstSeq spans
+		// executions, so its key carries the execution too.
+		k := eventKey{exec + "\x00" + r.TeamID, r.EventID}
 		if seq, ok := firstSeq[k]; ok && seq <= r.Seq {
 			continue
 		}
 		firstSeq[k] = r.Seq
 		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
-			return nil, fmt.Errorf("rank: snapshot of %s: metrics of %s: %w", executionID, r.EventID, err)
+			return nil, fmt.Errorf("rank: evaluations of %s: metrics of %s: %w", exec, r.EventID, err)
 		}
 		d.RoundNumber, d.EvaluationID, d.OverallScore = r.Round, r.EventID, r.Score
-		details[k] = &d
+		if old := ev.detail[eventKey{r.TeamID, r.EventID}]; old != nil {
+			ev.bytes -= detailBytes(old)
+		}
+		ev.detail[eventKey{r.TeamID, r.EventID}] = &d
+		ev.bytes += detailBytes(&d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("rank: snapshot of %s: %w", executionID, err)
+		return nil, fmt.Errorf("rank: evaluations: %w", err)
 	}
-	rounds, seq := Latest(stored, beforeRound)
+	for _, ev := range out {
+		ev.bytes += len(ev.rows) * 128
+	}
+	return out, nil
+}
+
+func detailBytes(d *events.TeamRound) int {
+	n := len(d.Submission.Content) + len(d.Feedback) + len(d.EvaluatedAt) + len(d.EvaluationID) + 64
+	for _, m := range d.Metrics {
+		n += len(m.MetricName) + len(m.EvaluatorComment) + 48
+	}
+	return n
+}
+
+// Bytes approximates the memory the evaluations hold, for caches that bound it.
+func (ev *Evaluations) Bytes() int { return ev.bytes }
+
+// Snapshot is an execution's evaluations before one round: its leaderboard and every team's
+// history, reduced exactly as Leaderboard and History reduce them.
+type Snapshot struct {
+	rounds  []RoundScore       // the latest evaluation of each (team, round), by team then round
+	history []events.TeamRound // history[i] is the content of rounds[i]
+	seq     uint64
+}
+
+// Before reduces the evaluations to the rounds below beforeRound (0 = all) with Latest. The
+// snapshot is shared by every caller asking for the same round.
+func (ev *Evaluations) Before(beforeRound int) *Snapshot {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if sn, ok := ev.before[beforeRound]; ok {
+		return sn
+	}
+	rounds, seq := Latest(ev.rows, beforeRound)
 	slices.SortFunc(rounds, func(a, b RoundScore) int {
 		return cmp.Or(cmp.Compare(a.TeamID, b.TeamID), cmp.Compare(a.Round, b.Round))
 	})
 	sn := &Snapshot{rounds: rounds, history: make([]events.TeamRound, len(rounds)), seq: seq}
 	for i, r := range rounds {
-		d := details[eventKey{r.TeamID, r.EventID}]
-		sn.history[i] = *d
-		sn.bytes += len(d.Submission.Content) + len(d.Feedback) + len(d.EvaluatedAt) + len(r.EventID) + len(r.TeamName) + 64*(1+len(d.Metrics))
-		for _, m := range d.Metrics {
-			sn.bytes += len(m.MetricName) + len(m.EvaluatorComment)
-		}
+		sn.history[i] = *ev.detail[eventKey{r.TeamID, r.EventID}]
 	}
-	return sn, nil
+	ev.before[beforeRound] = sn
+	return sn
+}
+
+// Snapshot reads one execution's evaluations before a round.
+func (s *Store) Snapshot(ctx context.Context, executionID string, beforeRound int) (*Snapshot, error) {
+	evs, err := s.Evaluations(ctx, []string{executionID})
+	if err != nil {
+		return nil, err
+	}
+	return evs[executionID].Before(beforeRound), nil
 }
 
 // Leaderboard ranks the snapshot as Store.Leaderboard would.
@@ -99,6 +154,3 @@ func (sn *Snapshot) History(teamID string) []events.TeamRound {
 	}
 	return append([]events.TeamRound{}, sn.history[from:to]...)
 }
-
-// Bytes approximates the memory the snapshot holds, for caches that bound it.
-func (sn *Snapshot) Bytes() int { return sn.bytes }

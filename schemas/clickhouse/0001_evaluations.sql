@@ -5,7 +5,10 @@
 -- do the same collapse themselves (argMin by stream_seq), so the merge state never changes a
 -- result. The key starts with execution_id: a leaderboard or history read touches only its own
 -- execution's granules. Types are those ClickHouse 18.16 and current releases share: times are
--- Int64 microseconds (no DateTime64 there) plus the producer's text.
+-- Int64 microseconds (no DateTime64 there) plus the producer's text. Granules are 256 rows, not
+-- 8192: the composer reads one execution's submissions (tens of rows of KiBs), and a read decodes
+-- whole granules of every column it names, so the default granule made each such read decompress
+-- megabytes of other executions' submissions.
 CREATE TABLE IF NOT EXISTS evaluations (
     execution_id String,
     team_id String,
@@ -24,4 +27,5 @@ CREATE TABLE IF NOT EXISTS evaluations (
     keep_version UInt64 MATERIALIZED 18446744073709551615 - stream_seq
 ) ENGINE = ReplacingMergeTree(keep_version)
 PARTITION BY tuple()
-ORDER BY (execution_id, team_id, event_id);
+ORDER BY (execution_id, team_id, event_id)
+SETTINGS index_granularity = 256;

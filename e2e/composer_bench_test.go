@@ -1,0 +1,272 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// request is one round.requested ready to publish.
+type request struct {
+	id, subject string
+	body        []byte
+}
+
+// burst publishes every request asynchronously and waits until an answer to each has arrived on
+// the core subject answers, matched by its Nats-Msg-Id (the prompt event id of the request). It
+// returns the time from the first publish to the last answer and each request's latency, and the
+// answers' mean body size.
+func burst(b *testing.B, e *env, reqs []request, answers string) (time.Duration, []time.Duration, int) {
+	b.Helper()
+	index := make(map[string]int, len(reqs))
+	for i, r := range reqs {
+		index[events.PromptEventID(r.id)] = i
+	}
+	sent := make([]time.Time, len(reqs))
+	arrived := make([]time.Time, len(reqs))
+	var mu sync.Mutex
+	got, bytes, failed := 0, 0, ""
+	done := make(chan struct{})
+	sub, err := e.nc.Subscribe(answers, func(m *nats.Msg) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		i, ok := index[m.Header.Get(jetstream.MsgIDHeader)]
+		if !ok || !arrived[i].IsZero() {
+			return // another run's answer, or a duplicate the stream drops
+		}
+		if strings.HasPrefix(m.Subject, events.TypePromptFailed) {
+			failed = string(m.Data)
+		}
+		arrived[i] = now
+		bytes += len(m.Data)
+		if got++; got == len(reqs) {
+			close(done)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := e.nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	for i, r := range reqs {
+		sent[i] = time.Now()
+		if _, err := e.js.PublishAsync(r.subject, r.body, jetstream.WithMsgID(r.id)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		b.Fatalf("%d of %d answers after 2 minutes", got, len(reqs))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if failed != "" {
+		b.Fatalf("a request failed: %s", failed)
+	}
+	lat := make([]time.Duration, len(reqs))
+	last := arrived[0]
+	for i := range reqs {
+		lat[i] = arrived[i].Sub(sent[i])
+		if arrived[i].After(last) {
+			last = arrived[i]
+		}
+	}
+	return last.Sub(sent[0]), lat, bytes / len(reqs)
+}
+
+// roundRequests builds the requests of one round for the teams of the given executions.
+func roundRequests(b *testing.B, prefix string, execs []string, teams, round int) []request {
+	var out []request
+	for _, exec := range execs {
+		for k := range teams {
+			team := fmt.Sprintf("team-%02d", k)
+			id := fmt.Sprintf("%s-%s-%s", prefix, exec, team)
+			body, err := events.Marshal(id, "orchestrator/bench", events.TypeRoundRequested, t0.Add(time.Hour), events.RoundRequested{
+				ExecutionID: exec, TeamID: team, TeamName: "Team " + team, RoundNumber: round, MaxRounds: 10,
+				UserPrompt: "Write the best possible answer to the task, improving on your earlier rounds."})
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(out, request{id: id, subject: events.RoundSubject(exec, team), body: body})
+		}
+	}
+	return out
+}
+
+// republish is the baseline: a plain Go client doing the composer's broker work and nothing
+// else, with as many workers: pull a request, publish an answer of the composer's answer size
+// under a derived id and wait for its ack, ack the request.
+func republish(ctx context.Context, b *testing.B, js jetstream.JetStream, workers, answerBytes int) func() {
+	for _, s := range []struct{ name, subject string }{{"BASELINE_IN", "baseline.in.>"}, {"BASELINE_OUT", "baseline.out.>"}} {
+		cfg, err := events.StreamConfig(events.StreamRounds, events.StreamOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Name, cfg.Subjects, cfg.Description = s.name, []string{s.subject}, "composer benchmark baseline"
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ccfg, err := events.ConsumerConfig(events.ConsumerComposer, events.ConsumerOptions{AckWait: 30 * time.Second, MaxAckPending: 4 * workers, MaxDeliver: 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ccfg.Durable, ccfg.FilterSubject, ccfg.Description = "baseline", "baseline.in.>", "composer benchmark baseline"
+	cons, err := js.CreateOrUpdateConsumer(ctx, "BASELINE_IN", ccfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(workers))
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(strings.Repeat("p", answerBytes))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				msg, err := it.Next()
+				if err != nil {
+					return
+				}
+				id := events.PromptEventID(msg.Headers().Get(jetstream.MsgIDHeader))
+				if _, err := js.Publish(ctx, "baseline.out."+strings.TrimPrefix(msg.Subject(), "baseline.in."), payload, jetstream.WithMsgID(id)); err != nil {
+					b.Error(err)
+				}
+				_ = msg.Ack()
+			}
+		})
+	}
+	return func() { it.Stop(); wg.Wait() }
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// BenchmarkComposerPipeline measures prompts per second through the real composer (round
+// request in, read-your-writes check, one shared ClickHouse read per execution, render, publish
+// to PROMPTS) for 2,000 requests: 200 executions of 10 teams asking for round 6 after 5 evaluated
+// rounds. The baseline, measured in the same run with the same workers and sizes, is the broker's
+// own consume-and-republish rate. One iteration is one burst of 2,000 requests.
+func BenchmarkComposerPipeline(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	const executions, teams, rounds, workers = 200, 10, 5, 32
+	e.start("ranker", "LOG_LEVEL=warn")
+
+	// Setup, not measured: 10,000 evaluations of about 1 KiB committed by the ranker.
+	var futures []jetstream.PubAckFuture
+	execs := make([]string, executions)
+	for x := range executions {
+		execs[x] = fmt.Sprintf("exec-%03d", x)
+		for k := range teams {
+			team := fmt.Sprintf("team-%02d", k)
+			for r := 1; r <= rounds; r++ {
+				ev := evaluation(execs[x], team, "Team "+team, r, float64((x*7+k*13+r*29)%100)+0.25, strings.Repeat("submission text ", 64), t0.Add(time.Duration(r)*time.Minute))
+				p := published{id: fmt.Sprintf("ev-%s-%s-%d", execs[x], team, r), ev: ev}
+				f, err := e.js.PublishAsync(events.EvaluationSubject(ev.ExecutionID, ev.TeamID), mustMarshal(b, p), jetstream.WithMsgID(p.id))
+				if err != nil {
+					b.Fatal(err)
+				}
+				futures = append(futures, f)
+			}
+		}
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			b.Fatal(err)
+		}
+	}
+	waitCommitted(b, e, executions*teams*rounds)
+	composer := e.start("composer", "LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true")
+
+	// Warm-up, and the answer size for the baseline.
+	_, _, answerBytes := burst(b, e, roundRequests(b, "warm", execs[:1], teams, rounds+1), "prompt.>")
+
+	// Ten teams of one execution asking together on an idle pipeline: the latency of a round.
+	var tenTeams []time.Duration
+	for _, exec := range execs[1:21] {
+		d, _, _ := burst(b, e, roundRequests(b, "ten", []string{exec}, teams, rounds+1), "prompt.>")
+		tenTeams = append(tenTeams, d)
+	}
+
+	// Baseline: the same requests, the same workers, an answer of the same size.
+	stop := republish(ctx, b, e.js, workers, answerBytes)
+	base := roundRequests(b, "base", execs, teams, rounds+1)
+	for i := range base {
+		base[i].subject = "baseline.in." + strings.TrimPrefix(base[i].subject, events.TypeRoundRequested+".")
+	}
+	baseElapsed, baseLat, _ := burst(b, e, base, "baseline.out.>")
+	stop()
+	brokerRate := float64(len(base)) / baseElapsed.Seconds()
+
+	if out := os.Getenv("BENCH_COMPOSER_PROFILE"); out != "" {
+		go saveProfile(b, composer, out) // two seconds of the measured bursts
+	}
+	chPid, self := testenv.ClickHouse(b).Pid(), os.Getpid()
+	var cpuComposer, cpuClickHouse, cpuSelf float64
+	b.ResetTimer()
+	var elapsed time.Duration
+	var lat []time.Duration
+	for i := range b.N {
+		reqs := roundRequests(b, fmt.Sprintf("run%d", i), execs, teams, rounds+1)
+		// A new evaluation elsewhere moves the sequence, so no read kept from the last burst
+		// serves this one: in a tournament, evaluations arrive between rounds.
+		b.StopTimer()
+		tick := published{id: fmt.Sprintf("tick-%d", i), ev: evaluation("tick", "team-00", "Tick", i+1, 1, "tick", t0)}
+		e.publishRaw(events.EvaluationSubject("tick", "team-00"), tick.id, mustMarshal(b, tick))
+		waitCommitted(b, e, executions*teams*rounds+i+1)
+		b.StartTimer()
+		c0, h0, s0 := cpuSeconds(composer.cmd.Process.Pid), cpuSeconds(chPid), cpuSeconds(self)
+		d, l, _ := burst(b, e, reqs, "prompt.>")
+		cpuComposer += cpuSeconds(composer.cmd.Process.Pid) - c0
+		cpuClickHouse += cpuSeconds(chPid) - h0
+		cpuSelf += cpuSeconds(self) - s0
+		elapsed += d
+		lat = append(lat, l...)
+	}
+	b.StopTimer()
+	rate := float64(b.N*executions*teams) / elapsed.Seconds()
+	b.ReportMetric(float64(answerBytes), "bytes/prompt")
+	b.ReportMetric(brokerRate, "broker-msgs/s")
+	b.ReportMetric(rate, "prompts/s")
+	b.ReportMetric(rate/brokerRate, "ratio-vs-broker")
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(percentile(tenTeams, 0.5).Microseconds())/1000, "10-teams-p50-ms")
+	b.ReportMetric(float64(slices.Max(tenTeams).Microseconds())/1000, "10-teams-max-ms")
+	b.ReportMetric(float64(rssHighWater(composer.cmd.Process.Pid))/1024, "composer-peak-rss-MiB")
+	if testing.Verbose() {
+		n := float64(b.N * executions * teams)
+		b.Logf("CPU per prompt: composer %.0fµs, ClickHouse %.0fµs, NATS server and this client %.0fµs",
+			cpuComposer/n*1e6, cpuClickHouse/n*1e6, cpuSelf/n*1e6)
+		b.Logf("baseline latency p50 %s p99 %s", percentile(baseLat, 0.5), percentile(baseLat, 0.99))
+		b.Logf("store reads: queried %v, shared %v, cached %v", composer.metric(b, `composer_store_reads_total{result="queried"}`),
+			composer.metric(b, `composer_store_reads_total{result="shared"}`), composer.metric(b, `composer_store_reads_total{result="cached"}`))
+		for _, m := range []string{"composer_inputs_wait_seconds", "composer_store_read_duration_seconds", "composer_render_duration_seconds"} {
+			b.Logf("%s mean %.3fms", m, 1000*composer.metric(b, m+"_sum")/composer.metric(b, m+"_count"))
+		}
+	}
+}
