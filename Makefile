@@ -36,6 +36,7 @@ bench: clickhouse build ## benchmarks with their baselines (figures and how to r
 	$(GO) test -run '^$$' -bench 'Parse|Render' -benchmem -count=1 ./pkg/events ./pkg/compose
 	$(GO) test -run '^$$' -bench LeaderboardRead -benchtime 2000x -count=1 -timeout 20m ./pkg/rank
 	$(GO) test -run '^$$' -bench RankerIngest -benchtime 50000x -count=1 -timeout 20m ./e2e
+	$(GO) test -run '^$$' -bench ComposerPipeline -benchtime 3x -count=1 -timeout 20m ./e2e
 
 clean: ## remove build output
 	rm -rf $(BIN)
