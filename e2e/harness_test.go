@@ -36,7 +36,12 @@ var bins struct {
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "podium-e2e-bin-")
 	if err == nil {
-		out, buildErr := exec.Command("go", "build", "-o", dir, "github.com/podium-llm/podium/cmd/ranker", "github.com/podium-llm/podium/cmd/composer").CombinedOutput()
+		args := []string{"build", "-o", dir}
+		if os.Getenv("PODIUM_E2E_RACE") != "" {
+			args = append(args, "-race") // binaries that report data races in their logs and exit 66
+		}
+		args = append(args, "github.com/podium-llm/podium/cmd/ranker", "github.com/podium-llm/podium/cmd/composer")
+		out, buildErr := exec.Command("go", args...).CombinedOutput()
 		if buildErr != nil {
 			err = fmt.Errorf("go build: %v\n%s", buildErr, out)
 		}
@@ -157,6 +162,9 @@ func (e *env) spawn(name string, extra ...string) *proc {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		p.done <- nil
+		if strings.Contains(p.logs.String(), "WARNING: DATA RACE") {
+			e.t.Errorf("%s reported a data race (built with PODIUM_E2E_RACE)", name)
+		}
 		if e.t.Failed() {
 			e.t.Logf("%s logs:\n%s", name, p.logs)
 		}
