@@ -414,7 +414,7 @@ func TestEveryFailureCodeIsAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.start("ranker")
-	e.start("composer", "COMPOSER_TEMPLATES_DIR="+dir, "COMPOSER_MAX_DELIVER=1", "COMPOSER_READ_CACHE_TTL=0")
+	composer := e.start("composer", "COMPOSER_TEMPLATES_DIR="+dir, "COMPOSER_MAX_DELIVER=1", "COMPOSER_READ_CACHE_TTL=0")
 	e.publishEvaluation("ev-1", evaluation("fc", "t1", "One", 1, 50, "first", t0))
 	tiny := 20
 	base := events.RoundRequested{ExecutionID: "fc", TeamID: "t1", TeamName: "One", RoundNumber: 2, UserPrompt: "Go."}
@@ -442,16 +442,39 @@ func TestEveryFailureCodeIsAnswered(t *testing.T) {
 		}
 	}
 
+	// One token under the whole prompt: composed, with the budget's first cut listed and counted.
+	status, body := composer.render(t, map[string]any{"execution_id": "fc", "team_id": "t1", "team_name": "One", "round_number": 2, "user_prompt": "Go.",
+		"time": t0.Add(time.Hour).Format(time.RFC3339)})
+	var whole events.PromptComposed
+	if err := json.Unmarshal(body, &whole); status != http.StatusOK || err != nil {
+		t.Fatalf("render: %d %s", status, body)
+	}
+	budget := whole.TokenEstimate - 1
+	cut := base
+	cut.Limits.MaxPromptTokens = &budget
+	e.requestRound("req-cut", cut, t0.Add(time.Hour))
+	got = e.answers("prompt.*.fc.t1", len(cases)+1, 30*time.Second)
+	a := got["req-cut"]
+	if !a.ok() || len(a.composed.Truncated) == 0 || a.composed.TokenEstimate > budget {
+		t.Fatalf("one token over: %s %+v, %d tokens, truncated %v", a.subject, a.failed, a.composed.TokenEstimate, a.composed.Truncated)
+	}
+	waitMetric(t, composer, fmt.Sprintf(`composer_truncations_total{section=%q}`, a.composed.Truncated[0].Section), 1)
+	waitMetric(t, composer, `composer_templates_loaded{name="needs-vars",version="1"}`, 1)
+	waitMetric(t, composer, `composer_prompt_tokens_count`, 1) // the cut request; renders are not counted
+	for _, c := range cases {
+		waitMetric(t, composer, fmt.Sprintf(`composer_requests_total{code=%q,outcome="failed"}`, c.code), 1)
+	}
+
 	// ClickHouse answering errors: with one delivery allowed, store_unavailable at once, retryable.
 	e.storeExec("RENAME TABLE evaluations TO evaluations_away")
 	e.requestRound("req-store", base, t0.Add(time.Hour))
-	got = e.answers("prompt.*.fc.t1", len(cases)+1, 30*time.Second)
+	got = e.answers("prompt.*.fc.t1", len(cases)+2, 30*time.Second)
 	if a := got["req-store"]; a.ok() || a.failed.Code != events.CodeStoreUnavailable || !a.failed.Retryable {
 		t.Errorf("store failure: %s %+v, want retryable store_unavailable", a.subject, a.failed)
 	}
 	e.storeExec("RENAME TABLE evaluations_away TO evaluations")
 	e.requestRound("req-back", base, t0.Add(time.Hour))
-	got = e.answers("prompt.*.fc.t1", len(cases)+2, 30*time.Second)
+	got = e.answers("prompt.*.fc.t1", len(cases)+3, 30*time.Second)
 	if a := got["req-back"]; !a.ok() {
 		t.Errorf("after the table is back: %s %+v", a.subject, a.failed)
 	}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -201,9 +203,15 @@ func TestHelpAndBadConfiguration(t *testing.T) {
 			}
 		}
 	}
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "typo.mustache"), []byte("Round {{round_number}}\n{{team.nmae}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		bin, env, want string
 	}{
+		{"composer", "COMPOSER_TEMPLATES_DIR=" + bad, `template "typo" line 2: unknown variable "team.nmae"`},
+		{"composer", "COMPOSER_READ_CACHE_TTL=-1s", "COMPOSER_READ_CACHE_TTL"},
 		{"ranker", "RANKER_BATCH_SIZE=lots", "BATCH_SIZE"},
 		{"ranker", "LOG_LEVEL=loud", "LOG_LEVEL"},
 		{"composer", "COMPOSER_INPUTS_TIMEOUT=soon", "INPUTS_TIMEOUT"},

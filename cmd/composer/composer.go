@@ -99,7 +99,12 @@ func (c *composer) handle(ctx context.Context, msg jetstream.Msg) {
 			c.retryLater(msg, md, err)
 			return
 		}
+		// Counted for published prompts only, not for renders of POST /v1/render.
 		c.m.requests.WithLabelValues("composed", "").Inc()
+		c.m.promptTokens.Observe(float64(out.TokenEstimate))
+		for _, t := range out.Truncated {
+			c.m.truncations.WithLabelValues(t.Section).Inc()
+		}
 		c.log.Debug("prompt composed", "request_id", req.ID, "execution_id", out.ExecutionID, "team_id", out.TeamID, "round_number", out.RoundNumber, "tokens", out.TokenEstimate)
 	} else {
 		if ctx.Err() != nil {
@@ -207,10 +212,6 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	}
 	if out.Template.Fallback {
 		c.log.Warn("model variant failed; composed with the base template", "request_id", requestID, "template", out.Template.Name, "variant", out.Template.Variant, "model", req.Model)
-	}
-	c.m.promptTokens.Observe(float64(out.TokenEstimate))
-	for _, t := range out.Truncated {
-		c.m.truncations.WithLabelValues(t.Section).Inc()
 	}
 	return out, nil
 }

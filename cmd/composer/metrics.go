@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		truncations: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "composer_truncations_total",
-			Help: "Cuts the budget made, by section.",
+			Help: "Cuts the budget made in published prompts, by section.",
 		}, []string{"section"}),
 		templatesLoaded: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "composer_templates_loaded",
