@@ -2,10 +2,10 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"

@@ -38,16 +38,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		storeRead: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_store_read_duration_seconds",
-			Help:    "Time of one ClickHouse read of an execution's evaluations (history and leaderboard of every team).",
+			Help:    "Time of one ClickHouse read of the evaluations of one or more executions (history and leaderboard of every team).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 		storeReads: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "composer_store_reads_total",
-			Help: "Inputs obtained per request, by how: queried (this request read ClickHouse), shared (joined a read in flight) or cached (a read of the same round and sequence).",
+			Help: "How each request got its inputs: queried (a ClickHouse read started for it), shared (joined a read of its execution) or cached (a kept read covering its sequence).",
 		}, []string{"result"}),
 		promptTokens: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_prompt_tokens",
-			Help:    "Estimated tokens per composed prompt.",
+			Help:    "Estimated tokens per published prompt.composed.",
 			Buckets: prometheus.ExponentialBuckets(64, 2, 12),
 		}),
 		truncations: f.NewCounterVec(prometheus.CounterOpts{
