@@ -40,30 +40,13 @@ func BenchmarkRankerIngest(b *testing.B) {
 	}
 	n := b.N
 	sends := make([]published, n)
-	bodies := make([][]byte, n)
+	msgs := make([]outgoing, n)
 	for i := range n {
 		sends[i] = twoKiB(i)
-		bodies[i] = mustMarshal(b, sends[i])
+		msgs[i] = evaluationMessage(b, sends[i])
 	}
-	// Publish asynchronously in windows: setup, not measured.
-	for start := 0; start < n; start += 1000 {
-		var futures []jetstream.PubAckFuture
-		for i := start; i < min(start+1000, n); i++ {
-			f, err := e.js.PublishAsync(events.EvaluationSubject(sends[i].ev.ExecutionID, sends[i].ev.TeamID), bodies[i], jetstream.WithMsgID(sends[i].id))
-			if err != nil {
-				b.Fatal(err)
-			}
-			futures = append(futures, f)
-		}
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				b.Fatal(err)
-			}
-		}
-	}
-	b.ReportMetric(float64(len(bodies[0])), "bytes/event")
+	publishAcked(b, e.js, msgs) // setup, not measured
+	b.ReportMetric(float64(len(msgs[0].body)), "bytes/event")
 
 	// Baseline 1: the broker's consume-and-ack rate with the ranker's pull buffer.
 	cons, err := e.js.CreateOrUpdateConsumer(ctx, events.StreamEvaluations, jetstream.ConsumerConfig{Durable: "baseline", AckPolicy: jetstream.AckExplicitPolicy})
@@ -156,6 +139,34 @@ func BenchmarkRankerIngest(b *testing.B) {
 			cpuSeconds(ranker.cmd.Process.Pid)/float64(n)*1e6, chRanker/float64(n)*1e6, chRaw/float64(n)*1e6)
 		for _, m := range []string{"ranker_insert_duration_seconds_sum", "ranker_insert_duration_seconds_count", "ranker_leaderboard_query_duration_seconds_sum", "ranker_batch_size_sum"} {
 			b.Logf("%s %v", m, ranker.metric(b, m))
+		}
+	}
+}
+
+// evaluationMessage is an evaluation ready to publish.
+func evaluationMessage(tb testing.TB, p published) outgoing {
+	return outgoing{id: p.id, subject: events.EvaluationSubject(p.ev.ExecutionID, p.ev.TeamID), body: mustMarshal(tb, p)}
+}
+
+// publishAcked publishes msgs asynchronously, at most 1,000 awaiting their ack, and waits for
+// every ack.
+func publishAcked(tb testing.TB, js jetstream.JetStream, msgs []outgoing) {
+	tb.Helper()
+	for start := 0; start < len(msgs); start += 1000 {
+		var futures []jetstream.PubAckFuture
+		for _, m := range msgs[start:min(start+1000, len(msgs))] {
+			f, err := js.PublishAsync(m.subject, m.body, jetstream.WithMsgID(m.id))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			futures = append(futures, f)
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				tb.Fatal(err)
+			}
 		}
 	}
 }

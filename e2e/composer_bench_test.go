@@ -17,8 +17,8 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// request is one round.requested ready to publish.
-type request struct {
+// outgoing is one message ready to publish: a round.requested, or in setup an evaluation.
+type outgoing struct {
 	id, subject string
 	body        []byte
 }
@@ -27,7 +27,7 @@ type request struct {
 // the core subject answers, matched by its Nats-Msg-Id (the prompt event id of the request). It
 // returns the time from the first publish to the last answer and each request's latency, and the
 // answers' mean body size.
-func burst(b *testing.B, e *env, reqs []request, answers string) (time.Duration, []time.Duration, int) {
+func burst(b *testing.B, e *env, reqs []outgoing, answers string) (time.Duration, []time.Duration, int) {
 	b.Helper()
 	index := make(map[string]int, len(reqs))
 	for i, r := range reqs {
@@ -92,8 +92,8 @@ func burst(b *testing.B, e *env, reqs []request, answers string) (time.Duration,
 }
 
 // roundRequests builds the requests of one round for the teams of the given executions.
-func roundRequests(b *testing.B, prefix string, execs []string, teams, round int) []request {
-	var out []request
+func roundRequests(b *testing.B, prefix string, execs []string, teams, round int) []outgoing {
+	var out []outgoing
 	for _, exec := range execs {
 		for k := range teams {
 			team := fmt.Sprintf("team-%02d", k)
@@ -104,7 +104,7 @@ func roundRequests(b *testing.B, prefix string, execs []string, teams, round int
 			if err != nil {
 				b.Fatal(err)
 			}
-			out = append(out, request{id: id, subject: events.RoundSubject(exec, team), body: body})
+			out = append(out, outgoing{id: id, subject: events.RoundSubject(exec, team), body: body})
 		}
 	}
 	return out
@@ -175,7 +175,7 @@ func BenchmarkComposerPipeline(b *testing.B) {
 	e.start("ranker", "LOG_LEVEL=warn")
 
 	// Setup, not measured: 10,000 evaluations of about 1 KiB committed by the ranker.
-	var futures []jetstream.PubAckFuture
+	var msgs []outgoing
 	execs := make([]string, executions)
 	for x := range executions {
 		execs[x] = fmt.Sprintf("exec-%03d", x)
@@ -183,22 +183,11 @@ func BenchmarkComposerPipeline(b *testing.B) {
 			team := fmt.Sprintf("team-%02d", k)
 			for r := 1; r <= rounds; r++ {
 				ev := evaluation(execs[x], team, "Team "+team, r, float64((x*7+k*13+r*29)%100)+0.25, strings.Repeat("submission text ", 64), t0.Add(time.Duration(r)*time.Minute))
-				p := published{id: fmt.Sprintf("ev-%s-%s-%d", execs[x], team, r), ev: ev}
-				f, err := e.js.PublishAsync(events.EvaluationSubject(ev.ExecutionID, ev.TeamID), mustMarshal(b, p), jetstream.WithMsgID(p.id))
-				if err != nil {
-					b.Fatal(err)
-				}
-				futures = append(futures, f)
+				msgs = append(msgs, evaluationMessage(b, published{id: fmt.Sprintf("ev-%s-%s-%d", execs[x], team, r), ev: ev}))
 			}
 		}
 	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			b.Fatal(err)
-		}
-	}
+	publishAcked(b, e.js, msgs)
 	waitCommitted(b, e, executions*teams*rounds)
 	composer := e.start("composer", "LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true")
 
@@ -235,8 +224,8 @@ func BenchmarkComposerPipeline(b *testing.B) {
 		// A new evaluation elsewhere moves the sequence, so no read kept from the last burst
 		// serves this one: in a tournament, evaluations arrive between rounds.
 		b.StopTimer()
-		tick := published{id: fmt.Sprintf("tick-%d", i), ev: evaluation("tick", "team-00", "Tick", i+1, 1, "tick", t0)}
-		e.publishRaw(events.EvaluationSubject("tick", "team-00"), tick.id, mustMarshal(b, tick))
+		tick := evaluationMessage(b, published{id: fmt.Sprintf("tick-%d", i), ev: evaluation("tick", "team-00", "Tick", i+1, 1, "tick", t0)})
+		e.publishRaw(tick.subject, tick.id, tick.body)
 		waitCommitted(b, e, executions*teams*rounds+i+1)
 		b.StartTimer()
 		c0, h0, s0 := cpuSeconds(composer.cmd.Process.Pid), cpuSeconds(chPid), cpuSeconds(self)

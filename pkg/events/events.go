@@ -27,15 +27,18 @@ const ContentType = "application/cloudevents+json"
 // DefaultMaxEventBytes is the default body limit, the NATS default max payload.
 const DefaultMaxEventBytes = 1 << 20
 
-// Envelope is a CloudEvents 1.0 event in structured JSON mode.
-type Envelope struct {
-	SpecVersion     string          `json:"specversion"`
-	ID              string          `json:"id"`
-	Source          string          `json:"source"`
-	Type            string          `json:"type"`
-	Time            string          `json:"time"`
-	DataContentType string          `json:"datacontenttype,omitempty"`
-	Data            json.RawMessage `json:"data"`
+// Envelope is a CloudEvents 1.0 event in structured JSON mode, as read.
+type Envelope = envelope[json.RawMessage]
+
+// envelope is written with the data as a value (Marshal) and read with it raw (Envelope).
+type envelope[D any] struct {
+	SpecVersion     string `json:"specversion"`
+	ID              string `json:"id"`
+	Source          string `json:"source"`
+	Type            string `json:"type"`
+	Time            string `json:"time"`
+	DataContentType string `json:"datacontenttype,omitempty"`
+	Data            D      `json:"data"`
 }
 
 // Meta is the validated part of an incoming envelope that handlers need.

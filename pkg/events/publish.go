@@ -27,17 +27,17 @@ const maxReasonLen = 2048
 // Marshal builds a structured-mode CloudEvent around data. Times are written in UTC with
 // microsecond precision, the precision the whole pipeline compares at.
 func Marshal(id, source, eventType string, t time.Time, data any) ([]byte, error) {
-	// Envelope with data as a value: encoded in one pass, not encoded then compacted again as a
+	// Data as a value: encoded in one pass, not encoded and then compacted again as a
 	// json.RawMessage would be (a prompt.composed body is several KiB).
-	env := struct {
-		SpecVersion     string `json:"specversion"`
-		ID              string `json:"id"`
-		Source          string `json:"source"`
-		Type            string `json:"type"`
-		Time            string `json:"time"`
-		DataContentType string `json:"datacontenttype,omitempty"`
-		Data            any    `json:"data"`
-	}{SpecVersion, id, source, eventType, t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano), "application/json", data}
+	env := envelope[any]{
+		SpecVersion:     SpecVersion,
+		ID:              id,
+		Source:          source,
+		Type:            eventType,
+		Time:            t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano),
+		DataContentType: "application/json",
+		Data:            data,
+	}
 	b, err := json.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("events: marshal %s data: %w", eventType, err)
