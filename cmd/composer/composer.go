@@ -222,25 +222,29 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.inputsTimeout)
 	defer cancel()
+	detail := "no answer from JetStream"
+	notReady := func() error {
+		return &failure{code: events.CodeInputsNotReady, retryable: true,
+			msg: fmt.Sprintf("the ranker has not committed the evaluations acknowledged before this request within %s (%s)", c.inputsTimeout, detail)}
+	}
 	var target uint64
 	known := false
-	detail := "no answer from JetStream"
 	delay := 5 * time.Millisecond
 	lastKeepAlive := time.Now()
 	for {
 		p, err := c.probes.join(ctx)
 		if err != nil {
-			break
+			return 0, notReady()
 		}
-		if !known {
-			// The first probe started after this request was taken: its last sequence is
-			// the target.
-			if p.noStream {
-				return 0, nil
-			}
-			if p.streamErr == nil {
-				target, known = p.lastSeq, true
-			}
+		switch {
+		case !known && p.noStream:
+			return 0, nil // no evaluation was ever accepted: nothing to wait for
+		case !known && p.streamErr != nil:
+			detail = "EVALUATIONS stream: " + p.streamErr.Error()
+		case !known:
+			// The first probe that read the stream started after this request was taken: the
+			// stream's last sequence then is what the ranker must reach.
+			target, known = p.lastSeq, true
 		}
 		if known {
 			if target == 0 {
@@ -251,8 +255,6 @@ func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) (uint64,
 				return target, nil
 			}
 			detail = why
-		} else {
-			detail = "EVALUATIONS stream: " + p.streamErr.Error()
 		}
 		if time.Since(lastKeepAlive) > 5*time.Second {
 			keepAlive()
@@ -260,15 +262,11 @@ func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) (uint64,
 		}
 		select {
 		case <-ctx.Done():
+			return 0, notReady()
 		case <-time.After(delay):
-		}
-		if ctx.Err() != nil {
-			break
 		}
 		delay = min(delay*2, 100*time.Millisecond)
 	}
-	return 0, &failure{code: events.CodeInputsNotReady, retryable: true,
-		msg: fmt.Sprintf("the ranker has not committed the evaluations acknowledged before this request within %s (%s)", c.inputsTimeout, detail)}
 }
 
 func (c *composer) publishComposed(ctx context.Context, out events.PromptComposed) error {

@@ -97,12 +97,14 @@ func (c *commitProbes) run(p *probe) {
 // why, for the inputs_not_ready message.
 func (p *probe) committed(target uint64) (bool, string) {
 	switch {
+	case p.noStream:
+		return false, "EVALUATIONS stream not found"
+	case p.streamErr != nil:
+		return false, "EVALUATIONS stream: " + p.streamErr.Error()
 	case errors.Is(p.consumeErr, jetstream.ErrConsumerNotFound):
 		return false, "ranker consumer not found"
 	case p.consumeErr != nil:
-		return false, p.consumeErr.Error()
-	case p.consumer == nil:
-		return false, "EVALUATIONS stream: " + fmt.Sprint(p.streamErr)
+		return false, "ranker consumer: " + p.consumeErr.Error()
 	}
 	ci := p.consumer
 	// The ack floor stops short of the last sequence when the last messages are not the
