@@ -261,10 +261,21 @@ func runnerCases() map[string]Inputs {
 	first.Vars = vars(false)
 	retry := request(2, "runner-task")
 	retry.Vars = vars(true)
+	// Long Unicode text in every free field, and no optional section: the inverted sections show.
+	unicode := request(3, "runner-task")
+	unicode.Vars = map[string]any{
+		"role": "あなたは慎重なエンジニアです。🛠️",
+		"task": map[string]any{"id": "T-東京-7", "title": "ランキングの同点処理を直す — «tie» ≠ 'draw'",
+			"description": strings.Repeat("同点のチームは team_id 順に並べ、順位は同じにする。{{not a tag}} <b>&</b>\n", 40),
+			"done_when":   "すべてのテストが通ること ✅"},
+		"workspace":     "podium/ (Go モジュール)",
+		"output_format": "差分と説明。",
+	}
 	return map[string]Inputs{
-		"first-attempt":    {RequestID: "req-t1", Request: first, Time: roundTime},
-		"retry-digest":     {RequestID: "req-t2", Request: retry, Time: roundTime},
-		"retry-digest-phi": {RequestID: "req-t3", Request: func() events.RoundRequested { r := retry; r.Model = "phi-4-mini-instruct"; return r }(), Time: roundTime},
+		"long-unicode-no-constraints": {RequestID: "req-t4", Request: unicode, Time: roundTime, History: goldenCases()["round3-history-ties"].History},
+		"first-attempt":               {RequestID: "req-t1", Request: first, Time: roundTime},
+		"retry-digest":                {RequestID: "req-t2", Request: retry, Time: roundTime},
+		"retry-digest-phi":            {RequestID: "req-t3", Request: func() events.RoundRequested { r := retry; r.Model = "phi-4-mini-instruct"; return r }(), Time: roundTime},
 	}
 }
 
