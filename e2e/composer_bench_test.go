@@ -215,6 +215,10 @@ func BenchmarkComposerPipeline(b *testing.B) {
 		go saveProfile(b, composer, out) // two seconds of the measured bursts
 	}
 	chPid, self := testenv.ClickHouse(b).Pid(), os.Getpid()
+	// ClickHouse's own background work (merges, flushes of its logs) with no request, for scale.
+	idle0 := cpuSeconds(chPid)
+	time.Sleep(time.Second)
+	chIdle := cpuSeconds(chPid) - idle0
 	var cpuComposer, cpuClickHouse, cpuSelf float64
 	b.ResetTimer()
 	var elapsed time.Duration
@@ -249,8 +253,10 @@ func BenchmarkComposerPipeline(b *testing.B) {
 	b.ReportMetric(float64(rssHighWater(composer.cmd.Process.Pid))/1024, "composer-peak-rss-MiB")
 	if testing.Verbose() {
 		n := float64(b.N * executions * teams)
-		b.Logf("CPU per prompt: composer %.0fµs, ClickHouse %.0fµs, NATS server and this client %.0fµs",
-			cpuComposer/n*1e6, cpuClickHouse/n*1e6, cpuSelf/n*1e6)
+		b.Logf("CPU per prompt: composer %.0fµs, ClickHouse %.0fµs, NATS server and this client %.0fµs; ClickHouse idle: %.0f ms of CPU per second",
+			cpuComposer/n*1e6, cpuClickHouse/n*1e6, cpuSelf/n*1e6, chIdle*1000)
+		b.Logf("ClickHouse queries: %v for %v execution reads", composer.metric(b, "composer_store_read_duration_seconds_count"),
+			composer.metric(b, `composer_store_reads_total{result="queried"}`))
 		b.Logf("baseline latency p50 %s p99 %s", percentile(baseLat, 0.5), percentile(baseLat, 0.99))
 		b.Logf("store reads: queried %v, shared %v, cached %v", composer.metric(b, `composer_store_reads_total{result="queried"}`),
 			composer.metric(b, `composer_store_reads_total{result="shared"}`), composer.metric(b, `composer_store_reads_total{result="cached"}`))
