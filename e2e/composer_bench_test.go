@@ -189,7 +189,7 @@ func BenchmarkComposerPipeline(b *testing.B) {
 	}
 	publishAcked(b, e.js, msgs)
 	waitCommitted(b, e, executions*teams*rounds)
-	composer := e.start("composer", "LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true")
+	composer := e.start("composer", "LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true", os.Getenv("BENCH_COMPOSER_ENV"))
 
 	// Warm-up, and the answer size for the baseline.
 	_, _, answerBytes := burst(b, e, roundRequests(b, "warm", execs[:1], teams, rounds+1), "prompt.>")
