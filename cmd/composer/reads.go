@@ -17,8 +17,9 @@ const (
 	// maxQueries is how many ClickHouse reads one replica runs at once; requests arriving
 	// meanwhile queue for the next one, which reads all their executions together.
 	maxQueries = 2
-	// maxBatch bounds the executions of one read.
-	maxBatch = 100
+	// maxBatch bounds the executions of one read, and so its memory: a read holds every round of
+	// its executions with their submissions.
+	maxBatch = 16
 )
 
 // storeReads is how the composer reads ClickHouse: requests of one execution share one read,
