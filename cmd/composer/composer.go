@@ -236,26 +236,25 @@ func (c *composer) waitForInputs(ctx context.Context, keepAlive func()) (uint64,
 		if err != nil {
 			return 0, notReady()
 		}
-		switch {
-		case !known && p.noStream:
-			return 0, nil // no evaluation was ever accepted: nothing to wait for
-		case !known && p.streamErr != nil:
-			detail = "EVALUATIONS stream: " + p.streamErr.Error()
-		case !known:
-			// The first probe that read the stream started after this request was taken: the
-			// stream's last sequence then is what the ranker must reach.
-			target, known = p.lastSeq, true
-		}
-		if known {
-			if target == 0 {
-				return 0, nil
+		if !known {
+			if p.noStream {
+				return 0, nil // no evaluation was ever accepted: nothing to wait for
 			}
-			ok, why := p.committed(target)
-			if ok {
-				return target, nil
+			if p.streamErr == nil {
+				// The first probe that read the stream started after this request was taken:
+				// the stream's last sequence then is what the ranker must reach.
+				target, known = p.lastSeq, true
+				if target == 0 {
+					return 0, nil
+				}
 			}
-			detail = why
 		}
+		// Until the target is known the probe failed on the stream, and committed says so.
+		ok, why := p.committed(target)
+		if ok {
+			return target, nil
+		}
+		detail = why
 		if time.Since(lastKeepAlive) > 5*time.Second {
 			keepAlive()
 			lastKeepAlive = time.Now()

@@ -35,15 +35,13 @@ type storeReads struct {
 	read func(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 	ttl  time.Duration
 	m    *metrics
-	now  func() time.Time
 
 	mu       sync.Mutex
 	waiting  map[string][]*waiter // by execution, for the next read
 	inflight map[string]*flight   // by execution, the read last started
 	running  int
 	kept     map[string]keptRead // by execution
-	order    []keptRead          // in the order kept, hence of expiry, for eviction
-	bytes    int
+	bytes    int                 // of kept reads
 }
 
 type waiter struct {
@@ -63,20 +61,19 @@ type readResult struct {
 }
 
 type keptRead struct {
-	executionID string
-	ev          *rank.Evaluations
-	seq         uint64
-	expires     time.Time
+	ev      *rank.Evaluations
+	seq     uint64
+	expires time.Time
 }
 
 func newStoreReads(read func(context.Context, []string) (map[string]*rank.Evaluations, error), ttl time.Duration, m *metrics) *storeReads {
-	return &storeReads{read: read, ttl: ttl, m: m, now: time.Now, waiting: map[string][]*waiter{}, inflight: map[string]*flight{}, kept: map[string]keptRead{}}
+	return &storeReads{read: read, ttl: ttl, m: m, waiting: map[string][]*waiter{}, inflight: map[string]*flight{}, kept: map[string]keptRead{}}
 }
 
 // get returns the evaluations of an execution, read after the ranker committed sequence seq.
 func (s *storeReads) get(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
 	s.mu.Lock()
-	if k, ok := s.kept[executionID]; ok && seq <= k.seq && s.now().Before(k.expires) {
+	if k, ok := s.kept[executionID]; ok && seq <= k.seq && time.Now().Before(k.expires) {
 		s.mu.Unlock()
 		s.m.storeReads.WithLabelValues("cached").Inc()
 		return k.ev, nil
@@ -151,31 +148,25 @@ func (s *storeReads) drain() {
 	}
 }
 
-// keep remembers a read for ttl, within maxKeptBytes; s.mu is held.
+// keep remembers a read for ttl, within maxKeptBytes; s.mu is held. Kept reads live seconds, so
+// dropping the expired ones on every keep scans few.
 func (s *storeReads) keep(exec string, ev *rank.Evaluations, seq uint64) {
-	if s.ttl <= 0 || ev.Bytes() > maxKeptBytes/4 {
+	if s.ttl <= 0 {
 		return
 	}
-	now := s.now()
-	if old, ok := s.kept[exec]; ok {
-		if old.seq > seq && now.Before(old.expires) {
-			return // a read that finished earlier reflects more
-		}
-		s.bytes -= old.ev.Bytes() // its entry in order is now stale and is skipped below
+	now := time.Now()
+	if old, ok := s.kept[exec]; ok && old.seq > seq && now.Before(old.expires) {
+		return // a read that finished earlier reflects more
 	}
-	k := keptRead{executionID: exec, ev: ev, seq: seq, expires: now.Add(s.ttl)}
-	s.kept[exec] = k
-	s.order = append(s.order, k)
+	for e, k := range s.kept {
+		if e == exec || !now.Before(k.expires) {
+			s.bytes -= k.ev.Bytes()
+			delete(s.kept, e)
+		}
+	}
+	if s.bytes+ev.Bytes() > maxKeptBytes {
+		return // full of fresh reads: this one serves only the requests that joined it
+	}
+	s.kept[exec] = keptRead{ev: ev, seq: seq, expires: now.Add(s.ttl)}
 	s.bytes += ev.Bytes()
-	for len(s.order) > 0 {
-		first := s.order[0]
-		if current := s.kept[first.executionID]; current.ev == first.ev && current.expires.Equal(first.expires) {
-			if now.Before(first.expires) && s.bytes <= maxKeptBytes {
-				break
-			}
-			s.bytes -= first.ev.Bytes()
-			delete(s.kept, first.executionID)
-		}
-		s.order = s.order[1:]
-	}
 }

@@ -211,10 +211,11 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 
 	// A snapshot answers both reads exactly as the dedicated queries do, at every round bound.
 	for _, before := range []int{0, 1, 2, 3, 4} {
-		sn, err := s.Snapshot(ctx, "exec", before)
+		evs, err := s.Evaluations(ctx, []string{"exec"})
 		if err != nil {
 			t.Fatal(err)
 		}
+		sn := evs["exec"].Before(before)
 		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
 			want, err := s.Leaderboard(ctx, "exec", order, before)
 			if err != nil {

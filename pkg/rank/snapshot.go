@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
-
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -18,7 +16,7 @@ import (
 // composer reads them for a whole round of requests at once instead of twice per team.
 type Evaluations struct {
 	rows   []Stored
-	detail map[eventKey]*events.TeamRound // content of the first stored copy of each event
+	detail map[eventKey]stored // the first stored copy of each event: the one Latest keeps
 	bytes  int
 
 	mu     sync.Mutex
@@ -26,6 +24,11 @@ type Evaluations struct {
 }
 
 type eventKey struct{ team, id string }
+
+type stored struct {
+	seq   uint64
+	round events.TeamRound
+}
 
 // Evaluations reads every stored row of the executions in one query. Every requested execution
 // has an entry, empty when it has no evaluations.
@@ -37,18 +40,15 @@ SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, 
        stream_seq, metrics, feedback, submission, submission_format, evaluated_at
 FROM evaluations
 WHERE execution_id IN ?`
-	set := clickhouse.GroupSet{Value: make([]any, len(executionIDs))}
 	out := make(map[string]*Evaluations, len(executionIDs))
-	for i, id := range executionIDs {
-		set.Value[i] = id
-		out[id] = &Evaluations{detail: map[eventKey]*events.TeamRound{}, before: map[int]*Snapshot{}}
+	for _, id := range executionIDs {
+		out[id] = &Evaluations{detail: map[eventKey]stored{}, before: map[int]*Snapshot{}}
 	}
-	rows, err := s.conn.Query(ctx, q, set)
+	rows, err := s.conn.Query(ctx, q, inSet(executionIDs))
 	if err != nil {
 		return nil, fmt.Errorf("rank: evaluations: %w", err)
 	}
 	defer rows.Close()
-	firstSeq := make(map[eventKey]uint64)
 	for rows.Next() {
 		var exec, metrics string
 		var r Stored
@@ -64,21 +64,19 @@ WHERE execution_id IN ?`
 			continue // IN matched what was not asked: cannot happen, but never index a nil entry
 		}
 		ev.rows = append(ev.rows, r)
-		// Keep the content of the copy Latest keeps: the first stored one. firstSeq spans
-		// executions, so its key carries the execution too.
-		k := eventKey{exec + "\x00" + r.TeamID, r.EventID}
-		if seq, ok := firstSeq[k]; ok && seq <= r.Seq {
-			continue
+		k := eventKey{r.TeamID, r.EventID}
+		have, ok := ev.detail[k]
+		if ok && have.seq <= r.Seq {
+			continue // a later copy of an event already read
 		}
-		firstSeq[k] = r.Seq
 		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
 			return nil, fmt.Errorf("rank: evaluations of %s: metrics of %s: %w", exec, r.EventID, err)
 		}
 		d.RoundNumber, d.EvaluationID, d.OverallScore = r.Round, r.EventID, r.Score
-		if old := ev.detail[eventKey{r.TeamID, r.EventID}]; old != nil {
-			ev.bytes -= detailBytes(old)
+		if ok {
+			ev.bytes -= detailBytes(&have.round)
 		}
-		ev.detail[eventKey{r.TeamID, r.EventID}] = &d
+		ev.detail[k] = stored{seq: r.Seq, round: d}
 		ev.bytes += detailBytes(&d)
 	}
 	if err := rows.Err(); err != nil {
@@ -123,19 +121,10 @@ func (ev *Evaluations) Before(beforeRound int) *Snapshot {
 	})
 	sn := &Snapshot{rounds: rounds, history: make([]events.TeamRound, len(rounds)), seq: seq}
 	for i, r := range rounds {
-		sn.history[i] = *ev.detail[eventKey{r.TeamID, r.EventID}]
+		sn.history[i] = ev.detail[eventKey{r.TeamID, r.EventID}].round
 	}
 	ev.before[beforeRound] = sn
 	return sn
-}
-
-// Snapshot reads one execution's evaluations before a round.
-func (s *Store) Snapshot(ctx context.Context, executionID string, beforeRound int) (*Snapshot, error) {
-	evs, err := s.Evaluations(ctx, []string{executionID})
-	if err != nil {
-		return nil, err
-	}
-	return evs[executionID].Before(beforeRound), nil
 }
 
 // Leaderboard ranks the snapshot as Store.Leaderboard would.

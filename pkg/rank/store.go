@@ -161,11 +161,7 @@ func (s *Store) Leaderboards(ctx context.Context, executionIDs []string, order e
 SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us, stream_seq
 FROM evaluations
 WHERE execution_id IN ?`
-	set := clickhouse.GroupSet{Value: make([]any, len(executionIDs))}
-	for i, id := range executionIDs {
-		set.Value[i] = id
-	}
-	rows, err := s.conn.Query(ctx, q, set)
+	rows, err := s.conn.Query(ctx, q, inSet(executionIDs))
 	if err != nil {
 		return nil, fmt.Errorf("rank: leaderboards: %w", err)
 	}
@@ -236,6 +232,15 @@ ORDER BY r`
 		return nil, fmt.Errorf("rank: history of %s/%s: %w", executionID, teamID, err)
 	}
 	return out, nil
+}
+
+// inSet binds ids as the right-hand side of IN.
+func inSet(ids []string) clickhouse.GroupSet {
+	set := clickhouse.GroupSet{Value: make([]any, len(ids))}
+	for i, id := range ids {
+		set.Value[i] = id
+	}
+	return set
 }
 
 func quoteIdent(s string) string {
