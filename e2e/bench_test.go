@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/testenv"
@@ -107,7 +106,7 @@ func BenchmarkRankerIngest(b *testing.B) {
 	chRaw := cpuSeconds(chPid) - chBefore
 	// Drop the baseline's table so its background merges do not compete with the ranker's run.
 	raw.Close()
-	dropDatabase(b, e.chAddr, rawCfg.Database)
+	e.storeExec("DROP DATABASE IF EXISTS " + rawCfg.Database)
 
 	// The ranker: from process start until its consumer's ack floor covers every event.
 	chBefore = cpuSeconds(chPid)
@@ -201,17 +200,6 @@ func saveProfile(b *testing.B, p *proc, path string) {
 			b.Log(err)
 		}
 		return
-	}
-}
-
-func dropDatabase(b *testing.B, addr, database string) {
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+database); err != nil {
-		b.Fatal(err)
 	}
 }
 

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -59,19 +57,6 @@ func (e *env) answers(filter string, n int, limit time.Duration) map[string]answ
 		e.t.Fatalf("got answers to %d requests, want %d", len(out), n)
 	}
 	return out
-}
-
-// storeExec runs one statement on the test's ClickHouse database.
-func (e *env) storeExec(query string) {
-	e.t.Helper()
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{e.chAddr}, Auth: clickhouse.Auth{Database: e.database}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.Exec(context.Background(), query); err != nil {
-		e.t.Fatalf("%s: %v", query, err)
-	}
 }
 
 // waitMetric waits up to 5s for a series of p to reach want, and fails the test if it does not.

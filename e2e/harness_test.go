@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -319,4 +320,17 @@ func dataOf(t testing.TB, body []byte, v any) events.Envelope {
 		t.Fatalf("data: %v: %s", err, env.Data)
 	}
 	return env
+}
+
+// storeExec runs one statement on the test's ClickHouse database.
+func (e *env) storeExec(query string) {
+	e.t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{e.chAddr}, Auth: clickhouse.Auth{Database: e.database}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(context.Background(), query); err != nil {
+		e.t.Fatalf("%s: %v", query, err)
+	}
 }
