@@ -99,6 +99,7 @@ func checkDeadLetters(t *testing.T, e *env, cases []badCase, extra int) {
 // one: each bad one is terminated (never redelivered), copied to deadletter.<subject> with its
 // reason and counted; the valid one is still stored.
 func TestRankerDeadLettersPoisonAndGoesOn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ranker := e.start("ranker", "RANKER_MAX_EVENT_BYTES=4096")
 	good := evaluation("ex", "t1", "One", 1, 50, "ok", t0)
@@ -146,6 +147,7 @@ func TestRankerDeadLettersPoisonAndGoesOn(t *testing.T) {
 // TestComposerDeadLettersPoisonAndAnswersIt: a bad request is dead-lettered, and when its subject
 // still names an execution and a team it also gets prompt.failed invalid_request.
 func TestComposerDeadLettersPoisonAndAnswersIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start("ranker")
 	composer := e.start("composer", "COMPOSER_MAX_EVENT_BYTES=4096")

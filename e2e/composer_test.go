@@ -96,15 +96,17 @@ func (p *proc) render(t testing.TB, body any) (int, []byte) {
 // request of the next round of the same team, all back to back. Every prompt must hold the
 // evaluation published just before its request.
 func TestReadYourWrites(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start("ranker")
 	e.start("composer")
 	const exec, teams, rounds = "ryw", 6, 10
+	seqs := map[string][]uint64{} // the stream sequence of each team's evaluations, by round
 	for r := 1; r <= rounds; r++ {
 		for k := range teams {
 			team := fmt.Sprintf("team-%d", k)
 			ev := evaluation(exec, team, "Team "+team, r, float64(10*r+k), fmt.Sprintf("RYW-%s-R%d", team, r), t0.Add(time.Duration(r)*time.Minute))
-			e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, r), ev)
+			seqs[team] = append(seqs[team], e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, r), ev))
 			e.requestRound(fmt.Sprintf("req-%s-%d", team, r+1), events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team,
 				RoundNumber: r + 1, UserPrompt: "Improve.", MaxRounds: rounds + 1}, t0.Add(time.Duration(r)*time.Minute+time.Second))
 		}
@@ -125,10 +127,30 @@ func TestReadYourWrites(t *testing.T) {
 				t.Errorf("%s round %d: the evaluation of round %d published just before is missing: history %v, ids %v",
 					team, r+1, r, in.HistoryRounds, in.EvaluationIDs)
 			}
-			// The evaluations of this round published before the request are ranked too.
-			row := slices.IndexFunc(in.Leaderboard, func(l events.LeaderboardRow) bool { return l.TeamID == team })
-			if row < 0 || in.Leaderboard[row].Rounds != r {
-				t.Errorf("%s round %d: leaderboard %+v does not count its %d rounds", team, r+1, in.Leaderboard, r)
+			// Live standings count exactly the evaluations up to evaluations_seq, whatever their
+			// round: at least the team's own round r, published just before the request.
+			if in.EvaluationsSeq < seqs[team][r-1] {
+				t.Errorf("%s round %d: evaluations_seq %d is before the evaluation of round %d (%d)", team, r+1, in.EvaluationsSeq, r, seqs[team][r-1])
+			}
+			for _, row := range in.Leaderboard {
+				want := 0
+				for _, s := range seqs[row.TeamID] {
+					if s <= in.EvaluationsSeq {
+						want++
+					}
+				}
+				if row.Rounds != want {
+					t.Errorf("%s round %d: %s has %d rounds on the board, want %d (evaluations up to sequence %d)", team, r+1, row.TeamID, row.Rounds, want, in.EvaluationsSeq)
+				}
+			}
+			ranked := 0 // teams with an evaluation up to evaluations_seq
+			for _, s := range seqs {
+				if s[0] <= in.EvaluationsSeq {
+					ranked++
+				}
+			}
+			if len(in.Leaderboard) != ranked {
+				t.Errorf("%s round %d: %d teams on the board, want %d", team, r+1, len(in.Leaderboard), ranked)
 			}
 		}
 	}
@@ -137,6 +159,7 @@ func TestReadYourWrites(t *testing.T) {
 // TestInputsNotReady: with no ranker committing, a request after an evaluation fails with
 // inputs_not_ready after COMPOSER_INPUTS_TIMEOUT; once a ranker runs, the same request succeeds.
 func TestInputsNotReady(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	if err := events.EnsureStreams(t.Context(), e.js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
 		t.Fatal(err)
@@ -168,6 +191,7 @@ func TestInputsNotReady(t *testing.T) {
 // TestThreeComposersOneKilled runs three composer replicas on one durable, kills one with SIGKILL
 // while it holds requests, and checks every request is answered exactly once in PROMPTS.
 func TestThreeComposersOneKilled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start("ranker")
 	const exec, teams, requests = "kill", 20, 1000
@@ -269,6 +293,7 @@ func TestThreeComposersOneKilled(t *testing.T) {
 // TestRenderIsDeterministicAndMatchesPublished: the same request twice, and POST /v1/render of
 // it, give byte-identical prompts and the same event data.
 func TestRenderIsDeterministicAndMatchesPublished(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start("ranker")
 	composer := e.start("composer")
@@ -331,6 +356,7 @@ func TestRenderIsDeterministicAndMatchesPublished(t *testing.T) {
 // submissions, feedback and evaluator comments, never another team's, and user content that
 // looks like Mustache or HTML stays literal.
 func TestIsolationAndInjection(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start("ranker")
 	e.start("composer")
@@ -393,6 +419,7 @@ func TestIsolationAndInjection(t *testing.T) {
 // TestEveryFailureCodeIsAnswered: each failure the composer can meet ends in one prompt.failed
 // with its code (inputs_not_ready has its own test, invalid events their dead-letter test).
 func TestEveryFailureCodeIsAnswered(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "needs-vars.mustache"), []byte("Task {{vars.task.title}} for {{team.name}}\n"), 0o644); err != nil {
@@ -468,6 +495,7 @@ func TestEveryFailureCodeIsAnswered(t *testing.T) {
 // TestBurstSharesOneRead: the ten requests of one execution's round, arriving together, cost
 // ClickHouse one read, and each still gets its own team's history.
 func TestBurstSharesOneRead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start("ranker")
 	composer := e.start("composer")

@@ -52,6 +52,7 @@ func ackFloor(t testing.TB, e *env) uint64 {
 // TestRankerKilledMidStreamLosesNothing kills a ranker with SIGKILL while it ingests and starts a
 // new one: every evaluation ends up committed once and the leaderboards are exact.
 func TestRankerKilledMidStreamLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	opts := []string{"RANKER_BATCH_SIZE=100", "RANKER_FLUSH_INTERVAL=30ms", "RANKER_ACK_WAIT=2s"}
 	first := e.start("ranker", opts...)
@@ -80,6 +81,7 @@ func TestRankerKilledMidStreamLosesNothing(t *testing.T) {
 // TestRankerRidesOutClickHousePauseAndRestart freezes ClickHouse (SIGSTOP) during ingestion, then
 // restarts it: readiness turns 503 and back, nothing is lost, ingestion resumes by itself.
 func TestRankerRidesOutClickHousePauseAndRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ch := testenv.ClickHouse(t)
 	ranker := e.start("ranker", "RANKER_BATCH_SIZE=50", "RANKER_FLUSH_INTERVAL=20ms")
@@ -131,6 +133,7 @@ func waitStatus(t *testing.T, p *proc, want int, limit time.Duration) {
 // TestRankerSIGTERMDuringFlushLosesNothing stops a ranker while it holds a batch that is still
 // filling: it writes and acks the batch, and exits 0 within the shutdown timeout.
 func TestRankerSIGTERMDuringFlushLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ranker := e.start("ranker", "RANKER_BATCH_SIZE=100000", "RANKER_FLUSH_INTERVAL=30s", "RANKER_SHUTDOWN_TIMEOUT=5s")
 	sends, firstByID := tournament(3, 5, 5, 3)

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -100,14 +101,26 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// nextPort hands out HTTP ports of the services. They come from 20000-29999, below the
+// kernel's ephemeral range (32768 and up), so an outgoing connection of a test running in
+// parallel cannot take a port between freeAddr checking it and the service binding it; the
+// process id spreads packages run at once over the range.
+var nextPort atomic.Int32
+
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	nextPort.CompareAndSwap(0, int32(20000+os.Getpid()%500*20))
+	for range 10000 {
+		port := 20000 + (nextPort.Add(1)-20000)%10000
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken by another process: try the next
+		}
+		l.Close()
+		return l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port in 20000-29999")
+	return ""
 }
 
 // baseEnv is the configuration every service of e gets; extra entries override it.
@@ -136,6 +149,7 @@ func (e *env) start(name string, extra ...string) *proc {
 		}
 		select {
 		case err := <-p.done:
+			p.done <- err // the cleanup waits for it too
 			e.t.Fatalf("%s exited at start: %v\n%s", name, err, p.logs)
 		default:
 		}
@@ -227,23 +241,26 @@ func (p *proc) metric(t testing.TB, series string) float64 {
 }
 
 // publish sends a CloudEvent as an orchestrator would.
-func (e *env) publish(subject, id, eventType string, at time.Time, data any) {
+// It returns the stream sequence the event was stored at.
+func (e *env) publish(subject, id, eventType string, at time.Time, data any) uint64 {
 	e.t.Helper()
 	body, err := events.Marshal(id, "orchestrator/test", eventType, at, data)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.publishRaw(subject, id, body)
+	return e.publishRaw(subject, id, body)
 }
 
-// publishRaw sends bytes as they are, for bad input.
-func (e *env) publishRaw(subject, id string, body []byte) {
+// publishRaw sends bytes as they are, for bad input, and returns their stream sequence.
+func (e *env) publishRaw(subject, id string, body []byte) uint64 {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := events.Publish(ctx, e.js, subject, id, body); err != nil {
+	ack, err := events.Publish(ctx, e.js, subject, id, body)
+	if err != nil {
 		e.t.Fatalf("publish %s: %v", subject, err)
 	}
+	return ack.Sequence
 }
 
 // evaluation builds an evaluation.completed data.
@@ -257,9 +274,9 @@ func evaluation(exec, team, name string, round int, score float64, content strin
 	}
 }
 
-func (e *env) publishEvaluation(id string, ev events.EvaluationCompleted) {
+func (e *env) publishEvaluation(id string, ev events.EvaluationCompleted) uint64 {
 	e.t.Helper()
-	e.publish(events.EvaluationSubject(ev.ExecutionID, ev.TeamID), id, events.TypeEvaluationCompleted, ev.EvaluatedAt, ev)
+	return e.publish(events.EvaluationSubject(ev.ExecutionID, ev.TeamID), id, events.TypeEvaluationCompleted, ev.EvaluatedAt, ev)
 }
 
 func (e *env) requestRound(id string, rr events.RoundRequested, at time.Time) {

@@ -27,6 +27,7 @@ type leaderboard struct {
 // a round-2 prompt out that holds the team's round-1 score and submission and the leaderboard,
 // and nothing of the other teams' submissions or feedback.
 func TestRoundTwoPromptCarriesRoundOneAndTheLeaderboard(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ranker := e.start("ranker")
 	e.start("composer")
@@ -118,6 +119,7 @@ func TestRoundTwoPromptCarriesRoundOneAndTheLeaderboard(t *testing.T) {
 
 // TestRoundOneAndAnUnknownTemplate shows the first round's prompt and a prompt.failed.
 func TestRoundOneAndAnUnknownTemplate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.start("ranker")
 	e.start("composer")
@@ -152,6 +154,7 @@ func TestRoundOneAndAnUnknownTemplate(t *testing.T) {
 
 // TestGracefulShutdown: SIGTERM makes both services drain and exit 0.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ranker := e.start("ranker", "RANKER_SHUTDOWN_TIMEOUT=5s")
 	composer := e.start("composer", "COMPOSER_SHUTDOWN_TIMEOUT=5s")
@@ -189,6 +192,7 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 func TestHelpAndBadConfiguration(t *testing.T) {
+	t.Parallel()
 	if bins.err != nil {
 		t.Fatal(bins.err)
 	}

@@ -148,6 +148,7 @@ type history struct {
 // through two replicas sharing the durable, and compares every leaderboard (both orders) and
 // every history with the ground truth, field by field.
 func TestRankerMatchesGroundTruth(t *testing.T) {
+	t.Parallel()
 	for _, replicas := range []int{1, 2} {
 		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
 			e := newEnv(t)
@@ -256,6 +257,7 @@ func waitCommitted(t testing.TB, e *env, n int) {
 }
 
 func TestRankerAPIRejectsBadIdentifiers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ranker := e.start("ranker")
 	var body struct {

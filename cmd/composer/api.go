@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -11,44 +10,47 @@ import (
 )
 
 // newAPI serves POST /v1/render: the prompt.composed data a request would produce, without
-// publishing it, for template authors. It reads the same inputs the consumer reads.
+// publishing it, for template authors and auditors. It waits and reads exactly as the consumer
+// does, or renders as of a given evaluations_seq.
 func newAPI(c *composer, maxBytes int) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/render", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, int64(maxBytes)+1))
 		if err != nil {
-			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: string(events.CodeInvalidRequest), Message: "read body: " + err.Error()})
+			writeFailure(w, events.Failf(events.CodeInvalidRequest, "read body: %v", err))
 			return
 		}
-		req, at, requestID, err := events.ParseRenderRequest(body, maxBytes)
+		req, err := events.ParseRenderRequest(body, maxBytes)
 		if err != nil {
-			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: string(events.CodeInvalidRequest), Message: err.Error()})
+			writeFailure(w, &events.Failure{Code: events.CodeInvalidRequest, Message: err.Error()})
 			return
 		}
+		at := req.Time
 		if at.IsZero() {
 			at = c.now() // the one non-deterministic case, as the contract says
 		}
-		at = at.Truncate(time.Microsecond)
-		if requestID == "" {
-			requestID = "render"
+		id := req.RequestID
+		if id == "" {
+			id = "render"
 		}
-		out, err := c.compose(r.Context(), requestID, req, at, func() {})
+		out, err := c.compose(r.Context(), id, req.Data, at.Truncate(time.Microsecond), req.EvaluationsSeq, nil)
 		if err != nil {
-			code, status := events.CodeStoreUnavailable, http.StatusServiceUnavailable
-			var f *failure
-			if errors.As(err, &f) {
-				code = f.code
-				switch f.code {
-				case events.CodeInvalidRequest:
-					status = http.StatusBadRequest
-				case events.CodeUnknownTemplate, events.CodeTemplateError, events.CodeBudgetExceeded:
-					status = http.StatusUnprocessableEntity
-				}
-			}
-			service.WriteJSON(w, status, service.Error{Code: string(code), Message: err.Error()})
+			writeFailure(w, failureOf(err))
 			return
 		}
 		service.WriteJSON(w, http.StatusOK, out)
 	})
 	return mux
+}
+
+// writeFailure answers with the HTTP status of CONTRACT section 7 for the failure's code.
+func writeFailure(w http.ResponseWriter, f *events.Failure) {
+	status := http.StatusServiceUnavailable // inputs_not_ready, store_unavailable: try again
+	switch f.Code {
+	case events.CodeInvalidRequest:
+		status = http.StatusBadRequest
+	case events.CodeUnknownTemplate, events.CodeTemplateError, events.CodeBudgetExceeded:
+		status = http.StatusUnprocessableEntity
+	}
+	service.WriteJSON(w, status, service.Error{Code: string(f.Code), Message: f.Message})
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/pkg/compose"
 )
 
 // config is CONTRACT section 6 plus the composer's own tuning.
@@ -25,8 +26,9 @@ type config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish requests in hand after SIGTERM"`
 }
 
-func (c *config) validate() error {
-	errs := []error{c.Common.Validate("COMPOSER")}
+// Validate checks every setting; the error names each bad variable.
+func (c *config) Validate() error {
+	errs := []error{c.ValidateShared("COMPOSER")}
 	if c.InputsTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_INPUTS_TIMEOUT must be positive, got %s", c.InputsTimeout))
 	}
@@ -62,4 +64,18 @@ func location(tz string) (*time.Location, error) {
 		return nil, fmt.Errorf("TZ (or COMPOSER_TZ) %q is not an IANA time zone name such as UTC or Asia/Tokyo", tz)
 	}
 	return loc, nil
+}
+
+// library loads the templates the configuration names, with its token counter and timezone.
+func (c *config) library() (*compose.Library, error) {
+	loc, _ := location(c.TZ) // checked by Validate
+	tokens, err := compose.NewTokenCounter(c.TokenEncoding)
+	if err != nil {
+		return nil, fmt.Errorf("configuration: COMPOSER_TOKEN_ENCODING: %w", err)
+	}
+	lib, err := compose.Load(compose.Options{Dir: c.TemplatesDir, DefaultTemplate: c.DefaultTemplate, DefaultLocation: loc, Tokens: tokens})
+	if err != nil {
+		return nil, fmt.Errorf("templates: %w", err)
+	}
+	return lib, nil
 }

@@ -16,7 +16,6 @@ type metrics struct {
 	promptTokens    prometheus.Histogram
 	truncations     *prometheus.CounterVec
 	templatesLoaded *prometheus.GaugeVec
-	ready           prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,9 +57,5 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "composer_templates_loaded",
 			Help: "1 for every loaded template, by name and version.",
 		}, []string{"name", "version"}),
-		ready: f.NewGauge(prometheus.GaugeOpts{
-			Name: "composer_ready",
-			Help: "1 when connected to NATS and ClickHouse and consuming, as /readyz.",
-		}),
 	}
 }

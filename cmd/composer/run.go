@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -32,135 +27,70 @@ Usage:
 // on a start-up error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg config
-	cmd := ""
-	if len(args) > 1 {
-		cmd = args[1]
-	}
-	switch cmd {
-	case "-h", "--help", "help":
-		return service.Usage(stdout, "composer", summary, &cfg)
-	case "", "check-templates":
-	default:
-		return fmt.Errorf("unknown argument %q; see composer --help", cmd)
-	}
-	if err := service.Load("composer", &cfg); err != nil {
+	sub, done, err := service.Prepare(args, stdout, "composer", summary, &cfg, "check-templates")
+	if done || err != nil {
 		return err
 	}
-	if err := cfg.validate(); err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
 	log := service.NewLogger(stderr, cfg.LogLevel, "composer")
-	loc, _ := location(cfg.TZ)
-	tokens, err := compose.NewTokenCounter(cfg.TokenEncoding)
+	lib, err := cfg.library()
 	if err != nil {
-		return fmt.Errorf("configuration: COMPOSER_TOKEN_ENCODING: %w", err)
+		return err
 	}
-	lib, err := compose.Load(compose.Options{Dir: cfg.TemplatesDir, DefaultTemplate: cfg.DefaultTemplate, DefaultLocation: loc, Tokens: tokens})
-	if err != nil {
-		return fmt.Errorf("templates: %w", err)
-	}
-	if cmd == "check-templates" {
+	if sub == "check-templates" {
 		return printTemplates(stdout, lib)
 	}
-
 	st, err := rank.Open(ctx, cfg.Store())
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	nc, err := service.ConnectNATS(&cfg.Common, "composer", log)
+	base, err := service.Start(ctx, "composer", &cfg.Common, log, events.StreamRounds, events.StreamPrompts, events.StreamDeadLetter)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if cfg.ManageStreams {
-		if err := events.EnsureStreams(ctx, js, cfg.Streams(), events.StreamRounds, events.StreamPrompts, events.StreamDeadLetter); err != nil {
-			return err
-		}
-	}
-	ccfg, err := events.ConsumerConfig(events.ConsumerComposer, events.ConsumerOptions{
+	cons, err := base.Consumer(ctx, events.StreamRounds, events.ConsumerComposer, events.ConsumerOptions{
 		AckWait:       cfg.AckWait,
 		MaxAckPending: 4 * cfg.Workers, // a few replicas' worth of workers; more would only queue
 		MaxDeliver:    cfg.MaxDeliver,
 	})
 	if err != nil {
+		base.Close()
 		return err
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamRounds, ccfg)
-	if err != nil {
-		return fmt.Errorf("consumer %s: %w", events.ConsumerComposer, err)
-	}
+	c := newComposer(base, &cfg, st, lib)
+	return base.Run(ctx, service.Serving{
+		HTTPAddr:        cfg.HTTPAddr,
+		Pprof:           cfg.Pprof,
+		API:             newAPI(c, cfg.MaxEventBytes),
+		Checks:          map[string]service.Check{"clickhouse": st.Ping},
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
+		Consume: func(stop, work context.Context) error {
+			return c.consume(stop, work, cons, cfg.Workers, base.Consuming)
+		},
+	})
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := newMetrics(reg)
+// newComposer wires the composer to its NATS connection, store and templates.
+func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.Library) *composer {
+	m := newMetrics(base.Reg)
 	for _, t := range lib.Templates() {
 		m.templatesLoaded.WithLabelValues(t.Name, strconv.Itoa(t.Version)).Set(1)
 	}
-	host, _ := os.Hostname()
-	c := &composer{
-		log:           log,
-		js:            js,
-		probes:        &commitProbes{js: js, timeout: 5 * time.Second},
+	return &composer{
+		log:           base.Log,
+		js:            base.JS,
+		settler:       settle.New(base.JS, base.Log, base.Reg, "composer"),
+		probes:        &commitProbes{js: base.JS, timeout: 5 * time.Second},
 		reads:         newStoreReads(st.Evaluations, cfg.ReadCacheTTL, m),
 		lib:           lib,
 		m:             m,
-		source:        "composer/" + host,
+		source:        base.Source,
 		maxBytes:      cfg.MaxEventBytes,
 		inputsTimeout: cfg.InputsTimeout,
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,
 	}
-	checks := map[string]service.Check{
-		"nats":       service.NATSConnected(nc),
-		"clickhouse": st.Ping,
-		"consuming": func(context.Context) error {
-			if !c.consuming.Load() {
-				return errors.New("not consuming")
-			}
-			return nil
-		},
-	}
-	srv, err := service.Listen(cfg.HTTPAddr, newAPI(c, cfg.MaxEventBytes), reg, checks, cfg.Pprof)
-	if err != nil {
-		return err
-	}
-	log.Info("composer started", "http_addr", srv.Addr(), "nats_url", nc.ConnectedUrlRedacted(), "templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers)
-
-	// work outlives ctx by the shutdown timeout, so requests in hand are still answered.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	go func() {
-		<-ctx.Done()
-		select {
-		case <-time.After(cfg.ShutdownTimeout):
-			log.Warn("shutdown timeout reached; abandoning requests in hand", "timeout", cfg.ShutdownTimeout.String())
-			cancelWork()
-		case <-work.Done():
-		}
-	}()
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- srv.Serve() }()
-	go service.WatchReady(work, m.ready, checks)
-
-	consumeErr := c.consume(ctx, work, cons, cfg.Workers)
-	log.Info("composer stopping")
-	shutCtx, cancel := context.WithTimeout(work, 5*time.Second)
-	defer cancel()
-	errs := []error{consumeErr, srv.Shutdown(shutCtx)}
-	if err := nc.Drain(); err != nil {
-		errs = append(errs, fmt.Errorf("nats drain: %w", err))
-	}
-	if err := <-httpErr; err != nil {
-		errs = append(errs, err)
-	}
-	cancelWork()
-	log.Info("composer stopped")
-	return errors.Join(errs...)
 }
 
 // printTemplates is check-templates' report: one line per template and one per variant.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // leaderboardResponse is the body of GET /v1/executions/{execution_id}/leaderboard.
@@ -37,7 +38,7 @@ func newAPI(log *slog.Logger, st store, m *metrics) http.Handler {
 			return
 		}
 		start := time.Now()
-		board, err := st.Leaderboard(r.Context(), exec, order, 0)
+		board, err := st.Leaderboard(r.Context(), exec, order, rank.Everything())
 		m.leaderboardQuery.Observe(time.Since(start).Seconds())
 		if err != nil {
 			m.clickhouseErrors.WithLabelValues("query").Inc()
@@ -57,7 +58,7 @@ func newAPI(log *slog.Logger, st store, m *metrics) http.Handler {
 			badIdentifier(w, "team_id", team)
 			return
 		}
-		rounds, err := st.History(r.Context(), exec, team, 0)
+		rounds, err := st.History(r.Context(), exec, team, rank.Everything())
 		if err != nil {
 			m.clickhouseErrors.WithLabelValues("query").Inc()
 			log.Warn("history read failed", "execution_id", exec, "team_id", team, "error", err)

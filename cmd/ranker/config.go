@@ -20,8 +20,9 @@ type config struct {
 	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish the batch in hand after SIGTERM"`
 }
 
-func (c *config) validate() error {
-	errs := []error{c.Common.Validate("RANKER")}
+// Validate checks every setting; the error names each bad variable.
+func (c *config) Validate() error {
+	errs := []error{c.ValidateShared("RANKER")}
 	if c.BatchSize < 1 || c.BatchSize > 100000 {
 		errs = append(errs, fmt.Errorf("RANKER_BATCH_SIZE must be 1 to 100000, got %d", c.BatchSize))
 	}

@@ -16,7 +16,6 @@ type metrics struct {
 	leaderboardsSent prometheus.Counter
 	pending          prometheus.Gauge
 	ackPending       prometheus.Gauge
-	ready            prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,10 +55,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		ackPending: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ranker_consumer_ack_pending",
 			Help: "Evaluations delivered to rankers and not yet acknowledged.",
-		}),
-		ready: f.NewGauge(prometheus.GaugeOpts{
-			Name: "ranker_ready",
-			Help: "1 when connected to NATS and ClickHouse and consuming, as /readyz.",
 		}),
 	}
 }

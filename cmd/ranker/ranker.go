@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -20,9 +21,9 @@ import (
 // store is what the ranker needs of ClickHouse.
 type store interface {
 	Insert(ctx context.Context, recs []rank.Record) error
-	Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, beforeRound int) (map[string]rank.Board, error)
-	Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, beforeRound int) (rank.Board, error)
-	History(ctx context.Context, executionID, teamID string, beforeRound int) ([]events.TeamRound, error)
+	Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, b rank.Bound) (map[string]rank.Board, error)
+	Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, b rank.Bound) (rank.Board, error)
+	History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error)
 	Ping(ctx context.Context) error
 }
 
@@ -33,6 +34,7 @@ var _ store = (*rank.Store)(nil)
 type ranker struct {
 	log           *slog.Logger
 	js            jetstream.JetStream
+	settler       *settle.Settler
 	store         store
 	m             *metrics
 	source        string
@@ -43,7 +45,6 @@ type ranker struct {
 	announceInterval time.Duration
 	now              func() time.Time
 
-	consuming   atomic.Bool
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
 }
 
@@ -54,14 +55,14 @@ type ranker struct {
 // Three stages overlap: this loop fills and validates batch n+1 while the committer inserts and
 // acks batch n, and the announcer publishes leaderboard.updated for what was committed, so the
 // ClickHouse insert is the only step on the critical path.
-func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer) error {
+func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, consuming func(bool)) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(r.batchSize))
 	if err != nil {
 		return fmt.Errorf("ranker: consume: %w", err)
 	}
 	defer it.Stop()
-	r.consuming.Store(true)
-	defer r.consuming.Store(false)
+	consuming(true)
+	defer consuming(false)
 
 	ann := newAnnouncer()
 	announced := make(chan struct{})
@@ -106,7 +107,7 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer) er
 			r.log.Warn("fetch failed", "error", err)
 			continue
 		}
-		batches <- r.validate(work, r.fill(stop, it, first, draining))
+		batches <- r.parse(work, r.fill(stop, it, first, draining))
 	}
 }
 
@@ -132,27 +133,27 @@ func (r *ranker) fill(stop context.Context, it jetstream.MessagesContext, first 
 	return batch
 }
 
-// batch is a validated batch: the rows to write and the messages to ack once they are written.
+// batch is a parsed batch: the rows to write and the messages to ack once they are written.
 type batch struct {
 	recs []rank.Record
 	keep []jetstream.Msg
 }
 
-// validate parses a batch; invalid events are dead-lettered and terminated at once, and repeats
-// of an id within the batch are acked with it but written once.
-func (r *ranker) validate(ctx context.Context, msgs []jetstream.Msg) batch {
+// parse reads a batch; invalid events go to the settler as poison at once, and repeats of an
+// id within the batch are acked with it but written once.
+func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg) batch {
 	b := batch{recs: make([]rank.Record, 0, len(msgs)), keep: make([]jetstream.Msg, 0, len(msgs))}
 	seen := make(map[string]bool, len(msgs))
 	for _, msg := range msgs {
 		md, err := msg.Metadata()
 		if err != nil {
-			r.log.Error("message without metadata", "subject", msg.Subject(), "error", err)
-			_ = msg.Term()
+			r.settler.Settle(ctx, msg, settle.Reject("message without JetStream metadata: "+err.Error()))
 			continue
 		}
 		ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), r.maxBytes)
 		if err != nil {
-			r.deadLetter(ctx, msg, md, err)
+			r.m.events.WithLabelValues("dead_lettered").Inc()
+			r.settler.Settle(ctx, msg, settle.Reject(err.Error()))
 			continue
 		}
 		b.keep = append(b.keep, msg)
@@ -169,25 +170,28 @@ func (r *ranker) validate(ctx context.Context, msgs []jetstream.Msg) batch {
 // commit writes a batch and acks its messages only after ClickHouse has the rows. It returns
 // false when the batch was given back for redelivery instead.
 func (r *ranker) commit(ctx context.Context, b batch) bool {
-	if len(b.recs) > 0 && !r.insert(ctx, b.recs, b.keep) {
-		return false
-	}
-	for _, msg := range b.keep {
-		if err := msg.Ack(); err != nil {
-			// The rows are stored; a redelivery is harmless because writes are idempotent.
-			r.log.Warn("ack failed", "subject", msg.Subject(), "error", err)
+	if len(b.recs) > 0 {
+		if err := r.insert(ctx, b.recs, b.keep); err != nil {
+			r.log.Warn("gave up a batch at shutdown; it will be redelivered", "rows", len(b.recs))
+			for _, msg := range b.keep {
+				r.settler.Settle(ctx, msg, settle.RetryLater(err))
+			}
+			return false
 		}
+	}
+	// The rows are stored; a redelivery of an ack that is lost is harmless: writes are idempotent.
+	for _, msg := range b.keep {
+		r.settler.Settle(ctx, msg, settle.Ack())
 	}
 	r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
 	return true
 }
 
-// insert writes recs, retrying with capped exponential backoff while ClickHouse is unavailable.
-// The messages are kept in progress meanwhile so the broker does not hand them to another
-// replica. It returns false when ctx ends first; the messages are then nak'ed for redelivery.
-func (r *ranker) insert(ctx context.Context, recs []rank.Record, msgs []jetstream.Msg) bool {
-	delay := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
+// insert writes recs, retrying with the shared backoff while ClickHouse is unavailable. The
+// messages are kept in progress meanwhile so the broker does not hand them to another replica.
+// It returns ctx's error when ctx ends first.
+func (r *ranker) insert(ctx context.Context, recs []rank.Record, msgs []jetstream.Msg) error {
+	for attempt := uint64(1); ; attempt++ {
 		start := time.Now()
 		err := r.store.Insert(ctx, recs)
 		if err == nil {
@@ -196,39 +200,21 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record, msgs []jetstrea
 			if r.insertFails.Swap(false) {
 				r.log.Info("clickhouse insert recovered", "attempts", attempt)
 			}
-			return true
+			return nil
 		}
 		r.insertFails.Store(true)
 		r.m.clickhouseErrors.WithLabelValues("insert").Inc()
+		delay := settle.Backoff(attempt)
 		r.log.Warn("clickhouse insert failed, will retry", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
 		for _, msg := range msgs {
 			_ = msg.InProgress()
 		}
 		select {
 		case <-ctx.Done():
-			for _, msg := range msgs {
-				_ = msg.Nak()
-			}
-			r.log.Warn("gave up a batch at shutdown; it will be redelivered", "rows", len(recs))
-			return false
+			return ctx.Err()
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, 5*time.Second)
 	}
-}
-
-// deadLetter copies an invalid event to deadletter.<subject> and terminates it. If the copy
-// cannot be published the message is nak'ed, so nothing is dropped silently.
-func (r *ranker) deadLetter(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, cause error) {
-	reason := cause.Error()
-	if err := events.DeadLetter(ctx, r.js, msg, reason); err != nil {
-		r.log.Error("dead letter failed; will retry", "subject", msg.Subject(), "error", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-	_ = msg.TermWithReason("invalid event")
-	r.m.events.WithLabelValues("dead_lettered").Inc()
-	r.log.Warn("dead-lettered invalid event", "subject", msg.Subject(), "stream_seq", md.Sequence.Stream, "reason", reason)
 }
 
 // announcer collects the executions committed batches touched until the announcer goroutine
@@ -246,12 +232,20 @@ func newAnnouncer() *announcer {
 }
 
 func (a *announcer) add(recs []rank.Record) {
-	if len(recs) == 0 {
+	ids := make([]string, len(recs))
+	for i, rec := range recs {
+		ids[i] = rec.ExecutionID
+	}
+	a.addIDs(ids)
+}
+
+func (a *announcer) addIDs(ids []string) {
+	if len(ids) == 0 {
 		return
 	}
 	a.mu.Lock()
-	for _, rec := range recs {
-		a.pending[rec.ExecutionID] = true
+	for _, id := range ids {
+		a.pending[id] = true
 	}
 	a.mu.Unlock()
 	select {
@@ -288,37 +282,49 @@ func (a *announcer) take() ([]string, bool) {
 // read after the commit, until the announcer is closed and emptied. Rounds are at least
 // announceInterval apart: executions committed meanwhile wait and share the next round, so a
 // burst of batches costs ClickHouse one leaderboard read per execution per interval rather than
-// one per batch, and the inserts keep the server's CPU.
+// one per batch, and the inserts keep the server's CPU. An execution whose announcement failed
+// goes back to the next round (at least a second later): it is retried until published, or
+// superseded by a later board, which the next read returns anyway.
 func (r *ranker) announce(ctx context.Context, a *announcer) {
 	for {
 		<-a.wake
 		ids, open := a.take()
+		var failed []string
 		if len(ids) > 0 {
-			r.publishBoards(ctx, ids)
+			failed = r.publishBoards(ctx, ids)
 		}
 		if !open {
 			if ids, _ := a.take(); len(ids) > 0 {
-				r.publishBoards(ctx, ids)
+				failed = append(failed, r.publishBoards(ctx, ids)...)
+			}
+			if len(failed) > 0 {
+				r.log.Error("leaderboard.updated not published before stopping", "executions", failed)
 			}
 			return
+		}
+		pause := r.announceInterval
+		if len(failed) > 0 {
+			a.addIDs(failed)
+			pause = max(pause, time.Second)
 		}
 		if len(ids) > 0 {
 			select {
 			case <-a.done:
-			case <-time.After(r.announceInterval):
+			case <-time.After(pause):
 			}
 		}
 	}
 }
 
-func (r *ranker) publishBoards(ctx context.Context, ids []string) {
+// publishBoards announces the executions' current leaderboards and returns those it could not.
+func (r *ranker) publishBoards(ctx context.Context, ids []string) (failed []string) {
 	start := time.Now()
-	boards, err := r.store.Leaderboards(ctx, ids, events.Desc, 0)
+	boards, err := r.store.Leaderboards(ctx, ids, events.Desc, rank.Everything())
 	r.m.leaderboardQuery.Observe(time.Since(start).Seconds())
 	if err != nil {
 		r.m.clickhouseErrors.WithLabelValues("query").Inc()
-		r.log.Warn("leaderboard read for leaderboard.updated failed", "executions", len(ids), "error", err)
-		return
+		r.log.Warn("leaderboard read for leaderboard.updated failed; will retry", "executions", len(ids), "error", err)
+		return ids
 	}
 	for _, id := range ids {
 		b := boards[id]
@@ -329,11 +335,13 @@ func (r *ranker) publishBoards(ctx context.Context, ids []string) {
 			_, err = events.Publish(ctx, r.js, events.LeaderboardSubject(id), evID, body)
 		}
 		if err != nil {
-			r.log.Warn("leaderboard.updated not published", "execution_id", id, "error", err)
+			r.log.Warn("leaderboard.updated not published; will retry", "execution_id", id, "error", err)
+			failed = append(failed, id)
 			continue
 		}
 		r.m.leaderboardsSent.Inc()
 	}
+	return failed
 }
 
 // watchConsumer keeps the pending gauges current.

@@ -1,273 +1,197 @@
-// Package service is the wiring both services share: configuration from the environment (CONTRACT
-// section 6), the JSON logger, the NATS connection, and the HTTP server with /metrics, /healthz
-// and /readyz. Business logic lives in cmd/* and pkg/*; this package only connects it to the world.
+// Package service is the wiring both services share: the command line and configuration from the
+// environment (CONTRACT section 6), the JSON logger, the NATS connection and the streams, the
+// metrics registry, and the HTTP server with /metrics, /healthz and /readyz; then serving,
+// draining and joining on shutdown. Business logic lives in cmd/* and pkg/*; this package only
+// connects it to the world, so each service's run reads as the list of what that service does.
 package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/pprof"
-	"strings"
-	"text/tabwriter"
+	"os"
+	"sync/atomic"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// Common is the configuration both services read. Each variable may be prefixed with the service
-// name (COMPOSER_NATS_URL) to override the shared one (NATS_URL).
-type Common struct {
-	NATSURL      string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"comma-separated NATS server URLs"`
-	NATSCreds    string `envconfig:"NATS_CREDS" desc:"NATS credentials file (JWT + nkey)"`
-	NATSUser     string `envconfig:"NATS_USER" desc:"NATS user"`
-	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"NATS password"`
-	NATSTLSCA    string `envconfig:"NATS_TLS_CA" desc:"CA certificate file for NATS TLS"`
-
-	ClickHouseAddr     []string `envconfig:"CLICKHOUSE_ADDR" default:"127.0.0.1:9000" desc:"ClickHouse native-protocol host:port list, comma-separated"`
-	ClickHouseDatabase string   `envconfig:"CLICKHOUSE_DATABASE" default:"rounds" desc:"ClickHouse database (created by the ranker if missing)"`
-	ClickHouseUser     string   `envconfig:"CLICKHOUSE_USER" default:"default" desc:"ClickHouse user"`
-	ClickHousePassword string   `envconfig:"CLICKHOUSE_PASSWORD" desc:"ClickHouse password"`
-
-	ManageStreams  bool          `envconfig:"MANAGE_STREAMS" default:"true" desc:"create or update the streams at start (false where an operator owns them)"`
-	StreamReplicas int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas of every stream (3 in a cluster)"`
-	PromptsMaxAge  time.Duration `envconfig:"PROMPTS_MAX_AGE" default:"0" desc:"retention of the PROMPTS audit stream, 0 = forever"`
-	MaxEventBytes  int           `envconfig:"MAX_EVENT_BYTES" default:"1048576" desc:"largest accepted event body in bytes"`
-	LogLevel       LogLevel      `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error; logs are JSON on stderr"`
-	Pprof          bool          `envconfig:"PPROF" default:"false" desc:"serve Go profiles under /debug/pprof/ on the HTTP address (off: they expose internals)"`
+// Config is a service's configuration: Common plus its own settings.
+type Config interface {
+	Shared() *Common
+	Validate() error
 }
 
-// Validate checks ranges that types alone do not.
-func (c *Common) Validate(prefix string) error {
-	var errs []error
-	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
-		errs = append(errs, fmt.Errorf("STREAM_REPLICAS (or %s_STREAM_REPLICAS) must be 1 to 5, got %d", prefix, c.StreamReplicas))
+// Prepare reads the command line and the configuration. It returns the subcommand ("" to run
+// the service), or done when --help was answered.
+func Prepare(args []string, stdout io.Writer, name, summary string, cfg Config, subcommands ...string) (sub string, done bool, err error) {
+	if len(args) > 1 {
+		sub = args[1]
 	}
-	if c.MaxEventBytes < 1 {
-		errs = append(errs, fmt.Errorf("MAX_EVENT_BYTES (or %s_MAX_EVENT_BYTES) must be positive, got %d", prefix, c.MaxEventBytes))
-	}
-	if c.PromptsMaxAge < 0 {
-		errs = append(errs, fmt.Errorf("PROMPTS_MAX_AGE (or %s_PROMPTS_MAX_AGE) must not be negative, got %s", prefix, c.PromptsMaxAge))
-	}
-	if len(c.ClickHouseAddr) == 0 {
-		errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR) must name at least one host:port", prefix))
-	}
-	for _, a := range c.ClickHouseAddr {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR): %q is not host:port", prefix, a))
+	switch sub {
+	case "-h", "--help", "help":
+		return "", true, Usage(stdout, name, summary, cfg)
+	case "":
+	default:
+		known := false
+		for _, s := range subcommands {
+			known = known || s == sub
+		}
+		if !known {
+			return "", false, fmt.Errorf("unknown argument %q; see %s --help", sub, name)
 		}
 	}
-	if strings.TrimSpace(c.NATSURL) == "" {
-		errs = append(errs, fmt.Errorf("NATS_URL (or %s_NATS_URL) must not be empty", prefix))
+	if err := Load(name, cfg); err != nil {
+		return "", false, err
 	}
+	if err := cfg.Validate(); err != nil {
+		return "", false, fmt.Errorf("configuration: %w", err)
+	}
+	return sub, false, nil
+}
+
+// Base is what every service has once started: its logger, metrics registry, NATS connection
+// with JetStream and the streams it uses.
+type Base struct {
+	Name   string
+	Source string // CloudEvents source of what it publishes: "<name>/<host>"
+	Log    *slog.Logger
+	Reg    *prometheus.Registry
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+
+	consuming atomic.Bool
+	ready     prometheus.Gauge
+}
+
+// Start connects a service to NATS and creates or updates its streams (unless MANAGE_STREAMS is
+// false). The caller closes the connection with Run, or with Close when it stops before Run.
+func Start(ctx context.Context, name string, c *Common, log *slog.Logger, streams ...string) (*Base, error) {
+	nc, err := ConnectNATS(c, name, log)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if c.ManageStreams {
+		if err := events.EnsureStreams(ctx, js, c.Streams(), streams...); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	host, _ := os.Hostname()
+	b := &Base{Name: name, Source: name + "/" + host, Log: log, Reg: reg, NC: nc, JS: js}
+	b.ready = promauto.With(reg).NewGauge(prometheus.GaugeOpts{Namespace: name, Name: "ready",
+		Help: "1 when the service is ready (the checks of /readyz pass), else 0."})
+	return b, nil
+}
+
+// Close releases the connection of a service that stops before Run.
+func (b *Base) Close() { b.NC.Close() }
+
+// Consumer creates or updates the service's durable consumer.
+func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.ConsumerOptions) (jetstream.Consumer, error) {
+	cfg, err := events.ConsumerConfig(durable, o)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := b.JS.CreateOrUpdateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", durable, err)
+	}
+	return cons, nil
+}
+
+// Consuming marks whether the consumer loop runs; /readyz reports it.
+func (b *Base) Consuming(on bool) { b.consuming.Store(on) }
+
+// Serving is how Run serves a started service.
+type Serving struct {
+	HTTPAddr        string
+	Pprof           bool
+	API             http.Handler     // the service's own endpoints, beside /metrics and the probes
+	Checks          map[string]Check // readiness besides NATS and consuming
+	ShutdownTimeout time.Duration    // how long work may outlive the stop signal
+	Started         []any            // extra key-value pairs for the "started" log line
+	// Consume runs until stop ends, then finishes what it holds under work, which outlives
+	// stop by the shutdown timeout.
+	Consume func(stop, work context.Context) error
+	// Watch are background loops that run under work (gauges, watchers).
+	Watch []func(work context.Context)
+}
+
+// Run serves HTTP, runs the consumer until ctx ends, then stops HTTP, drains NATS and returns
+// the joined errors of shutdown.
+func (b *Base) Run(ctx context.Context, s Serving) error {
+	checks := map[string]Check{"nats": NATSConnected(b.NC), "consuming": func(context.Context) error {
+		if !b.consuming.Load() {
+			return errors.New("not consuming")
+		}
+		return nil
+	}}
+	for name, c := range s.Checks {
+		checks[name] = c
+	}
+	srv, err := Listen(s.HTTPAddr, s.API, b.Reg, checks, s.Pprof)
+	if err != nil {
+		b.NC.Close()
+		return err
+	}
+	b.Log.Info(b.Name+" started", append([]any{"http_addr", srv.Addr(), "nats_url", b.NC.ConnectedUrlRedacted()}, s.Started...)...)
+
+	// work outlives ctx by the shutdown timeout, so what is in hand is still finished.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	go func() {
+		<-ctx.Done()
+		select {
+		case <-time.After(s.ShutdownTimeout):
+			b.Log.Warn("shutdown timeout reached; abandoning work in hand", "timeout", s.ShutdownTimeout.String())
+			cancelWork()
+		case <-work.Done():
+		}
+	}()
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- srv.Serve() }()
+	go WatchReady(work, b.ready, checks)
+	for _, w := range s.Watch {
+		go w(work)
+	}
+
+	consumeErr := s.Consume(ctx, work)
+	b.Log.Info(b.Name + " stopping")
+	shutCtx, cancel := context.WithTimeout(work, 5*time.Second)
+	defer cancel()
+	errs := []error{consumeErr, srv.Shutdown(shutCtx)}
+	b.quiet()
+	if err := b.NC.Drain(); err != nil {
+		errs = append(errs, fmt.Errorf("nats drain: %w", err))
+	}
+	if err := <-httpErr; err != nil {
+		errs = append(errs, err)
+	}
+	cancelWork()
+	b.Log.Info(b.Name + " stopped")
 	return errors.Join(errs...)
 }
 
-// Streams returns the stream options the configuration asks for.
-func (c *Common) Streams() events.StreamOptions {
-	return events.StreamOptions{Replicas: c.StreamReplicas, PromptsMaxAge: c.PromptsMaxAge}
-}
-
-// Store returns where ClickHouse is.
-func (c *Common) Store() rank.Config {
-	return rank.Config{Addrs: c.ClickHouseAddr, Database: c.ClickHouseDatabase, User: c.ClickHouseUser, Password: c.ClickHousePassword}
-}
-
-// LogLevel is a slog level read from the environment by name.
-type LogLevel slog.Level
-
-// Decode implements envconfig.Decoder.
-func (l *LogLevel) Decode(v string) error {
-	switch strings.ToLower(v) {
-	case "debug":
-		*l = LogLevel(slog.LevelDebug)
-	case "info":
-		*l = LogLevel(slog.LevelInfo)
-	case "warn", "warning":
-		*l = LogLevel(slog.LevelWarn)
-	case "error":
-		*l = LogLevel(slog.LevelError)
-	default:
-		return fmt.Errorf("%q is not one of debug, info, warn, error", v)
-	}
-	return nil
-}
-
-// Load reads cfg from the environment with envconfig under prefix ("ranker", "composer").
-func Load(prefix string, cfg any) error {
-	if err := envconfig.Process(prefix, cfg); err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	return nil
-}
-
-// Usage writes the --help text: what the command does and the variable table.
-func Usage(w io.Writer, prefix, summary string, cfg any) error {
-	fmt.Fprintf(w, "%s\n\nConfiguration is read from the environment. Every variable may also be given with the\nprefix %s_ (for example %s_NATS_URL), which overrides the shared name.\n\n",
-		summary, strings.ToUpper(prefix), strings.ToUpper(prefix))
-	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
-	if err := envconfig.Usagef(prefix, cfg, tw, usageFormat); err != nil {
-		return err
-	}
-	return tw.Flush()
-}
-
-const usageFormat = `VARIABLE	DEFAULT	MEANING
-{{range .}}{{usage_key .}}	{{usage_default .}}	{{usage_description .}}
-{{end}}`
-
-// NewLogger returns the JSON logger every line of a service goes through.
-func NewLogger(w io.Writer, level LogLevel, serviceName string) *slog.Logger {
-	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.Level(level)})
-	return slog.New(h).With("service", serviceName)
-}
-
-// ConnectNATS connects with the configured credentials and reconnects forever afterwards; the
-// connection state is logged and reflected in readiness.
-func ConnectNATS(c *Common, name string, log *slog.Logger) (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("nats disconnected", "error", err)
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
-		}),
-	}
-	if c.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(c.NATSCreds))
-	}
-	if c.NATSUser != "" {
-		opts = append(opts, nats.UserInfo(c.NATSUser, c.NATSPassword))
-	}
-	if c.NATSTLSCA != "" {
-		opts = append(opts, nats.RootCAs(c.NATSTLSCA))
-	}
-	nc, err := nats.Connect(c.NATSURL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect nats %s: %w", c.NATSURL, err)
-	}
-	return nc, nil
-}
-
-// Check is one readiness condition; nil means ready.
-type Check func(ctx context.Context) error
-
-// Server is the HTTP side of a service: its API plus /metrics, /healthz and /readyz.
-type Server struct {
-	srv *http.Server
-	ln  net.Listener
-}
-
-// Listen binds addr and builds the handler. /readyz answers 200 only when every check passes,
-// and 503 with the failing checks otherwise.
-func Listen(addr string, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check, pprofOn bool) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		failing := map[string]string{}
-		for name, check := range checks {
-			if err := check(ctx); err != nil {
-				failing[name] = err.Error()
-			}
-		}
-		if len(failing) > 0 {
-			WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failing": failing})
-			return
-		}
-		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
-	if pprofOn {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	}
-	if api != nil {
-		mux.Handle("/", api)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	return &Server{srv: srv, ln: ln}, nil
-}
-
-// Addr is the bound address (useful with port 0).
-func (s *Server) Addr() string { return s.ln.Addr().String() }
-
-// Serve blocks until Shutdown.
-func (s *Server) Serve() error {
-	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http: %w", err)
-	}
-	return nil
-}
-
-// Shutdown stops accepting requests and waits for the ones in flight.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
-
-// WriteJSON writes v with status.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
-
-// Error is the JSON body of every 4xx and 5xx of the APIs.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// NATSConnected is the readiness check of a NATS connection.
-func NATSConnected(nc *nats.Conn) Check {
-	return func(context.Context) error {
-		if !nc.IsConnected() {
-			return fmt.Errorf("nats %s", nc.Status())
-		}
-		return nil
-	}
-}
-
-// WatchReady mirrors readiness into a gauge every few seconds, for dashboards and alerts.
-func WatchReady(ctx context.Context, gauge prometheus.Gauge, checks map[string]Check) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		ready := 1.0
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		for _, check := range checks {
-			if check(cctx) != nil {
-				ready = 0
-			}
-		}
-		cancel()
-		gauge.Set(ready)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// quiet stops logging connection events: the disconnect that closes a drained connection is
+// the stop itself, not a warning.
+func (b *Base) quiet() {
+	b.NC.SetDisconnectErrHandler(nil)
+	b.NC.SetClosedHandler(nil)
 }

@@ -2,7 +2,7 @@ package compose
 
 import (
 	"fmt"
-	"strings"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/podium-llm/podium/pkg/events"
@@ -26,45 +26,103 @@ type cuts struct {
 // preview_chars is 0 (whole).
 const previewFallback = 200
 
+// cutStep is one step of the budget's cut order. The table cutOrder is the one place the order
+// lives: it drives the cut sets the budget tries (budgetSteps), the truncated list of the event
+// (truncations) and the order the tests check.
+type cutStep struct {
+	section string // the section named in truncated
+	// times is how often the step can cut in (0 when it would change nothing): the oldest rounds
+	// go one at a time, every other step at once.
+	times func(in Inputs, lim Limits) int
+	set   func(c *cuts, k int) // make the step's k-th cut
+	made  func(c cuts) int     // how many of the step's cuts c holds
+	says  func(in Inputs, lim Limits, k int) string
+}
+
+// cutOrder is PROMPTS.md's order: level 3 (older rounds, oldest first; the leaderboard below
+// the top 3; per-metric details; whole submissions), then level 2 (the trend; the top rows; the
+// latest feedback). Level 1 (the task, the team's position, its latest score) is never cut.
+func cutOrder() []cutStep {
+	once := func(ok bool) int {
+		if ok {
+			return 1
+		}
+		return 0
+	}
+	return []cutStep{{
+		section: "history",
+		times:   func(in Inputs, _ Limits) int { return max(len(in.History)-1, 0) },
+		set:     func(c *cuts, k int) { c.droppedRounds = k },
+		made:    func(c cuts) int { return c.droppedRounds },
+		says: func(in Inputs, _ Limits, k int) string {
+			first, last := in.History[0].RoundNumber, in.History[k-1].RoundNumber
+			if first == last {
+				return fmt.Sprintf("round %d omitted", first)
+			}
+			return fmt.Sprintf("rounds %d-%d omitted", first, last)
+		},
+	}, {
+		section: "leaderboard",
+		times:   func(in Inputs, _ Limits) int { return once(len(in.Leaderboard) > 3) },
+		set:     func(c *cuts, _ int) { c.leaderboardTop3 = true },
+		made:    func(c cuts) int { return once(c.leaderboardTop3) },
+		says: func(in Inputs, _ Limits, _ int) string {
+			return fmt.Sprintf("rows below the top 3 omitted (%d teams)", len(in.Leaderboard))
+		},
+	}, {
+		section: "metrics",
+		times: func(in Inputs, _ Limits) int {
+			return once(slices.ContainsFunc(in.History, func(r events.TeamRound) bool { return len(r.Metrics) > 0 }))
+		},
+		set:  func(c *cuts, _ int) { c.noMetrics = true },
+		made: func(c cuts) int { return once(c.noMetrics) },
+		says: func(Inputs, Limits, int) string { return "per-metric details omitted" },
+	}, {
+		section: "submissions",
+		times: func(in Inputs, lim Limits) int {
+			return once(slices.ContainsFunc(in.History, func(r events.TeamRound) bool {
+				return utf8.RuneCountInString(r.Submission.Content) > previewLimit(lim)
+			}))
+		},
+		set:  func(c *cuts, _ int) { c.previewSubmissions = true },
+		made: func(c cuts) int { return once(c.previewSubmissions) },
+		says: func(_ Inputs, lim Limits, _ int) string {
+			return fmt.Sprintf("submissions over %d characters cut to head and tail", previewLimit(lim))
+		},
+	}, {
+		section: "trend",
+		times:   func(in Inputs, _ Limits) int { return once(len(in.History) > 0) },
+		set:     func(c *cuts, _ int) { c.noTrend = true },
+		made:    func(c cuts) int { return once(c.noTrend) },
+		says:    func(Inputs, Limits, int) string { return "score trend omitted" },
+	}, {
+		section: "leaderboard",
+		times:   func(in Inputs, _ Limits) int { return once(len(in.Leaderboard) > 1) },
+		set:     func(c *cuts, _ int) { c.selfOnlyLeaderboard = true },
+		made:    func(c cuts) int { return once(c.selfOnlyLeaderboard) },
+		says:    func(Inputs, Limits, int) string { return "top rows omitted, the team's own row kept" },
+	}, {
+		section: "feedback",
+		times: func(in Inputs, _ Limits) int {
+			n := len(in.History)
+			return once(n > 0 && in.History[n-1].Feedback != "")
+		},
+		set:  func(c *cuts, _ int) { c.noLatestFeedback = true },
+		made: func(c cuts) int { return once(c.noLatestFeedback) },
+		says: func(Inputs, Limits, int) string { return "latest feedback omitted" },
+	}}
+}
+
 // budgetSteps lists the cut sets to try, each one cutting more than the one before; steps[0]
 // cuts nothing. Only cuts that change something are listed.
 func budgetSteps(in Inputs, lim Limits) []cuts {
 	steps := []cuts{{}}
-	c := cuts{}
-	add := func() { steps = append(steps, c) }
-	for k := 1; k < len(in.History); k++ {
-		c.droppedRounds = k
-		add()
-	}
-	if len(in.Leaderboard) > 3 {
-		c.leaderboardTop3 = true
-		add()
-	}
-	for _, r := range in.History {
-		if len(r.Metrics) > 0 {
-			c.noMetrics = true
-			add()
-			break
+	var c cuts
+	for _, s := range cutOrder() {
+		for k := 1; k <= s.times(in, lim); k++ {
+			s.set(&c, k)
+			steps = append(steps, c)
 		}
-	}
-	for _, r := range in.History {
-		if utf8.RuneCountInString(r.Submission.Content) > previewLimit(lim) {
-			c.previewSubmissions = true
-			add()
-			break
-		}
-	}
-	if len(in.History) > 0 {
-		c.noTrend = true
-		add()
-	}
-	if len(in.Leaderboard) > 1 {
-		c.selfOnlyLeaderboard = true
-		add()
-	}
-	if n := len(in.History); n > 0 && in.History[n-1].Feedback != "" {
-		c.noLatestFeedback = true
-		add()
 	}
 	return steps
 }
@@ -76,37 +134,13 @@ func previewLimit(lim Limits) int {
 	return previewFallback
 }
 
-// truncations describes c for the event's truncated list; never nil.
+// truncations describes c for the event's truncated list, in the cut order; never nil.
 func (c cuts) truncations(in Inputs, lim Limits) []events.Truncation {
 	out := []events.Truncation{}
-	add := func(section, detail string) {
-		out = append(out, events.Truncation{Section: section, Detail: detail})
-	}
-	if k := c.droppedRounds; k > 0 {
-		first, last := in.History[0].RoundNumber, in.History[k-1].RoundNumber
-		if first == last {
-			add("history", fmt.Sprintf("round %d omitted", first))
-		} else {
-			add("history", fmt.Sprintf("rounds %d-%d omitted", first, last))
+	for _, s := range cutOrder() {
+		if k := s.made(c); k > 0 {
+			out = append(out, events.Truncation{Section: s.section, Detail: s.says(in, lim, k)})
 		}
-	}
-	if c.leaderboardTop3 {
-		add("leaderboard", fmt.Sprintf("rows below the top 3 omitted (%d teams)", len(in.Leaderboard)))
-	}
-	if c.noMetrics {
-		add("metrics", "per-metric details omitted")
-	}
-	if c.previewSubmissions {
-		add("submissions", fmt.Sprintf("submissions over %d characters cut to head and tail", previewLimit(lim)))
-	}
-	if c.noTrend {
-		add("trend", "score trend omitted")
-	}
-	if c.selfOnlyLeaderboard {
-		add("leaderboard", "top rows omitted, the team's own row kept")
-	}
-	if c.noLatestFeedback {
-		add("feedback", "latest feedback omitted")
 	}
 	return out
 }
@@ -126,66 +160,4 @@ func (c cuts) leaderboardRows(rows []events.LeaderboardRow, teamID string, keep 
 		}
 	}
 	return out
-}
-
-// checkRelativePaths rejects a request whose vars hold, under a name the template declares as
-// workspace paths, an absolute path or one that climbs out with "..": files are named relative
-// to the workspace, never inlined and never outside it.
-func checkRelativePaths(vars map[string]any, names []string) error {
-	for _, name := range names {
-		v, ok := lookupValue([]any{map[string]any(vars)}, name)
-		if !ok || v == nil {
-			continue
-		}
-		items, isList := v.([]any)
-		if !isList {
-			items = []any{v}
-		}
-		for i, it := range items {
-			where := "vars." + name
-			if isList {
-				where = fmt.Sprintf("%s[%d]", where, i)
-			}
-			s, isString := it.(string)
-			if !isString {
-				return failf(events.CodeInvalidRequest, "%s must be a path string, got %s", where, jsonKind(it))
-			}
-			if problem := relativePathProblem(s); problem != "" {
-				return failf(events.CodeInvalidRequest, "%s %q %s", where, s, problem)
-			}
-		}
-	}
-	return nil
-}
-
-func relativePathProblem(p string) string {
-	switch {
-	case p == "":
-		return "is empty; name a file relative to the workspace"
-	case strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`) || len(p) >= 2 && p[1] == ':':
-		return "is absolute; name it relative to the workspace (like src/main.go)"
-	}
-	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
-		if seg == ".." {
-			return "climbs out of the workspace with \"..\"; name it relative to the workspace"
-		}
-	}
-	return ""
-}
-
-// jsonKind names the JSON type of a decoded value for error messages.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return "a number"
 }

@@ -60,7 +60,10 @@ func TestBudgetCutsInOrderAndKeepsLevelOne(t *testing.T) {
 		}
 	}
 	last := tokens[len(tokens)-1]
-	levels := []string{"history", "leaderboard", "metrics", "submissions", "trend", "leaderboard", "feedback"}
+	var levels []string // the sections in cut order, from the one table that defines it
+	for _, s := range cutOrder() {
+		levels = append(levels, s.section)
+	}
 	for max := tokens[0]; max >= last; max -= 37 {
 		want := 0
 		for tokens[want] > max {
@@ -116,7 +119,7 @@ func TestBudgetGolden(t *testing.T) {
 func TestBudgetExceeded(t *testing.T) {
 	l := testLibrary(t)
 	_, err := l.Compose(longTournament("team-round", 50))
-	if Code(err) != events.CodeBudgetExceeded || !strings.Contains(err.Error(), "max_prompt_tokens 50") {
+	if failureCode(err) != events.CodeBudgetExceeded || !strings.Contains(err.Error(), "max_prompt_tokens 50") {
 		t.Fatalf("Compose with a 50-token budget: %v", err)
 	}
 }
@@ -241,7 +244,7 @@ func TestRunnerTaskRejectsPathsOutsideTheWorkspace(t *testing.T) {
 			tt.set(vars)
 			in.Request.Vars = vars
 			_, err := l.Compose(in)
-			if Code(err) != events.CodeInvalidRequest || !strings.Contains(err.Error(), tt.want) {
+			if failureCode(err) != events.CodeInvalidRequest || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Compose = %v, want invalid_request containing %q", err, tt.want)
 			}
 		})

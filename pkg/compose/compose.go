@@ -9,8 +9,6 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -19,27 +17,6 @@ import (
 
 //go:embed templates
 var builtin embed.FS
-
-// Error is a composition failure with the contract's failure code.
-type Error struct {
-	Code    events.FailureCode
-	Message string
-}
-
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
-
-func failf(code events.FailureCode, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// Code extracts the failure code of err, template_error for anything unexpected.
-func Code(err error) events.FailureCode {
-	var ce *Error
-	if errors.As(err, &ce) {
-		return ce.Code
-	}
-	return events.CodeTemplateError
-}
 
 // Inputs is everything a prompt is made of.
 type Inputs struct {
@@ -66,7 +43,7 @@ func (l *Library) Compose(in Inputs) (events.PromptComposed, error) {
 		return events.PromptComposed{}, err
 	}
 	if max := in.Request.MaxRounds; max > 0 && in.Request.RoundNumber > max {
-		return events.PromptComposed{}, failf(events.CodeInvalidRequest, "round_number %d is past max_rounds %d", in.Request.RoundNumber, max)
+		return events.PromptComposed{}, events.Failf(events.CodeInvalidRequest, "round_number %d is past max_rounds %d", in.Request.RoundNumber, max)
 	}
 	if err := checkRelativePaths(in.Request.Vars, t.relativePaths); err != nil {
 		return events.PromptComposed{}, err
@@ -133,12 +110,12 @@ func (l *Library) render(name string, parts []part, format string, in Inputs, li
 	for _, p := range parts {
 		if checkVars {
 			if v := missingVariable(p.tmpl.Tags(), []any{ctx}); v != "" {
-				return rendered{}, failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
+				return rendered{}, events.Failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
 			}
 		}
 		text, err := p.tmpl.Render(ctx)
 		if err != nil {
-			return rendered{}, failf(events.CodeTemplateError, "template %q: %v", name, err)
+			return rendered{}, events.Failf(events.CodeTemplateError, "template %q: %v", name, err)
 		}
 		role := p.role
 		if role == "" {
@@ -174,7 +151,7 @@ func (l *Library) renderBudgeted(name string, parts []part, format string, in In
 		return rendered{}, err
 	}
 	if smallest.tokens > lim.MaxPromptTokens {
-		return rendered{}, failf(events.CodeBudgetExceeded,
+		return rendered{}, events.Failf(events.CodeBudgetExceeded,
 			"template %q needs %d tokens (%s) with only the task, the team's position and its latest score, over max_prompt_tokens %d",
 			name, smallest.tokens, l.tokens.Name(), lim.MaxPromptTokens)
 	}
@@ -234,129 +211,7 @@ func (l *Library) location(name string) (*time.Location, error) {
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil || name == "Local" {
-		return nil, failf(events.CodeInvalidRequest, "timezone %q is not an IANA time zone name (for example \"UTC\", \"Asia/Tokyo\", \"Europe/Berlin\", \"America/New_York\")", name)
+		return nil, events.Failf(events.CodeInvalidRequest, "timezone %q is not an IANA time zone name (for example \"UTC\", \"Asia/Tokyo\", \"Europe/Berlin\", \"America/New_York\")", name)
 	}
 	return loc, nil
-}
-
-// buildContext computes every variable of PROMPTS.md with the budget's cuts c applied. It uses
-// maps, not structs, because mustache looks struct fields up by Go name; and only values that
-// print the same everywhere. The costly values are computed only when the template uses them.
-func buildContext(in Inputs, lim Limits, loc *time.Location, c cuts, uses func(string) bool) map[string]any {
-	req := in.Request
-	ctx := map[string]any{
-		"user_prompt":      req.UserPrompt,
-		"round_number":     req.RoundNumber,
-		"is_first_round":   req.RoundNumber == 1,
-		"has_history":      len(in.History) > 0,
-		"has_leaderboard":  len(in.Leaderboard) > 0,
-		"team":             map[string]any{"id": req.TeamID, "name": req.TeamName},
-		"current_datetime": isoformat(in.Time.In(loc)),
-	}
-	if req.MaxRounds > 0 {
-		ctx["max_rounds"] = req.MaxRounds
-		ctx["rounds_remaining"] = req.MaxRounds - req.RoundNumber
-	}
-	vars := make(map[string]any, len(req.Vars))
-	for k, v := range req.Vars {
-		vars[k] = v
-	}
-	ctx["vars"] = vars
-
-	trend := make([]string, 0, len(in.History))
-	for _, r := range in.History {
-		trend = append(trend, score2(r.OverallScore))
-	}
-	ctx["trend"] = strings.Join(trend, " -> ")
-	if c.noTrend {
-		ctx["trend"] = ""
-	}
-
-	// The rounds the budget kept, with its cuts applied to each.
-	kept := make([]events.TeamRound, 0, len(in.History)-c.droppedRounds)
-	for i, r := range in.History[c.droppedRounds:] {
-		if c.noMetrics {
-			r.Metrics = nil
-		}
-		if c.previewSubmissions {
-			r.Submission.Content, _ = preview(r.Submission.Content, previewLimit(lim))
-		}
-		if c.noLatestFeedback && c.droppedRounds+i == len(in.History)-1 {
-			r.Feedback = ""
-		}
-		kept = append(kept, r)
-	}
-
-	// Structured history: the last history_rounds rounds, submissions previewed.
-	hist := kept
-	if len(hist) > lim.HistoryRounds {
-		hist = hist[len(hist)-lim.HistoryRounds:]
-	}
-	items := make([]any, 0, len(hist))
-	for _, r := range hist {
-		metrics := make([]any, 0, len(r.Metrics))
-		for _, m := range r.Metrics {
-			metrics = append(metrics, map[string]any{
-				"metric_name": m.MetricName, "score": m.Score, "score_text": score2(m.Score), "evaluator_comment": m.EvaluatorComment,
-			})
-		}
-		pv, cut := preview(r.Submission.Content, lim.PreviewChars)
-		item := map[string]any{
-			"round_number": r.RoundNumber, "score": r.OverallScore, "score_text": score2(r.OverallScore),
-			"metrics": metrics, "feedback": r.Feedback, "submission": r.Submission.Content,
-			"preview": pv, "preview_truncated": cut, "delta": "", "has_delta": false,
-		}
-		if prev, ok := previousRound(in.History, r.RoundNumber); ok {
-			item["delta"] = signed(r.OverallScore - prev.OverallScore)
-			item["has_delta"] = true
-		}
-		items = append(items, item)
-	}
-	ctx["history"] = items
-
-	// Structured leaderboard: the top leaderboard_teams rows, plus the team's own below the cut.
-	lbRows := c.leaderboardRows(in.Leaderboard, req.TeamID, lim.LeaderboardTeams)
-	rows := make([]any, 0, len(lbRows))
-	for _, r := range lbRows {
-		rows = append(rows, map[string]any{
-			"position": r.Position, "rank": r.Rank, "team_id": r.TeamID, "team_name": r.TeamName,
-			"best_score": r.BestScore, "best_score_text": score2(r.BestScore), "best_round": r.BestRound,
-			"rounds": r.Rounds, "is_self": r.TeamID == req.TeamID,
-		})
-	}
-	ctx["leaderboard"] = rows
-
-	position := 0
-	if self, ok := selfRow(in.Leaderboard, req.TeamID); ok {
-		position = self.Position
-		gap := in.Leaderboard[0].BestScore - self.BestScore
-		if req.ScoreOrder == events.Asc {
-			gap = -gap
-		}
-		ctx["self"] = map[string]any{
-			"position": self.Position, "rank": self.Rank, "best_score_text": score2(self.BestScore),
-			"gap_to_leader_text": score2(gap), "team_count": len(in.Leaderboard),
-		}
-	}
-	// mixseek's strings are whole whatever the structured limits say; only the budget cuts them.
-	if uses("submission_history") {
-		ctx["submission_history"] = submissionHistory(kept)
-	}
-	if uses("ranking_table") {
-		ctx["ranking_table"] = rankingTable(c.leaderboardRows(in.Leaderboard, req.TeamID, len(in.Leaderboard)), req.TeamID)
-	}
-	ctx["team_position_message"] = teamPositionMessage(position, len(in.Leaderboard))
-	return ctx
-}
-
-func previousRound(hist []events.TeamRound, round int) (events.TeamRound, bool) {
-	var prev events.TeamRound
-	found := false
-	for _, r := range hist {
-		if r.RoundNumber >= round {
-			break
-		}
-		prev, found = r, true
-	}
-	return prev, found
 }

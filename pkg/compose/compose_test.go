@@ -380,7 +380,7 @@ func TestComposeFailures(t *testing.T) {
 			in := base
 			tt.mutate(&in.Request)
 			_, err := l.Compose(in)
-			if Code(err) != tt.code || err == nil || !strings.Contains(err.Error(), tt.msg) {
+			if failureCode(err) != tt.code || err == nil || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("Compose error = %v, want code %s containing %q", err, tt.code, tt.msg)
 			}
 		})
@@ -406,4 +406,12 @@ func TestComposedEventShape(t *testing.T) {
 			t.Errorf("prompt.composed data lacks %s: %s", want, b)
 		}
 	}
+}
+
+// failureCode is the code of the events.Failure in err, "" when there is none.
+func failureCode(err error) events.FailureCode {
+	if f, ok := events.AsFailure(err); ok {
+		return f.Code
+	}
+	return ""
 }

@@ -545,16 +545,16 @@ func (l *Library) Lookup(ref string) (*Template, error) {
 	}
 	t, ok := l.templates[name]
 	if !ok {
-		return nil, failf(events.CodeUnknownTemplate, "template %q not found (have %s)", name, strings.Join(l.names(), ", "))
+		return nil, events.Failf(events.CodeUnknownTemplate, "template %q not found (have %s)", name, strings.Join(l.names(), ", "))
 	}
 	switch sep {
 	case '@':
 		if v, err := strconv.Atoi(rest); err != nil || v != t.Version {
-			return nil, failf(events.CodeUnknownTemplate, "template %q has no version %s (loaded: version %d)", name, rest, t.Version)
+			return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no version %s (loaded: version %d)", name, rest, t.Version)
 		}
 	case ':':
 		if rest != "latest" && !slices.Contains(t.Labels, rest) {
-			return nil, failf(events.CodeUnknownTemplate, "template %q has no label %q (labels: latest %s)", name, rest, strings.Join(t.Labels, " "))
+			return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no label %q (labels: latest %s)", name, rest, strings.Join(t.Labels, " "))
 		}
 	}
 	return t, nil

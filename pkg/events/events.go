@@ -105,7 +105,8 @@ type RoundRequested struct {
 	MaxRounds   int            `json:"max_rounds,omitempty"` // 0 when not sent
 	ScoreOrder  ScoreOrder     `json:"score_order,omitempty"`
 	Limits      Limits         `json:"limits"`
-	Vars        map[string]any `json:"vars,omitempty"` // numbers are json.Number, so they render as sent
+	Standings   Standings      `json:"standings,omitempty"` // "" means Live
+	Vars        map[string]any `json:"vars,omitempty"`      // numbers are json.Number, so they render as sent
 }
 
 // Limits override a template's defaults; nil means "not sent".
@@ -132,6 +133,30 @@ func ParseScoreOrder(s string) (ScoreOrder, bool) {
 		return Desc, true
 	case string(Asc):
 		return Asc, true
+	}
+	return "", false
+}
+
+// Standings says which evaluations a prompt's leaderboard counts (CONTRACT section 5).
+type Standings string
+
+// Standings modes. The zero value means Live.
+const (
+	// Live counts every evaluation of the execution committed before the request, whatever its
+	// round, as mixseek-core does for teams that run asynchronously.
+	Live Standings = "live"
+	// BeforeRound counts rounds below the requested one only: the same board for every team of a
+	// synchronized round.
+	BeforeRound Standings = "before_round"
+)
+
+// ParseStandings accepts "", "live" and "before_round".
+func ParseStandings(s string) (Standings, bool) {
+	switch s {
+	case "", string(Live):
+		return Live, true
+	case string(BeforeRound):
+		return BeforeRound, true
 	}
 	return "", false
 }
@@ -218,19 +243,6 @@ type PromptFailed struct {
 	Message     string      `json:"message"`
 	Retryable   bool        `json:"retryable"`
 }
-
-// FailureCode is the machine-readable reason of a prompt.failed.
-type FailureCode string
-
-// The failure codes of CONTRACT section 3.
-const (
-	CodeInvalidRequest   FailureCode = "invalid_request"
-	CodeUnknownTemplate  FailureCode = "unknown_template"
-	CodeTemplateError    FailureCode = "template_error"
-	CodeInputsNotReady   FailureCode = "inputs_not_ready"
-	CodeStoreUnavailable FailureCode = "store_unavailable"
-	CodeBudgetExceeded   FailureCode = "budget_exceeded"
-)
 
 // LeaderboardUpdated is the data of leaderboard.updated.
 type LeaderboardUpdated struct {

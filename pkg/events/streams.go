@@ -83,10 +83,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions,
 
 // ConsumerOptions shape a service's durable pull consumer.
 type ConsumerOptions struct {
-	AckWait       time.Duration   // how long a delivered message may stay unacked before redelivery
-	MaxAckPending int             // across all replicas; keep it near the total worker count
-	MaxDeliver    int             // deliveries before the broker gives up (-1 unlimited)
-	BackOff       []time.Duration // redelivery delays after a Nak without delay or an AckWait expiry
+	AckWait       time.Duration // how long a delivered message may stay unacked before redelivery
+	MaxAckPending int           // across all replicas; keep it near the total worker count
+	MaxDeliver    int           // deliveries before the broker gives up (-1 unlimited)
 }
 
 // ConsumerConfig returns the durable consumer of a service on its input stream.
@@ -98,7 +97,6 @@ func ConsumerConfig(durable string, o ConsumerOptions) (jetstream.ConsumerConfig
 		AckWait:       o.AckWait,
 		MaxAckPending: o.MaxAckPending,
 		MaxDeliver:    o.MaxDeliver,
-		BackOff:       o.BackOff,
 	}
 	switch durable {
 	case ConsumerRanker:
@@ -111,12 +109,4 @@ func ConsumerConfig(durable string, o ConsumerOptions) (jetstream.ConsumerConfig
 		return jetstream.ConsumerConfig{}, fmt.Errorf("events: unknown consumer %q", durable)
 	}
 	return cfg, nil
-}
-
-// InputStream is the stream a durable consumes.
-func InputStream(durable string) string {
-	if durable == ConsumerComposer {
-		return StreamRounds
-	}
-	return StreamEvaluations
 }

@@ -78,24 +78,37 @@ func ParseRoundRequest(subject string, body []byte, maxBytes int) (RoundRequest,
 	return rr, c.err()
 }
 
+// RenderRequest is a validated body of POST /v1/render (CONTRACT section 7).
+type RenderRequest struct {
+	Data      RoundRequested
+	Time      time.Time // zero when absent: the caller then uses the current time
+	RequestID string    // "" when absent
+	// EvaluationsSeq, when set, renders as of that EVALUATIONS sequence instead of the latest,
+	// so an audit record can be rendered again exactly.
+	EvaluationsSeq *uint64
+}
+
 // ParseRenderRequest validates the body of POST /v1/render: a round.requested data object with an
-// optional "time" (RFC 3339; zero when absent) and an optional "request_id".
-func ParseRenderRequest(body []byte, maxBytes int) (RoundRequested, time.Time, string, error) {
+// optional "time" (RFC 3339), "request_id" and "evaluations_seq".
+func ParseRenderRequest(body []byte, maxBytes int) (RenderRequest, error) {
 	var c checker
 	m := c.decodeObject(body, maxBytes, "the data of a round.requested")
 	if m == nil {
-		return RoundRequested{}, time.Time{}, "", c.err()
+		return RenderRequest{}, c.err()
 	}
-	rr := c.roundRequested(m, "")
-	var t time.Time
+	r := RenderRequest{Data: c.roundRequested(m, "")}
 	if _, ok := m["time"]; ok {
-		t = c.timestamp(m, "", "time")
+		r.Time = c.timestamp(m, "", "time")
 	}
-	id, _ := c.str(m, "", "request_id", false)
-	if id != "" && !ValidEventID(id) {
+	r.RequestID, _ = c.str(m, "", "request_id", false)
+	if r.RequestID != "" && !ValidEventID(r.RequestID) {
 		c.add("request_id", "must be 1-128 printable ASCII characters")
 	}
-	return rr, t, id, c.err()
+	if v, ok := c.integer(m, "", "evaluations_seq", false, 0, math.MaxInt64); ok {
+		seq := uint64(v)
+		r.EvaluationsSeq = &seq
+	}
+	return r, c.err()
 }
 
 // Validate checks any of the five event types against the contract; the type is taken from the
@@ -328,6 +341,13 @@ func (c *checker) roundRequested(m map[string]any, p string) RoundRequested {
 			d.ScoreOrder = so
 		} else {
 			c.add(join(p, "score_order"), fmt.Sprintf("must be \"asc\" or \"desc\", got %q", v))
+		}
+	}
+	if v, ok := c.str(m, p, "standings", false); ok {
+		if st, valid := ParseStandings(v); valid && v != "" {
+			d.Standings = st
+		} else {
+			c.add(join(p, "standings"), fmt.Sprintf("must be \"live\" or \"before_round\", got %q", v))
 		}
 	}
 	if lim := c.object(m, p, "limits", false); lim != nil {

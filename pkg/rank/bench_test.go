@@ -10,6 +10,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // Shape of the generated table: executions of 10 teams x 10 rounds, 100 evaluations each.
@@ -45,7 +46,7 @@ func BenchmarkLeaderboardRead(b *testing.B) {
 		filled = total
 		// The execution read is in the middle of the key range, not at an end.
 		exec := fmt.Sprintf("exec-%07d", total/perExec/2)
-		board, err := s.Leaderboard(ctx, exec, events.Desc, 0)
+		board, err := s.Leaderboard(ctx, exec, events.Desc, rank.Everything())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -54,7 +55,7 @@ func BenchmarkLeaderboardRead(b *testing.B) {
 		}
 		b.StartTimer()
 		lat := percentiles(b, func() error {
-			_, err := s.Leaderboard(ctx, exec, events.Desc, 0)
+			_, err := s.Leaderboard(ctx, exec, events.Desc, rank.Everything())
 			return err
 		})
 		b.StopTimer()

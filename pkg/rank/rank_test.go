@@ -167,15 +167,13 @@ func TestStoreLatestEvaluationWinsAndReplaysCountOnce(t *testing.T) {
 func checkStore(t *testing.T, s *rank.Store, merged bool) {
 	t.Helper()
 	ctx := context.Background()
-	board, err := s.Leaderboard(ctx, "exec", events.Desc, 0)
+	board, err := s.Leaderboard(ctx, "exec", events.Desc, rank.Everything())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []events.LeaderboardRow{
-		{Position: 1, Rank: 1, TeamID: "a", TeamName: "Team a", BestScore: 80, BestRound: 2, Rounds: 2},
-		{Position: 2, Rank: 1, TeamID: "b", TeamName: "Team b", BestScore: 80, BestRound: 1, Rounds: 1},
-	}
-	if diff := cmp.Diff(want, board.Rows); diff != "" {
+	rowA := events.LeaderboardRow{Position: 1, Rank: 1, TeamID: "a", TeamName: "Team a", BestScore: 80, BestRound: 2, Rounds: 2}
+	rowB := events.LeaderboardRow{Position: 2, Rank: 1, TeamID: "b", TeamName: "Team b", BestScore: 80, BestRound: 1, Rounds: 1}
+	if diff := cmp.Diff([]events.LeaderboardRow{rowA, rowB}, board.Rows); diff != "" {
 		t.Errorf("leaderboard mismatch (-want +got):\n%s", diff)
 	}
 	// The first copies of the ids are at sequences 1-5; replays do not move it, merged or not.
@@ -183,67 +181,59 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 		t.Errorf("evaluations_seq = %d (merged: %v), want 5", board.Seq, merged)
 	}
 
-	hist, err := s.History(ctx, "exec", "a", 0)
+	hist, err := s.History(ctx, "exec", "a", rank.Everything())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gotIDs []string
-	for _, r := range hist {
-		gotIDs = append(gotIDs, r.EvaluationID)
-	}
-	if diff := cmp.Diff([]string{"e2", "e3"}, gotIDs); diff != "" {
-		t.Errorf("history ids mismatch (-want +got):\n%s", diff)
-	}
-	wantRound1 := events.TeamRound{RoundNumber: 1, EvaluationID: "e2", OverallScore: 60,
+	round1 := events.TeamRound{RoundNumber: 1, EvaluationID: "e2", OverallScore: 60,
 		Metrics: []events.Metric{{MetricName: "m", Score: 60, EvaluatorComment: "c e2"}}, Feedback: "fb e2",
 		Submission: events.Submission{Content: "sub e2", Format: "md"}, EvaluatedAt: "2026-11-21T20:00:00+09:00"}
-	if diff := cmp.Diff(wantRound1, hist[0]); diff != "" {
-		t.Errorf("history round 1 mismatch (-want +got):\n%s", diff)
+	round2 := events.TeamRound{RoundNumber: 2, EvaluationID: "e3", OverallScore: 80,
+		Metrics: []events.Metric{{MetricName: "m", Score: 80, EvaluatorComment: "c e3"}}, Feedback: "fb e3",
+		Submission: events.Submission{Content: "sub e3", Format: "md"}, EvaluatedAt: "2026-11-21T12:00:00Z"}
+	if diff := cmp.Diff([]events.TeamRound{round1, round2}, hist); diff != "" {
+		t.Errorf("history mismatch (-want +got):\n%s", diff)
 	}
 
-	before2, err := s.Leaderboard(ctx, "exec", events.Desc, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := before2.Rows[0]; got.TeamID != "b" || got.BestScore != 80 {
-		t.Errorf("leaderboard before round 2: first row %+v, want team b with 80", got)
-	}
-
-	// A snapshot answers both reads exactly as the dedicated queries do, at every round bound.
-	for _, before := range []int{0, 1, 2, 3, 4} {
-		evs, err := s.Evaluations(ctx, []string{"exec"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sn := evs["exec"].Before(before)
-		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
-			want, err := s.Leaderboard(ctx, "exec", order, before)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(want, sn.Leaderboard(order)); diff != "" {
-				t.Errorf("snapshot leaderboard before %d, %s (merged %v) mismatch (-want +got):\n%s", before, order, merged, diff)
-			}
-		}
-		for _, team := range []string{"a", "b", "nobody"} {
-			want, err := s.History(ctx, "exec", team, before)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(want, sn.History(team)); diff != "" {
-				t.Errorf("snapshot history of %s before %d (merged %v) mismatch (-want +got):\n%s", team, before, merged, diff)
-			}
-		}
-	}
+	// One read of the execution answers both, at every bound, exactly as the dedicated reads.
 	evs, err := s.Evaluations(ctx, []string{"exec", "nope"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if evs["exec"].Bytes() < 6*len("sub e0") || evs["nope"] == nil || len(evs["nope"].Before(0).Leaderboard(events.Desc).Rows) != 0 {
-		t.Errorf("evaluations of two executions: %d bytes for exec, %+v for an unknown one", evs["exec"].Bytes(), evs["nope"])
+	ev := evs["exec"]
+	for _, b := range []rank.Bound{rank.Everything(), {BeforeRound: 2, UpToSeq: rank.AllSeqs}, {UpToSeq: 3}, {BeforeRound: 3, UpToSeq: 1}, {UpToSeq: 0}} {
+		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
+			want, err := s.Leaderboard(ctx, "exec", order, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, ev.Reduce(b).Leaderboard(order)); diff != "" {
+				t.Errorf("read leaderboard within %+v, %s (merged %v) mismatch (-want +got):\n%s", b, order, merged, diff)
+			}
+		}
+		for _, team := range []string{"a", "b", "nobody"} {
+			want, err := s.History(ctx, "exec", team, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, ev.Reduce(b).History(team)); diff != "" {
+				t.Errorf("read history of %s within %+v (merged %v) mismatch (-want +got):\n%s", team, b, merged, diff)
+			}
+		}
+	}
+	// Pinned to sequence 1 only e1 exists: round 1 of a at 70.
+	if got := ev.Reduce(rank.Bound{UpToSeq: 1}).Leaderboard(events.Desc); len(got.Rows) != 1 || got.Rows[0].BestScore != 70 || got.Seq != 1 {
+		t.Errorf("leaderboard as of sequence 1 = %+v, want a with 70", got)
+	}
+	before2 := ev.Reduce(rank.Bound{BeforeRound: 2, UpToSeq: rank.AllSeqs}).Leaderboard(events.Desc)
+	if got := before2.Rows[0]; got.TeamID != "b" || got.BestScore != 80 {
+		t.Errorf("leaderboard before round 2: first row %+v, want team b with 80", got)
+	}
+	if ev.Bytes() < 6*len("sub e0") || evs["nope"] == nil || len(evs["nope"].Reduce(rank.Everything()).Leaderboard(events.Desc).Rows) != 0 {
+		t.Errorf("evaluations of two executions: %d bytes for exec, %+v for an unknown one", ev.Bytes(), evs["nope"])
 	}
 
-	unknown, err := s.Leaderboard(ctx, "nope", events.Desc, 0)
+	unknown, err := s.Leaderboard(ctx, "nope", events.Desc, rank.Everything())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,14 +255,20 @@ func TestLatest(t *testing.T) {
 		st("b", "e4", 2, 60, 100, 5),
 		st("b", "e5", 3, 70, 100, 6),
 	}
+	var all uint64 = rank.AllSeqs
 	for _, tt := range []struct {
-		before  int
+		bound   rank.Bound
 		want    []rank.RoundScore
 		wantSeq uint64
 	}{
-		{0, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore, rows[6].RoundScore}, 6},
-		{3, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore}, 5},
-		{2, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore}, 4},
+		{rank.Bound{UpToSeq: all}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore, rows[6].RoundScore}, 6},
+		{rank.Bound{BeforeRound: 3, UpToSeq: all}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore}, 5},
+		{rank.Bound{BeforeRound: 2, UpToSeq: all}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore}, 4},
+		// Pinned: later sequences are not seen, whatever their round or whether they are replays.
+		{rank.Bound{UpToSeq: 2}, []rank.RoundScore{rows[2].RoundScore}, 2},
+		{rank.Bound{UpToSeq: 5}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore}, 5},
+		{rank.Bound{BeforeRound: 2, UpToSeq: 5}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore}, 4},
+		{rank.Bound{UpToSeq: 0}, []rank.RoundScore{}, 0},
 	} {
 		// Any order of the stored rows gives the same answer.
 		for _, perm := range [][]int{{0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {1, 3, 0, 6, 2, 5, 4}} {
@@ -280,12 +276,12 @@ func TestLatest(t *testing.T) {
 			for i, j := range perm {
 				in[i] = rows[j]
 			}
-			got, seq := rank.Latest(in, tt.before)
+			got, seq := rank.Latest(in, tt.bound)
 			sort := func(a, b rank.RoundScore) int { return strings.Compare(a.TeamID+a.EventID, b.TeamID+b.EventID) }
 			slices.SortFunc(got, sort)
 			slices.SortFunc(tt.want, sort)
 			if diff := cmp.Diff(tt.want, got); diff != "" || seq != tt.wantSeq {
-				t.Errorf("Latest(before %d, order %v): seq %d, want %d; mismatch (-want +got):\n%s", tt.before, perm, seq, tt.wantSeq, diff)
+				t.Errorf("Latest(%+v, order %v): seq %d, want %d; mismatch (-want +got):\n%s", tt.bound, perm, seq, tt.wantSeq, diff)
 			}
 		}
 	}

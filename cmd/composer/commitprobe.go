@@ -12,7 +12,7 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// commitProbes asks JetStream how far the ranker has committed, for all waiting requests at
+// commitProbes is the commit probe: it asks JetStream how far the ranker has committed, for all waiting requests at
 // once: a request joins the next probe, which starts after it joined, so the EVALUATIONS last
 // sequence it reads covers every evaluation acknowledged before the request was handled. A
 // burst of requests costs two JetStream API calls per probe instead of two per request.
@@ -29,7 +29,7 @@ type commitProbes struct {
 type probe struct {
 	done chan struct{}
 
-	noStream   bool   // no evaluation was ever accepted
+	noStream   bool   // no evaluation was ever accepted (lastSeq is 0)
 	lastSeq    uint64 // the stream's last sequence
 	streamErr  error
 	consumer   *jetstream.ConsumerInfo // nil when not found or on error

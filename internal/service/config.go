@@ -1,0 +1,128 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// Common is the configuration both services read. Each variable may be prefixed with the service
+// name (COMPOSER_NATS_URL) to override the shared one (NATS_URL).
+type Common struct {
+	NATSURL      string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"comma-separated NATS server URLs"`
+	NATSCreds    string `envconfig:"NATS_CREDS" desc:"NATS credentials file (JWT + nkey)"`
+	NATSUser     string `envconfig:"NATS_USER" desc:"NATS user"`
+	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"NATS password"`
+	NATSTLSCA    string `envconfig:"NATS_TLS_CA" desc:"CA certificate file for NATS TLS"`
+
+	ClickHouseAddr     []string `envconfig:"CLICKHOUSE_ADDR" default:"127.0.0.1:9000" desc:"ClickHouse native-protocol host:port list, comma-separated"`
+	ClickHouseDatabase string   `envconfig:"CLICKHOUSE_DATABASE" default:"rounds" desc:"ClickHouse database (created by the ranker if missing)"`
+	ClickHouseUser     string   `envconfig:"CLICKHOUSE_USER" default:"default" desc:"ClickHouse user"`
+	ClickHousePassword string   `envconfig:"CLICKHOUSE_PASSWORD" desc:"ClickHouse password"`
+
+	ManageStreams  bool          `envconfig:"MANAGE_STREAMS" default:"true" desc:"create or update the streams at start (false where an operator owns them)"`
+	StreamReplicas int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas of every stream (3 in a cluster)"`
+	PromptsMaxAge  time.Duration `envconfig:"PROMPTS_MAX_AGE" default:"0" desc:"retention of the PROMPTS audit stream, 0 = forever"`
+	MaxEventBytes  int           `envconfig:"MAX_EVENT_BYTES" default:"1048576" desc:"largest accepted event body in bytes"`
+	LogLevel       LogLevel      `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error; logs are JSON on stderr"`
+	Pprof          bool          `envconfig:"PPROF" default:"false" desc:"serve Go profiles under /debug/pprof/ on the HTTP address (off: they expose internals)"`
+}
+
+// Shared returns the shared part of a service's configuration.
+func (c *Common) Shared() *Common { return c }
+
+// ValidateShared checks ranges of the shared settings that types alone do not; prefix is the
+// service's (COMPOSER) for the messages.
+func (c *Common) ValidateShared(prefix string) error {
+	var errs []error
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		errs = append(errs, fmt.Errorf("STREAM_REPLICAS (or %s_STREAM_REPLICAS) must be 1 to 5, got %d", prefix, c.StreamReplicas))
+	}
+	if c.MaxEventBytes < 1 {
+		errs = append(errs, fmt.Errorf("MAX_EVENT_BYTES (or %s_MAX_EVENT_BYTES) must be positive, got %d", prefix, c.MaxEventBytes))
+	}
+	if c.PromptsMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("PROMPTS_MAX_AGE (or %s_PROMPTS_MAX_AGE) must not be negative, got %s", prefix, c.PromptsMaxAge))
+	}
+	if len(c.ClickHouseAddr) == 0 {
+		errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR) must name at least one host:port", prefix))
+	}
+	for _, a := range c.ClickHouseAddr {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR): %q is not host:port", prefix, a))
+		}
+	}
+	if strings.TrimSpace(c.NATSURL) == "" {
+		errs = append(errs, fmt.Errorf("NATS_URL (or %s_NATS_URL) must not be empty", prefix))
+	}
+	return errors.Join(errs...)
+}
+
+// Streams returns the stream options the configuration asks for.
+func (c *Common) Streams() events.StreamOptions {
+	return events.StreamOptions{Replicas: c.StreamReplicas, PromptsMaxAge: c.PromptsMaxAge}
+}
+
+// Store returns where ClickHouse is.
+func (c *Common) Store() rank.Config {
+	return rank.Config{Addrs: c.ClickHouseAddr, Database: c.ClickHouseDatabase, User: c.ClickHouseUser, Password: c.ClickHousePassword}
+}
+
+// LogLevel is a slog level read from the environment by name.
+type LogLevel slog.Level
+
+// Decode implements envconfig.Decoder.
+func (l *LogLevel) Decode(v string) error {
+	switch strings.ToLower(v) {
+	case "debug":
+		*l = LogLevel(slog.LevelDebug)
+	case "info":
+		*l = LogLevel(slog.LevelInfo)
+	case "warn", "warning":
+		*l = LogLevel(slog.LevelWarn)
+	case "error":
+		*l = LogLevel(slog.LevelError)
+	default:
+		return fmt.Errorf("%q is not one of debug, info, warn, error", v)
+	}
+	return nil
+}
+
+// Load reads cfg from the environment with envconfig under prefix ("ranker", "composer").
+func Load(prefix string, cfg any) error {
+	if err := envconfig.Process(prefix, cfg); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return nil
+}
+
+// Usage writes the --help text: what the command does and the variable table.
+func Usage(w io.Writer, prefix, summary string, cfg any) error {
+	fmt.Fprintf(w, "%s\n\nConfiguration is read from the environment. Every variable may also be given with the\nprefix %s_ (for example %s_NATS_URL), which overrides the shared name.\n\n",
+		summary, strings.ToUpper(prefix), strings.ToUpper(prefix))
+	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
+	if err := envconfig.Usagef(prefix, cfg, tw, usageFormat); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+const usageFormat = `VARIABLE	DEFAULT	MEANING
+{{range .}}{{usage_key .}}	{{usage_default .}}	{{usage_description .}}
+{{end}}`
+
+// NewLogger returns the JSON logger every line of a service goes through.
+func NewLogger(w io.Writer, level LogLevel, serviceName string) *slog.Logger {
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.Level(level)})
+	return slog.New(h).With("service", serviceName)
+}

@@ -1,0 +1,114 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Check is one readiness condition; nil means ready.
+type Check func(ctx context.Context) error
+
+// Server is the HTTP side of a service: its API plus /metrics, /healthz and /readyz.
+type Server struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Listen binds addr and builds the handler. /readyz answers 200 only when every check passes,
+// and 503 with the failing checks otherwise.
+func Listen(addr string, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check, pprofOn bool) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		failing := map[string]string{}
+		for name, check := range checks {
+			if err := check(ctx); err != nil {
+				failing[name] = err.Error()
+			}
+		}
+		if len(failing) > 0 {
+			WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failing": failing})
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if pprofOn {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	if api != nil {
+		mux.Handle("/", api)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return &Server{srv: srv, ln: ln}, nil
+}
+
+// Addr is the bound address (useful with port 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve blocks until Shutdown.
+func (s *Server) Serve() error {
+	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests and waits for the ones in flight.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// WriteJSON writes v with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// Error is the JSON body of every 4xx and 5xx of the APIs.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// WatchReady mirrors readiness into a gauge every few seconds, for dashboards and alerts.
+func WatchReady(ctx context.Context, gauge prometheus.Gauge, checks map[string]Check) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		ready := 1.0
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		for _, check := range checks {
+			if check(cctx) != nil {
+				ready = 0
+			}
+		}
+		cancel()
+		gauge.Set(ready)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,140 @@
+// Package settle is the one place where a consumed JetStream message is settled. Business steps
+// return an Outcome (done, retry later, poison with a reason); Settler maps it to Ack,
+// NakWithDelay with the one shared Backoff, or dead letter + Term, and counts it. Handlers never
+// call Ack, Nak or Term themselves, as in watermill's handler/middleware split.
+package settle
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// Kind is what became of a message.
+type Kind int
+
+const (
+	// Done: the message is handled (stored, answered); acknowledge it.
+	Done Kind = iota
+	// Retry: a transient failure (NATS, ClickHouse, shutdown); redeliver it after Backoff.
+	Retry
+	// Poison: the message can never be handled; dead-letter it with the reason and terminate it.
+	Poison
+)
+
+var kindNames = [...]string{Done: "done", Retry: "retry", Poison: "dead_lettered"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Outcome is what a handler decided about one message.
+type Outcome struct {
+	Kind Kind
+	// Why explains Retry (logged) and Poison (the dead letter's Dead-Reason).
+	Why string
+}
+
+// Ack is the outcome of a handled message.
+func Ack() Outcome { return Outcome{Kind: Done} }
+
+// RetryLater is the outcome of a transient failure.
+func RetryLater(err error) Outcome { return Outcome{Kind: Retry, Why: err.Error()} }
+
+// Reject is the outcome of a message that can never be handled.
+func Reject(reason string) Outcome { return Outcome{Kind: Poison, Why: reason} }
+
+// deadLetterTries is how often a dead letter is tried before the poison message is terminated
+// anyway: a poison message must never hold the consumer's ack floor.
+const deadLetterTries = 3
+
+// Backoff is the redelivery delay after a transient failure on the given delivery (1-based):
+// 500ms, 1s, 2s, 4s, then 5s.
+func Backoff(delivery uint64) time.Duration {
+	return min(250*time.Millisecond<<min(delivery, 5), 5*time.Second)
+}
+
+// Settler settles the messages of one service.
+type Settler struct {
+	js      jetstream.JetStream
+	log     *slog.Logger
+	settled *prometheus.CounterVec
+	lost    prometheus.Counter
+}
+
+// New builds the settler of a service; its metrics are <service>_messages_settled_total{outcome}
+// and <service>_dead_letters_failed_total.
+func New(js jetstream.JetStream, log *slog.Logger, reg prometheus.Registerer, service string) *Settler {
+	f := promauto.With(reg)
+	return &Settler{
+		js:  js,
+		log: log,
+		settled: f.NewCounterVec(prometheus.CounterOpts{Namespace: service, Name: "messages_settled_total",
+			Help: "Consumed messages by how they were settled: done (acked), retry (nak'ed with backoff), dead_lettered (copied to DEADLETTER and terminated)."}, []string{"outcome"}),
+		lost: f.NewCounter(prometheus.CounterOpts{Namespace: service, Name: "dead_letters_failed_total",
+			Help: "Poison messages terminated without a dead letter because publishing it kept failing (see the error log)."}),
+	}
+}
+
+// Settle acts on o for msg. It never blocks on a dead letter for longer than its tries.
+func (s *Settler) Settle(ctx context.Context, msg jetstream.Msg, o Outcome) {
+	s.settled.WithLabelValues(o.Kind.String()).Inc()
+	switch o.Kind {
+	case Done:
+		if err := msg.Ack(); err != nil {
+			// Every sink is idempotent, so a redelivery of a handled message changes nothing.
+			s.log.Warn("ack failed", "subject", msg.Subject(), "error", err)
+		}
+	case Retry:
+		delivery := uint64(1)
+		if md, err := msg.Metadata(); err == nil {
+			delivery = md.NumDelivered
+		}
+		s.log.Warn("message will be redelivered", "subject", msg.Subject(), "delivery", delivery, "error", o.Why)
+		_ = msg.NakWithDelay(Backoff(delivery))
+	case Poison:
+		s.deadLetter(ctx, msg, o.Why)
+		_ = msg.TermWithReason("invalid event")
+	}
+}
+
+func (s *Settler) deadLetter(ctx context.Context, msg jetstream.Msg, reason string) {
+	var err error
+	for try := 1; try <= deadLetterTries; try++ {
+		if err = events.DeadLetter(ctx, s.js, msg, reason); err == nil {
+			s.log.Warn("dead-lettered", "subject", msg.Subject(), "reason", reason)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			try = deadLetterTries
+		case <-time.After(Backoff(uint64(try))):
+		}
+	}
+	s.lost.Inc()
+	s.log.Error("dead letter failed; terminating the poison message anyway so it holds nothing up",
+		"subject", msg.Subject(), "reason", reason, "error", err)
+}
+
+// KeepAlive tells the broker every interval that msg is still being worked on, until the
+// returned stop is called, so a long handling is not redelivered to another replica.
+func KeepAlive(msg jetstream.Msg, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
