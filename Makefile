@@ -4,7 +4,7 @@ BIN     ?= bin
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PKGS    := ./...
 
-.PHONY: all build test test-short lint demo bench clickhouse clean help
+.PHONY: all build test test-short lint demo bench fuzz clickhouse clean help
 
 all: build
 
@@ -37,6 +37,16 @@ bench: clickhouse build ## benchmarks with their baselines (figures and how to r
 	$(GO) test -run '^$$' -bench LeaderboardRead -benchtime 2000x -count=1 -timeout 20m ./pkg/rank
 	$(GO) test -run '^$$' -bench RankerIngest -benchtime 50000x -count=1 -timeout 20m ./e2e
 	$(GO) test -run '^$$' -bench ComposerPipeline -benchtime 3x -count=1 -timeout 20m ./e2e
+
+FUZZTIME ?= 30s
+FUZZ    := pkg/events:FuzzParseEvaluation pkg/events:FuzzParseRoundRequest pkg/events:FuzzParseRenderRequest \
+           pkg/events:FuzzParseTeamSubject pkg/compose:FuzzLoad pkg/compose:FuzzRender
+
+fuzz: ## run every fuzz target for FUZZTIME (default 30s) each; failures are saved in testdata/fuzz
+	@set -e; for t in $(FUZZ); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done
 
 clean: ## remove build output
 	rm -rf $(BIN)

@@ -170,8 +170,8 @@ func TestInputsNotReady(t *testing.T) {
 	start := time.Now()
 	e.requestRound("req-1", rr, t0.Add(time.Minute))
 	got := e.answers("prompt.*.nr.t1", 1, 30*time.Second)["req-1"]
-	if got.ok() || got.failed.Code != events.CodeInputsNotReady || !got.failed.Retryable ||
-		!strings.Contains(got.failed.Message, "700ms") || !strings.Contains(got.failed.Message, "ranker consumer not found") {
+	want := "the ranker has not committed the evaluations acknowledged before this request within 700ms (ranker consumer not found)"
+	if got.ok() || got.failed.Code != events.CodeInputsNotReady || !got.failed.Retryable || got.failed.Message != want {
 		t.Fatalf("answer %s %+v, want retryable inputs_not_ready naming the timeout and the cause", got.subject, got.failed)
 	}
 	if waited := time.Since(start); waited < 700*time.Millisecond {
@@ -436,10 +436,12 @@ func TestEveryFailureCodeIsAnswered(t *testing.T) {
 		code   events.FailureCode
 		msg    string
 	}{
-		{"bad-tz", func(r *events.RoundRequested) { r.Timezone = "Mars/Olympus" }, events.CodeInvalidRequest, `"Mars/Olympus"`},
-		{"unknown", func(r *events.RoundRequested) { r.Template = "team-round@99" }, events.CodeUnknownTemplate, "no version 99"},
-		{"no-vars", func(r *events.RoundRequested) { r.Template = "needs-vars" }, events.CodeTemplateError, `"vars.task.title"`},
-		{"budget", func(r *events.RoundRequested) { r.Limits.MaxPromptTokens = &tiny }, events.CodeBudgetExceeded, "max_prompt_tokens 20"},
+		{"bad-tz", func(r *events.RoundRequested) { r.Timezone = "Mars/Olympus" }, events.CodeInvalidRequest,
+			`timezone "Mars/Olympus" is not an IANA time zone name (for example "UTC", "Asia/Tokyo", "Europe/Berlin", "America/New_York")`},
+		{"unknown", func(r *events.RoundRequested) { r.Template = "team-round@99" }, events.CodeUnknownTemplate, `template "team-round" has no version 99 (loaded: version 2)`},
+		{"no-vars", func(r *events.RoundRequested) { r.Template = "needs-vars" }, events.CodeTemplateError, `template "needs-vars" uses "vars.task.title", which this request does not provide`},
+		{"budget", func(r *events.RoundRequested) { r.Limits.MaxPromptTokens = &tiny }, events.CodeBudgetExceeded,
+			`template "team-round" needs 203 tokens (o200k_base) with only the task, the team's position and its latest score, over max_prompt_tokens 20`},
 	}
 	for _, c := range cases {
 		rr := base
@@ -449,8 +451,9 @@ func TestEveryFailureCodeIsAnswered(t *testing.T) {
 	got := e.answers("prompt.*.fc.t1", len(cases), 30*time.Second)
 	for _, c := range cases {
 		a := got["req-"+c.id]
-		if a.ok() || a.failed.Code != c.code || !strings.Contains(a.failed.Message, c.msg) || a.failed.Retryable {
-			t.Errorf("%s: %s %+v, want %s naming %q", c.id, a.subject, a.failed, c.code, c.msg)
+		// Messages are compared whole: they never repeat the code, which travels beside them.
+		if a.ok() || a.failed.Code != c.code || a.failed.Message != c.msg || a.failed.Retryable {
+			t.Errorf("%s: %s %+v, want %s with message %q", c.id, a.subject, a.failed, c.code, c.msg)
 		}
 	}
 

@@ -83,7 +83,9 @@ func TestRankerKilledMidStreamLosesNothing(t *testing.T) {
 func TestRankerRidesOutClickHousePauseAndRestart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ch := testenv.ClickHouse(t)
+	// A server of its own: freezing and restarting the shared one would fail the tests beside it.
+	ch := testenv.PrivateClickHouse(t)
+	e.chAddr, e.database = ch.Addr, "faults"
 	ranker := e.start("ranker", "RANKER_BATCH_SIZE=50", "RANKER_FLUSH_INTERVAL=20ms")
 	sends, firstByID := tournament(11, 12, 6, 5)
 	third := len(sends) / 3

@@ -143,7 +143,7 @@ func TestRoundOneAndAnUnknownTemplate(t *testing.T) {
 		case "prompt.failed.ex.t2":
 			var pf events.PromptFailed
 			dataOf(t, m.Body, &pf)
-			if pf.Code != events.CodeUnknownTemplate || pf.RequestID != "req-2" || pf.Retryable || !strings.Contains(pf.Message, `"nope"`) {
+			if pf.Code != events.CodeUnknownTemplate || pf.RequestID != "req-2" || pf.Retryable || pf.Message != `template "nope" not found (loaded: mixseek-team, runner-task, team-round)` {
 				t.Errorf("prompt.failed = %+v", pf)
 			}
 		default:

@@ -108,8 +108,10 @@ func (p *probe) committed(target uint64) (bool, string) {
 	}
 	ci := p.consumer
 	// The ack floor stops short of the last sequence when the last messages are not the
-	// ranker's to ack (filtered out or deleted); then nothing pending means all are done.
-	if ci.AckFloor.Stream >= target || ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Stream >= target {
+	// ranker's to ack (filtered out or deleted), and Delivered never reaches them either. The
+	// consumer was read after the stream's last sequence, so nothing pending and nothing
+	// awaiting an ack then means every message up to that sequence is done.
+	if ci.AckFloor.Stream >= target || ci.NumPending == 0 && ci.NumAckPending == 0 && target <= p.lastSeq {
 		return true, ""
 	}
 	return false, fmt.Sprintf("ranker committed up to sequence %d of %d", ci.AckFloor.Stream, target)

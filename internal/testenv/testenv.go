@@ -97,6 +97,20 @@ func Database(t testing.TB) (addr, database string) {
 	return ch.Addr, database
 }
 
+// PrivateClickHouse starts a ClickHouse server for this test alone, stopped when it ends: for
+// tests that freeze or restart the server, which must not disturb tests running beside them.
+func PrivateClickHouse(t testing.TB) *servers.ClickHouse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ch, err := servers.StartClickHouse(ctx, t.TempDir())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() { _ = ch.Stop() })
+	return ch
+}
+
 // NATS starts an in-process JetStream server for this test, shut down when the test ends.
 func NATS(t testing.TB) *server.Server {
 	t.Helper()

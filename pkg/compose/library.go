@@ -545,7 +545,7 @@ func (l *Library) Lookup(ref string) (*Template, error) {
 	}
 	t, ok := l.templates[name]
 	if !ok {
-		return nil, events.Failf(events.CodeUnknownTemplate, "template %q not found (have %s)", name, strings.Join(l.names(), ", "))
+		return nil, events.Failf(events.CodeUnknownTemplate, "template %q not found (loaded: %s)", name, strings.Join(l.names(), ", "))
 	}
 	switch sep {
 	case '@':

@@ -27,7 +27,7 @@ func checkRelativePaths(vars map[string]any, names []string) error {
 			}
 			s, isString := it.(string)
 			if !isString {
-				return events.Failf(events.CodeInvalidRequest, "%s must be a path string, got %s", where, jsonKind(it))
+				return events.Failf(events.CodeInvalidRequest, "%s must be a path string, got %s", where, events.JSONKind(it))
 			}
 			if problem := relativePathProblem(s); problem != "" {
 				return events.Failf(events.CodeInvalidRequest, "%s %q %s", where, s, problem)
@@ -50,21 +50,4 @@ func relativePathProblem(p string) string {
 		}
 	}
 	return ""
-}
-
-// jsonKind names the JSON type of a decoded value for error messages.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return "a number"
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/cbroglie/mustache"
@@ -140,14 +139,26 @@ func insideSectionNamed(name string, scopes []scope) bool {
 	return false
 }
 
-// tagLine finds the line of the first tag naming name, for error messages.
+// tagLine finds the line of the first tag naming name, for error messages; 0 when not found.
+// It scans instead of building a regexp from the name, which may be any bytes (even invalid
+// UTF-8) in a template that is being rejected.
 func tagLine(src, name string) int {
-	re := regexp.MustCompile(`\{\{\{?\s*[#^/&>]?\s*` + regexp.QuoteMeta(name) + `\s*\}?\}\}`)
-	loc := re.FindStringIndex(src)
-	if loc == nil {
-		return 0
+	for at := 0; ; {
+		i := strings.Index(src[at:], "{{")
+		if i < 0 {
+			return 0
+		}
+		start := at + i
+		rest := strings.TrimPrefix(src[start+2:], "{")
+		rest = strings.TrimLeft(rest, " \t\r\n")
+		if rest != "" && strings.ContainsRune("#^/&>", rune(rest[0])) {
+			rest = strings.TrimLeft(rest[1:], " \t\r\n")
+		}
+		if after, ok := strings.CutPrefix(rest, name); ok && strings.HasPrefix(strings.TrimLeft(after, " \t\r\n"), "}}") {
+			return strings.Count(src[:start], "\n") + 1
+		}
+		at = start + 2
 	}
-	return strings.Count(src[:loc[0]], "\n") + 1
 }
 
 // missingVariable walks tags with the values a render would see, as mustache does, and returns the

@@ -295,3 +295,34 @@ func BenchmarkParseEvaluation(b *testing.B) {
 		}
 	}
 }
+
+// TestRenderRequestSequence: evaluations_seq is read exactly from its text, over the whole
+// uint64 range, and anything else is a clear error.
+func TestRenderRequestSequence(t *testing.T) {
+	base := `{"execution_id":"e","team_id":"t","team_name":"T","round_number":1,"user_prompt":"p"`
+	for _, tt := range []struct {
+		seq     string
+		want    uint64
+		wantErr string
+	}{
+		{"0", 0, ""},
+		{"9007199254740993", 9007199254740993, ""},
+		{"9223372036854775807", 9223372036854775807, ""},
+		{"18446744073709551615", 18446744073709551615, ""},
+		{"18446744073709551616", 0, "evaluations_seq: must be a whole number from 0 to 18446744073709551615, got 18446744073709551616"},
+		{"-1", 0, "evaluations_seq: must be a whole number from 0 to 18446744073709551615, got -1"},
+		{"1.5", 0, "evaluations_seq: must be a whole number"},
+		{`"7"`, 0, "evaluations_seq: must be a whole number from 0 to 18446744073709551615, got 7"},
+	} {
+		r, err := events.ParseRenderRequest([]byte(base+`,"evaluations_seq":`+tt.seq+`}`), events.DefaultMaxEventBytes)
+		switch {
+		case tt.wantErr == "" && (err != nil || r.EvaluationsSeq == nil || *r.EvaluationsSeq != tt.want):
+			t.Errorf("%s: got %v, %v; want %d", tt.seq, r.EvaluationsSeq, err, tt.want)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s: error %v, want %q", tt.seq, err, tt.wantErr)
+		}
+	}
+	if r, err := events.ParseRenderRequest([]byte(base+`}`), events.DefaultMaxEventBytes); err != nil || r.EvaluationsSeq != nil {
+		t.Errorf("without evaluations_seq: %v, %v; want none", r.EvaluationsSeq, err)
+	}
+}

@@ -104,11 +104,25 @@ func ParseRenderRequest(body []byte, maxBytes int) (RenderRequest, error) {
 	if r.RequestID != "" && !ValidEventID(r.RequestID) {
 		c.add("request_id", "must be 1-128 printable ASCII characters")
 	}
-	if v, ok := c.integer(m, "", "evaluations_seq", false, 0, math.MaxInt64); ok {
-		seq := uint64(v)
-		r.EvaluationsSeq = &seq
+	if v, ok := c.get(m, "", "evaluations_seq", false); ok {
+		// From the number's text: through a float64, sequences past 2^53 would change.
+		n, isNum := v.(json.Number)
+		seq, err := strconv.ParseUint(string(n), 10, 64)
+		if !isNum || err != nil {
+			c.add("evaluations_seq", fmt.Sprintf("must be a whole number from 0 to %d, got %s", uint64(math.MaxUint64), truncateForMessage(fmt.Sprint(v))))
+		} else {
+			r.EvaluationsSeq = &seq
+		}
 	}
 	return r, c.err()
+}
+
+// truncateForMessage keeps an echoed value short in an error message.
+func truncateForMessage(s string) string {
+	if len(s) > 64 {
+		return strings.ToValidUTF8(s[:64], "") + "…"
+	}
+	return s
 }
 
 // Validate checks any of the five event types against the contract; the type is taken from the
@@ -199,7 +213,7 @@ func (c *checker) decodeObject(body []byte, maxBytes int, what string) map[strin
 	}
 	m, ok := root.(map[string]any)
 	if !ok {
-		c.add("", "body must be a JSON object ("+what+"), got "+kind(root))
+		c.add("", "body must be a JSON object ("+what+"), got "+JSONKind(root))
 		return nil
 	}
 	return m
@@ -302,7 +316,7 @@ func (c *checker) metrics(m map[string]any, p string) []Metric {
 		ip := fmt.Sprintf("%s.metrics[%d]", p, i)
 		o, ok := it.(map[string]any)
 		if !ok {
-			c.add(ip, "must be an object, got "+kind(it))
+			c.add(ip, "must be an object, got "+JSONKind(it))
 			continue
 		}
 		var mt Metric
@@ -393,7 +407,7 @@ func (c *checker) promptComposed(m map[string]any, p string) (exec, team string)
 			c.nonEmpty(o, ip, "role")
 			c.str(o, ip, "content", true)
 		} else {
-			c.add(ip, "must be an object, got "+kind(it))
+			c.add(ip, "must be an object, got "+JSONKind(it))
 		}
 	}
 	if v, ok := c.str(m, p, "prompt_sha256", true); ok && !isHex64(v) {
@@ -418,7 +432,7 @@ func (c *checker) promptComposed(m map[string]any, p string) (exec, team string)
 			c.nonEmpty(o, ip, "section")
 			c.str(o, ip, "detail", true)
 		} else {
-			c.add(ip, "must be an object, got "+kind(it))
+			c.add(ip, "must be an object, got "+JSONKind(it))
 		}
 	}
 	if in := c.object(m, p, "inputs", true); in != nil {
@@ -472,7 +486,7 @@ func (c *checker) leaderboardRows(m map[string]any, p, key string) {
 		ip := fmt.Sprintf("%s[%d]", join(p, key), i)
 		o, ok := it.(map[string]any)
 		if !ok {
-			c.add(ip, "must be an object, got "+kind(it))
+			c.add(ip, "must be an object, got "+JSONKind(it))
 			continue
 		}
 		c.integer(o, ip, "position", true, 1, math.MaxInt32)
@@ -517,7 +531,7 @@ func (c *checker) str(m map[string]any, p, key string, required bool) (string, b
 	}
 	s, ok := v.(string)
 	if !ok {
-		c.add(join(p, key), "must be a string, got "+kind(v))
+		c.add(join(p, key), "must be a string, got "+JSONKind(v))
 	}
 	return s, ok
 }
@@ -541,7 +555,7 @@ func (c *checker) ident(m map[string]any, p, key string) string {
 func (c *checker) boolean(m map[string]any, p, key string, required bool) {
 	if v, ok := c.get(m, p, key, required); ok {
 		if _, isBool := v.(bool); !isBool {
-			c.add(join(p, key), "must be a boolean, got "+kind(v))
+			c.add(join(p, key), "must be a boolean, got "+JSONKind(v))
 		}
 	}
 }
@@ -553,7 +567,7 @@ func (c *checker) number(m map[string]any, p, key string, required bool) (float6
 	}
 	n, isNum := v.(json.Number)
 	if !isNum {
-		c.add(join(p, key), "must be a number, got "+kind(v))
+		c.add(join(p, key), "must be a number, got "+JSONKind(v))
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(string(n), 64)
@@ -576,7 +590,7 @@ func (c *checker) integer(m map[string]any, p, key string, required bool, lo, hi
 func (c *checker) intValue(v any, path string, lo, hi int64) (int, bool) {
 	n, isNum := v.(json.Number)
 	if !isNum {
-		c.add(path, "must be an integer, got "+kind(v))
+		c.add(path, "must be an integer, got "+JSONKind(v))
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(string(n), 64)
@@ -618,7 +632,7 @@ func (c *checker) object(m map[string]any, p, key string, required bool) map[str
 	}
 	o, isObj := v.(map[string]any)
 	if !isObj {
-		c.add(join(p, key), "must be an object, got "+kind(v))
+		c.add(join(p, key), "must be an object, got "+JSONKind(v))
 	}
 	return o
 }
@@ -630,18 +644,19 @@ func (c *checker) array(m map[string]any, p, key string, required bool) []any {
 	}
 	a, isArr := v.([]any)
 	if !isArr {
-		c.add(join(p, key), "must be an array, got "+kind(v))
+		c.add(join(p, key), "must be an array, got "+JSONKind(v))
 	}
 	return a
 }
 
-func kind(v any) string {
+// JSONKind names the JSON type of a decoded value ("a string", "null", ...) for error messages.
+func JSONKind(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"
 	case string:
 		return "a string"
-	case json.Number:
+	case json.Number, float64, float32, int, int64:
 		return "a number"
 	case bool:
 		return "a boolean"

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// TestAnnounceRetriesUntilPublished: the leaderboard of a committed execution cannot be
+// announced while the LEADERBOARDS stream is missing; the announcer keeps it and publishes it
+// once the stream exists, with the board read after the commit.
+func TestAnnounceRetriesUntilPublished(t *testing.T) {
+	ctx := t.Context()
+	addr, db := testenv.Database(t)
+	cfg := rank.Config{Addrs: []string{addr}, Database: db}
+	if err := rank.CreateDatabase(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rank.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := []rank.Record{{EventID: "e1", Source: "test", Seq: 1, EvaluationCompleted: events.EvaluationCompleted{
+		ExecutionID: "ann", TeamID: "t1", TeamName: "One", RoundNumber: 1,
+		Submission: events.Submission{Content: "x"}, Evaluation: events.Scores{OverallScore: 42}, EvaluatedAt: time.Unix(0, 0).UTC()}}}
+	if err := st.Insert(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+
+	ns := testenv.NATS(t)
+	_, js := testenv.JetStream(t, ns)
+	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, store: st, m: newMetrics(prometheus.NewRegistry()),
+		source: "ranker/test", announceInterval: 10 * time.Millisecond, now: time.Now}
+	ann := newAnnouncer()
+	done := make(chan struct{})
+	go func() { defer close(done); r.announce(context.Background(), ann) }()
+	ann.add(recs)
+
+	time.Sleep(1500 * time.Millisecond) // at least one failed round
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamLeaderboards); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, events.StreamLeaderboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got events.LeaderboardUpdated
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		msg, err := stream.GetLastMsgForSubject(ctx, events.LeaderboardSubject("ann"))
+		if err == nil {
+			var env events.Envelope
+			if err := json.Unmarshal(msg.Data, &env); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(env.Data, &got); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leaderboard.updated not published within 10s of the stream's creation: %v", err)
+		}
+	}
+	if len(got.Leaderboard) != 1 || got.Leaderboard[0].BestScore != 42 || got.EvaluationsSeq != 1 {
+		t.Errorf("leaderboard.updated = %+v, want t1 with 42 at sequence 1", got)
+	}
+	ann.close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("announcer did not stop after close")
+	}
+}
+
+// TestAnnouncerCoalesces: executions added between two takes are announced once, sorted.
+func TestAnnouncerCoalesces(t *testing.T) {
+	a := newAnnouncer()
+	a.addIDs([]string{"b", "a"})
+	a.addIDs([]string{"a", "c"})
+	ids, open := a.take()
+	if want := []string{"a", "b", "c"}; !open || len(ids) != 3 || ids[0] != want[0] || ids[1] != want[1] || ids[2] != want[2] {
+		t.Errorf("take = %v, %v; want %v, open", ids, open, want)
+	}
+	a.close()
+	if ids, open := a.take(); open || len(ids) != 0 {
+		t.Errorf("after close: take = %v, %v; want none, closed", ids, open)
+	}
+}
