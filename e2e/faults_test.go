@@ -167,3 +167,45 @@ func TestRankerSIGTERMDuringFlushLosesNothing(t *testing.T) {
 	t.Logf("stopped in %s with %d evaluations flushed", took, len(sends))
 	checkAgainstTruth(t, e.start("ranker"), firstByID)
 }
+
+// TestRankerKilledRecoveryTime measures how long evaluations held by a SIGKILLed ranker wait:
+// with the default RANKER_ACK_WAIT (10s) a new ranker commits them at most that long after they
+// were delivered. Meanwhile prompts of their execution answer inputs_not_ready.
+func TestRankerKilledRecoveryTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	victim := e.start("ranker")
+	// Frozen before the evaluations arrive: it is handed them (they are pending an ack on it)
+	// but never commits them.
+	if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := range 50 {
+		last = e.publishEvaluation(fmt.Sprintf("held-%d", i), evaluation("held", "t1", "One", i+1, 50, "x", t0))
+	}
+	cons, err := e.js.Consumer(t.Context(), events.StreamEvaluations, events.ConsumerRanker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, err := cons.Info(t.Context())
+		if err == nil && info.NumAckPending > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the frozen ranker was handed nothing: %+v", info)
+		}
+	}
+	killed := time.Now()
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.start("ranker")
+	waitCommitted(t, e, int(last))
+	recovery := time.Since(killed)
+	t.Logf("evaluations held by the killed ranker committed %s after the kill (RANKER_ACK_WAIT 10s)", recovery.Round(100*time.Millisecond))
+	if recovery > 12*time.Second {
+		t.Errorf("recovery took %s, want at most the 10s AckWait and a little", recovery)
+	}
+}

@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -222,13 +225,76 @@ func TestHelpAndBadConfiguration(t *testing.T) {
 		{"composer", "TZ=Mars/Olympus", "TZ"},
 		{"composer", "STREAM_REPLICAS=0", "STREAM_REPLICAS"},
 		{"composer", "COMPOSER_DEFAULT_TEMPLATE=missing", `default template "missing"`},
+		{"ranker", "RANKER_NATS_URL=garbage", `NATS_URL (or RANKER_NATS_URL): "garbage" is not a nats://, tls://, ws:// or wss:// URL with a host`},
+		{"composer", "COMPOSER_NATS_URL=http://user:s3cret@host:4222", `"http://user:xxxxx@host:4222" is not a nats://`},
+		{"ranker", "HTTP_READ_TIMEOUT=0s", "HTTP_READ_TIMEOUT (or RANKER_HTTP_READ_TIMEOUT) must be positive"},
 	}
 	for _, tt := range tests {
 		cmd := exec.Command(bins.dir + "/" + tt.bin)
 		cmd.Env = []string{tt.env, "NATS_URL=nats://127.0.0.1:1", "CLICKHOUSE_ADDR=127.0.0.1:1"}
 		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), tt.want) {
+		if err == nil || !strings.Contains(string(out), tt.want) || strings.Contains(string(out), "s3cret") {
 			t.Errorf("%s with %s: err %v, output %q; want an error naming %s", tt.bin, tt.env, err, out, tt.want)
 		}
+	}
+}
+
+// TestNATSPasswordNeverPrinted: a password inside NATS_URL is redacted in the error of a failed
+// connection, which names the URL.
+func TestNATSPasswordNeverPrinted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, bin := range []string{"ranker", "composer"} {
+		cmd := exec.Command(bins.dir + "/" + bin)
+		cmd.Env = e.baseEnv("NATS_URL=nats://podium:s3cret@127.0.0.1:1", "HTTP_ADDR="+freeAddr(t))
+		out, err := cmd.CombinedOutput()
+		if err == nil || strings.Contains(string(out), "s3cret") || !strings.Contains(string(out), "connect nats nats://podium:xxxxx@127.0.0.1:1") {
+			t.Errorf("%s: err %v, output %s; want a redacted connection error", bin, err, out)
+		}
+	}
+}
+
+// TestHTTPLimitsCloseSlowAndIdleConnections: a request whose body never comes and an idle
+// keep-alive connection are closed after their timeouts; headers over 64 KiB are refused.
+func TestHTTPLimitsCloseSlowAndIdleConnections(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	composer := e.start("composer", "HTTP_READ_TIMEOUT=1s", "HTTP_IDLE_TIMEOUT=1s")
+	closedWithin := func(conn net.Conn, limit time.Duration) bool {
+		_ = conn.SetReadDeadline(time.Now().Add(limit))
+		_, err := io.ReadAll(conn) // a 408 may come first; what matters is that the server closes
+		return err == nil
+	}
+	slow, err := net.Dial("tcp", composer.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	start := time.Now()
+	fmt.Fprintf(slow, "POST /v1/render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	if !closedWithin(slow, 5*time.Second) {
+		t.Errorf("a request whose body never comes was not closed within 5s")
+	} else if waited := time.Since(start); waited < 900*time.Millisecond {
+		t.Errorf("slow request closed after %s, before HTTP_READ_TIMEOUT", waited)
+	}
+
+	idle, err := net.Dial("tcp", composer.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	fmt.Fprintf(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(idle), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz over keep-alive: %v %v", resp, err)
+	}
+	if !closedWithin(idle, 5*time.Second) {
+		t.Errorf("an idle keep-alive connection was not closed within 5s")
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, "http://"+composer.addr+"/healthz", nil)
+	req.Header.Set("X-Big", strings.Repeat("y", 70<<10))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("70 KiB header: %v %v, want 431", resp, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,6 +274,15 @@ func TestRankerAPIRejectsBadIdentifiers(t *testing.T) {
 		if code := ranker.getJSON(t, path, &body); code != http.StatusBadRequest || body.Code != "invalid_request" || body.Message == "" {
 			t.Errorf("GET %s = %d %+v, want 400 invalid_request", path, code, body)
 		}
+	}
+	// A long bad identifier is echoed as a short prefix; a path over the header limit is 431.
+	long := strings.Repeat("x", 50_000) + "."
+	if code := ranker.getJSON(t, "/v1/executions/"+long+"/leaderboard", &body); code != http.StatusBadRequest ||
+		body.Message != `execution_id "`+strings.Repeat("x", 64)+`"… must be 1-128 characters of A-Z, a-z, 0-9, '_' and '-'` {
+		t.Errorf("50 KB identifier = %d, message of %d bytes: %.200s", code, len(body.Message), body.Message)
+	}
+	if code := ranker.getJSON(t, "/v1/executions/"+strings.Repeat("x", 900_000)+"/leaderboard", nil); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("900 KB path = %d, want 431", code)
 	}
 	var lb leaderboard
 	if code := ranker.getJSON(t, "/v1/executions/never-seen/leaderboard", &lb); code != http.StatusOK || lb.Teams == nil || len(lb.Teams) != 0 || lb.ExecutionID != "never-seen" {

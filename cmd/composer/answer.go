@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -29,10 +30,18 @@ func (c *composer) publishComposed(ctx context.Context, out events.PromptCompose
 	return nil
 }
 
+// maxFailureMessage bounds the message of a prompt.failed, so the answer to any request fits in
+// one message whatever the request held (an invalid one may list many problems).
+const maxFailureMessage = 4096
+
 func (c *composer) publishFailed(ctx context.Context, requestID, exec, team string, round int, f *events.Failure) error {
 	id := events.PromptEventID(requestID)
+	msg := f.Message
+	if len(msg) > maxFailureMessage {
+		msg = strings.ToValidUTF8(msg[:maxFailureMessage-len("…")], "") + "…"
+	}
 	data := events.PromptFailed{RequestID: requestID, ExecutionID: exec, TeamID: team, RoundNumber: round,
-		Code: f.Code, Message: f.Message, Retryable: f.Retryable}
+		Code: f.Code, Message: msg, Retryable: f.Retryable}
 	body, err := events.Marshal(id, c.source, events.TypePromptFailed, c.now(), data)
 	if err != nil {
 		return err

@@ -83,10 +83,16 @@ func (c *composer) handle(ctx context.Context, msg jetstream.Msg) settle.Outcome
 	}
 	out, err := c.compose(ctx, req.ID, req.Data, req.Time, nil, func() { _ = msg.InProgress() })
 	if err == nil {
-		if err := c.publishComposed(ctx, out); err != nil {
-			return settle.RetryLater(err)
+		err = c.publishComposed(ctx, out)
+		var tooLarge *events.TooLargeError
+		if !errors.As(err, &tooLarge) {
+			if err != nil {
+				return settle.RetryLater(err)
+			}
+			return settle.Ack()
 		}
-		return settle.Ack()
+		// It can never be published: answer why instead of retrying (CONTRACT section 3).
+		err = events.Failf(events.CodeBudgetExceeded, "the prompt.composed event would be %d bytes, over the largest message the server takes (%d bytes)", tooLarge.Size, tooLarge.Limit)
 	}
 	if ctx.Err() != nil {
 		// Shutting down past the timeout: leave the request to another replica.

@@ -60,7 +60,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newComposer(base, &cfg, st, lib)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
-		Pprof:           cfg.Pprof,
 		API:             newAPI(c, cfg.MaxEventBytes),
 		Checks:          map[string]service.Check{"clickhouse": st.Ping},
 		ShutdownTimeout: cfg.ShutdownTimeout,

@@ -73,8 +73,6 @@ func newAPI(log *slog.Logger, st store, m *metrics) http.Handler {
 func badIdentifier(w http.ResponseWriter, field, value string) {
 	service.WriteJSON(w, http.StatusBadRequest, service.Error{
 		Code:    "invalid_request",
-		Message: field + " " + quote(value) + " must be 1-128 characters of A-Z, a-z, 0-9, '_' and '-'",
+		Message: field + " " + events.Quote(value) + " must be 1-128 characters of A-Z, a-z, 0-9, '_' and '-'",
 	})
 }
-
-func quote(s string) string { return `"` + s + `"` }

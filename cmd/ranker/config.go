@@ -15,7 +15,7 @@ type config struct {
 	BatchSize        int           `envconfig:"BATCH_SIZE" default:"500" desc:"evaluations per ClickHouse insert at most"`
 	FlushInterval    time.Duration `envconfig:"FLUSH_INTERVAL" default:"100ms" desc:"longest wait for a batch to fill before it is written"`
 	AnnounceInterval time.Duration `envconfig:"ANNOUNCE_INTERVAL" default:"200ms" desc:"least time between two rounds of leaderboard.updated; executions committed meanwhile share the next"`
-	AckWait          time.Duration `envconfig:"ACK_WAIT" default:"60s" desc:"redelivery timeout of the ranker consumer (kept alive with InProgress while ClickHouse is slow)"`
+	AckWait          time.Duration `envconfig:"ACK_WAIT" default:"10s" desc:"redelivery timeout of the ranker consumer: after a crash, evaluations it held are committed by another replica (or its restart) this much later; batches in hand are kept alive with InProgress"`
 	MaxDeliver       int           `envconfig:"MAX_DELIVER" default:"-1" desc:"deliveries of one evaluation before the broker gives up (-1 = never: evaluations are not dropped)"`
 	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish the batch in hand after SIGTERM"`
 }

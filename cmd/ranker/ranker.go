@@ -39,6 +39,7 @@ type ranker struct {
 	maxBytes      int
 	batchSize     int
 	flushInterval time.Duration
+	ackWait       time.Duration
 	// announceInterval is the least time between two rounds of leaderboard.updated.
 	announceInterval time.Duration
 	now              func() time.Time
@@ -105,7 +106,12 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, co
 			r.log.Warn("fetch failed", "error", err)
 			continue
 		}
-		batches <- r.parse(work, r.fill(stop, it, first, draining))
+		// Kept in progress while it waits behind a slow insert, so a short AckWait redelivers
+		// only what a crashed ranker held.
+		b := r.parse(work, r.fill(stop, it, first, draining))
+		alive := settle.KeepAlive(r.ackWait/3, b.keep...)
+		batches <- b
+		alive()
 	}
 }
 
@@ -169,7 +175,10 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg) batch {
 // false when the batch was given back for redelivery instead.
 func (r *ranker) commit(ctx context.Context, b batch) bool {
 	if len(b.recs) > 0 {
-		if err := r.insert(ctx, b.recs, b.keep); err != nil {
+		alive := settle.KeepAlive(r.ackWait/3, b.keep...) // an insert may wait on ClickHouse for long
+		err := r.insert(ctx, b.recs)
+		alive()
+		if err != nil {
 			r.log.Warn("gave up a batch at shutdown; it will be redelivered", "rows", len(b.recs))
 			for _, msg := range b.keep {
 				r.settler.Settle(ctx, msg, settle.RetryLater(err))
@@ -185,10 +194,9 @@ func (r *ranker) commit(ctx context.Context, b batch) bool {
 	return true
 }
 
-// insert writes recs, retrying with the shared backoff while ClickHouse is unavailable. The
-// messages are kept in progress meanwhile so the broker does not hand them to another replica.
-// It returns ctx's error when ctx ends first.
-func (r *ranker) insert(ctx context.Context, recs []rank.Record, msgs []jetstream.Msg) error {
+// insert writes recs, retrying with the shared backoff while ClickHouse is unavailable (the
+// caller keeps the messages in progress meanwhile). It returns ctx's error when ctx ends first.
+func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 	for attempt := uint64(1); ; attempt++ {
 		start := time.Now()
 		err := r.store.Insert(ctx, recs)
@@ -204,9 +212,6 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record, msgs []jetstrea
 		r.m.clickhouseErrors.WithLabelValues("insert").Inc()
 		delay := settle.Backoff(attempt)
 		r.log.Warn("clickhouse insert failed, will retry", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
-		for _, msg := range msgs {
-			_ = msg.InProgress()
-		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

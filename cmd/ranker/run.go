@@ -61,7 +61,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r := newRanker(base, &cfg, st)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
-		Pprof:           cfg.Pprof,
 		API:             newAPI(log, st, r.m),
 		Checks:          map[string]service.Check{"clickhouse": r.storeReady},
 		ShutdownTimeout: cfg.ShutdownTimeout,
@@ -85,6 +84,7 @@ func newRanker(base *service.Base, cfg *config, st *rank.Store) *ranker {
 		maxBytes:         cfg.MaxEventBytes,
 		batchSize:        cfg.BatchSize,
 		flushInterval:    cfg.FlushInterval,
+		ackWait:          cfg.AckWait,
 		announceInterval: cfg.AnnounceInterval,
 		now:              time.Now,
 	}

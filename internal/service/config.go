@@ -36,6 +36,15 @@ type Common struct {
 	MaxEventBytes  int           `envconfig:"MAX_EVENT_BYTES" default:"1048576" desc:"largest accepted event body in bytes"`
 	LogLevel       LogLevel      `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error; logs are JSON on stderr"`
 	Pprof          bool          `envconfig:"PPROF" default:"false" desc:"serve Go profiles under /debug/pprof/ on the HTTP address (off: they expose internals)"`
+
+	HTTPReadTimeout  time.Duration `envconfig:"HTTP_READ_TIMEOUT" default:"15s" desc:"longest time to read one HTTP request, body included (slow clients are cut off)"`
+	HTTPWriteTimeout time.Duration `envconfig:"HTTP_WRITE_TIMEOUT" default:"60s" desc:"longest time to answer one HTTP request (a render waits for inputs, then renders)"`
+	HTTPIdleTimeout  time.Duration `envconfig:"HTTP_IDLE_TIMEOUT" default:"60s" desc:"how long an idle keep-alive HTTP connection stays open"`
+}
+
+// HTTPLimits are the bounds every HTTP server of a service applies.
+func (c *Common) HTTPLimits() HTTPLimits {
+	return HTTPLimits{Read: c.HTTPReadTimeout, Write: c.HTTPWriteTimeout, Idle: c.HTTPIdleTimeout}
 }
 
 // Shared returns the shared part of a service's configuration.
@@ -62,8 +71,13 @@ func (c *Common) ValidateShared(prefix string) error {
 			errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR): %q is not host:port", prefix, a))
 		}
 	}
-	if strings.TrimSpace(c.NATSURL) == "" {
-		errs = append(errs, fmt.Errorf("NATS_URL (or %s_NATS_URL) must not be empty", prefix))
+	if err := checkNATSURLs(c.NATSURL); err != nil {
+		errs = append(errs, fmt.Errorf("NATS_URL (or %s_NATS_URL): %w", prefix, err))
+	}
+	for name, d := range map[string]time.Duration{"HTTP_READ_TIMEOUT": c.HTTPReadTimeout, "HTTP_WRITE_TIMEOUT": c.HTTPWriteTimeout, "HTTP_IDLE_TIMEOUT": c.HTTPIdleTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s (or %s_%s) must be positive, got %s", name, prefix, name, d))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -23,9 +23,17 @@ type Server struct {
 	ln  net.Listener
 }
 
+// HTTPLimits bound what one client can hold of a server.
+type HTTPLimits struct {
+	Read, Write, Idle time.Duration
+}
+
+// MaxHeaderBytes bounds a request's line and headers: a longer one is answered 431.
+const MaxHeaderBytes = 64 << 10
+
 // Listen binds addr and builds the handler. /readyz answers 200 only when every check passes,
 // and 503 with the failing checks otherwise.
-func Listen(addr string, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check, pprofOn bool) (*Server, error) {
+func Listen(addr string, lim HTTPLimits, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check, pprofOn bool) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -58,7 +66,8 @@ func Listen(addr string, api http.Handler, gatherer prometheus.Gatherer, checks 
 	if api != nil {
 		mux.Handle("/", api)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: min(5*time.Second, lim.Read), ReadTimeout: lim.Read,
+		WriteTimeout: lim.Write, IdleTimeout: lim.Idle, MaxHeaderBytes: MaxHeaderBytes}
 	return &Server{srv: srv, ln: ln}, nil
 }
 

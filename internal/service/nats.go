@@ -2,11 +2,17 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/podium-llm/podium/pkg/events"
 )
 
 // ConnectNATS connects with the configured credentials and reconnects forever afterwards; the
@@ -34,10 +40,36 @@ func ConnectNATS(c *Common, name string, log *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect nats %s: %w", c.NATSURL, err)
+		return nil, fmt.Errorf("connect nats %s: %s", RedactURLs(c.NATSURL), RedactURLs(err.Error()))
 	}
 	return nc, nil
 }
+
+// natsSchemes are the URL schemes nats.go connects with.
+var natsSchemes = map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}
+
+// checkNATSURLs accepts a comma-separated list of nats://, tls://, ws:// or wss:// URLs with a
+// host, so a typo is a configuration error naming the variable, not a DNS lookup.
+func checkNATSURLs(list string) error {
+	if strings.TrimSpace(list) == "" {
+		return errors.New("must not be empty")
+	}
+	for _, raw := range strings.Split(list, ",") {
+		raw = strings.TrimSpace(raw)
+		u, err := url.Parse(raw)
+		if err != nil || !natsSchemes[u.Scheme] || u.Host == "" {
+			return fmt.Errorf("%s is not a nats://, tls://, ws:// or wss:// URL with a host (like nats://127.0.0.1:4222)", events.Quote(RedactURLs(raw)))
+		}
+	}
+	return nil
+}
+
+// userinfo matches the user:password@ part of URLs in a text.
+var userinfo = regexp.MustCompile(`(//[^/@\s:,]*):[^/@\s,]*@`)
+
+// RedactURLs replaces passwords in the URLs of a text with "xxxxx", so configuration errors and
+// logs never print a credential.
+func RedactURLs(s string) string { return userinfo.ReplaceAllString(s, "$1:xxxxx@") }
 
 // NATSConnected is the readiness check of a NATS connection.
 func NATSConnected(nc *nats.Conn) Check {

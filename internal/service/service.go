@@ -69,6 +69,7 @@ type Base struct {
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 
+	common    *Common
 	consuming atomic.Bool
 	ready     prometheus.Gauge
 }
@@ -94,7 +95,7 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	host, _ := os.Hostname()
-	b := &Base{Name: name, Source: name + "/" + host, Log: log, Reg: reg, NC: nc, JS: js}
+	b := &Base{Name: name, Source: name + "/" + host, Log: log, Reg: reg, NC: nc, JS: js, common: c}
 	b.ready = promauto.With(reg).NewGauge(prometheus.GaugeOpts{Namespace: name, Name: "ready",
 		Help: "1 when the service is ready (the checks of /readyz pass), else 0."})
 	return b, nil
@@ -122,7 +123,6 @@ func (b *Base) Consuming(on bool) { b.consuming.Store(on) }
 // Serving is how Run serves a started service.
 type Serving struct {
 	HTTPAddr        string
-	Pprof           bool
 	API             http.Handler     // the service's own endpoints, beside /metrics and the probes
 	Checks          map[string]Check // readiness besides NATS and consuming
 	ShutdownTimeout time.Duration    // how long work may outlive the stop signal
@@ -146,7 +146,7 @@ func (b *Base) Run(ctx context.Context, s Serving) error {
 	for name, c := range s.Checks {
 		checks[name] = c
 	}
-	srv, err := Listen(s.HTTPAddr, s.API, b.Reg, checks, s.Pprof)
+	srv, err := Listen(s.HTTPAddr, b.common.HTTPLimits(), s.API, b.Reg, checks, b.common.Pprof)
 	if err != nil {
 		b.NC.Close()
 		return err

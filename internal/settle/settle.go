@@ -120,9 +120,10 @@ func (s *Settler) deadLetter(ctx context.Context, msg jetstream.Msg, reason stri
 		"subject", msg.Subject(), "reason", reason, "error", err)
 }
 
-// KeepAlive tells the broker every interval that msg is still being worked on, until the
-// returned stop is called, so a long handling is not redelivered to another replica.
-func KeepAlive(msg jetstream.Msg, every time.Duration) (stop func()) {
+// KeepAlive tells the broker every interval that msgs are still being worked on, until the
+// returned stop is called, so a long handling is not redelivered to another replica. Choose an
+// interval well inside the consumer's AckWait (a third of it).
+func KeepAlive(every time.Duration, msgs ...jetstream.Msg) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(every)
@@ -132,7 +133,9 @@ func KeepAlive(msg jetstream.Msg, every time.Duration) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				_ = msg.InProgress()
+				for _, msg := range msgs {
+					_ = msg.InProgress()
+				}
 			}
 		}
 	}()

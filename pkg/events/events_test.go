@@ -312,7 +312,8 @@ func TestRenderRequestSequence(t *testing.T) {
 		{"18446744073709551616", 0, "evaluations_seq: must be a whole number from 0 to 18446744073709551615, got 18446744073709551616"},
 		{"-1", 0, "evaluations_seq: must be a whole number from 0 to 18446744073709551615, got -1"},
 		{"1.5", 0, "evaluations_seq: must be a whole number"},
-		{`"7"`, 0, "evaluations_seq: must be a whole number from 0 to 18446744073709551615, got 7"},
+		{`"7"`, 0, "evaluations_seq: must be a whole number from 0 to 18446744073709551615, got a string"},
+		{strings.Repeat("9", 1000), 0, "got " + strings.Repeat("9", 64) + "…"},
 	} {
 		r, err := events.ParseRenderRequest([]byte(base+`,"evaluations_seq":`+tt.seq+`}`), events.DefaultMaxEventBytes)
 		switch {

@@ -19,10 +19,48 @@ const (
 	HeaderDeadReason   = "Dead-Reason"
 	HeaderDeadStream   = "Dead-Stream"
 	HeaderDeadSequence = "Dead-Sequence"
+	// HeaderDeadTruncated holds the original body's size when the dead letter carries only its
+	// head: the original stays addressable by Dead-Stream and Dead-Sequence.
+	HeaderDeadTruncated = "Dead-Truncated"
 )
 
-// maxReasonLen keeps a Dead-Reason header readable and far below the header limit.
-const maxReasonLen = 2048
+// MaxReasonBytes bounds a Dead-Reason header (CONTRACT: at most 512 bytes).
+const MaxReasonBytes = 512
+
+// TooLargeError says a message would exceed the largest message the server takes.
+type TooLargeError struct {
+	Subject     string
+	Size, Limit int64 // body plus headers, and the server's max payload
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the %s message would be %d bytes, over the server's max payload of %d bytes", e.Subject, e.Size, e.Limit)
+}
+
+// messageSize is what the server counts against its max payload: the body and the headers as
+// the client encodes them ("NATS/1.0\r\n", one "Key: value\r\n" per value, "\r\n").
+func messageSize(msg *nats.Msg) int64 {
+	n := len(msg.Data)
+	if len(msg.Header) > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+		for k, vs := range msg.Header {
+			for _, v := range vs {
+				n += len(k) + len(": ") + len(v) + len("\r\n")
+			}
+		}
+	}
+	return int64(n)
+}
+
+// checkSize refuses a message the server would refuse, before it is sent: the caller can then
+// answer with a failure instead of retrying what can never succeed.
+func checkSize(js jetstream.JetStream, msg *nats.Msg) error {
+	limit := js.Conn().MaxPayload()
+	if size := messageSize(msg); limit > 0 && size > limit {
+		return &TooLargeError{Subject: msg.Subject, Size: size, Limit: limit}
+	}
+	return nil
+}
 
 // Marshal builds a structured-mode CloudEvent around data. Times are written in UTC with
 // microsecond precision, the precision the whole pipeline compares at.
@@ -60,12 +98,16 @@ func DerivedID(kind string, parts ...string) string {
 func PromptEventID(requestID string) string { return DerivedID("prompt", requestID) }
 
 // Publish sends a CloudEvent body with its id as Nats-Msg-Id, so retries are deduplicated by the
-// stream, and waits for the stream's acknowledgement.
+// stream, and waits for the stream's acknowledgement. A message over the server's max payload
+// is refused with a *TooLargeError without being sent.
 func Publish(ctx context.Context, js jetstream.JetStream, subject, id string, body []byte) (*jetstream.PubAck, error) {
 	msg := nats.NewMsg(subject)
 	msg.Data = body
 	msg.Header.Set("Content-Type", ContentType)
 	msg.Header.Set(nats.MsgIdHdr, id)
+	if err := checkSize(js, msg); err != nil {
+		return nil, err
+	}
 	ack, err := js.PublishMsg(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("events: publish %s: %w", subject, err)
@@ -74,7 +116,9 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, id string, bo
 }
 
 // DeadLetter copies msg byte for byte to deadletter.<subject> with the reason and its origin.
-// Its id derives from the origin, so a redelivered poison message is stored once. The caller
+// Its id derives from the origin, so a redelivered poison message is stored once. A dead letter
+// always fits: the reason is cut to MaxReasonBytes, and a body that would not fit beside the
+// headers in the server's max payload is cut to fit and marked Dead-Truncated. The caller
 // terminates msg after this returns nil.
 func DeadLetter(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, reason string) error {
 	md, err := msg.Metadata()
@@ -95,13 +139,19 @@ func DeadLetter(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, 
 	dl.Header.Set(HeaderDeadStream, md.Stream)
 	dl.Header.Set(HeaderDeadSequence, strconv.FormatUint(md.Sequence.Stream, 10))
 	dl.Header.Set(nats.MsgIdHdr, DerivedID("dead", md.Stream, strconv.FormatUint(md.Sequence.Stream, 10)))
+	if limit := js.Conn().MaxPayload(); limit > 0 && messageSize(dl) > limit {
+		original := len(dl.Data)
+		dl.Header.Set(HeaderDeadTruncated, strconv.Itoa(original))
+		keep := max(limit-(messageSize(dl)-int64(original)), 0)
+		dl.Data = dl.Data[:keep]
+	}
 	if _, err := js.PublishMsg(ctx, dl); err != nil {
 		return fmt.Errorf("events: dead letter %s: %w", msg.Subject(), err)
 	}
 	return nil
 }
 
-// headerSafe folds a message into one header line of bounded length.
+// headerSafe folds a message into one header line of at most MaxReasonBytes bytes.
 func headerSafe(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if r == '\r' || r == '\n' || r < 0x20 && r != '\t' {
@@ -109,8 +159,8 @@ func headerSafe(s string) string {
 		}
 		return r
 	}, s)
-	if len(s) > maxReasonLen {
-		s = strings.ToValidUTF8(s[:maxReasonLen], "") + "…"
+	if len(s) > MaxReasonBytes {
+		s = strings.ToValidUTF8(s[:MaxReasonBytes-len("…")], "") + "…"
 	}
 	return s
 }

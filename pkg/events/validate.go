@@ -108,19 +108,34 @@ func ParseRenderRequest(body []byte, maxBytes int) (RenderRequest, error) {
 		// From the number's text: through a float64, sequences past 2^53 would change.
 		n, isNum := v.(json.Number)
 		seq, err := strconv.ParseUint(string(n), 10, 64)
-		if !isNum || err != nil {
-			c.add("evaluations_seq", fmt.Sprintf("must be a whole number from 0 to %d, got %s", uint64(math.MaxUint64), truncateForMessage(fmt.Sprint(v))))
-		} else {
+		switch {
+		case !isNum:
+			c.add("evaluations_seq", fmt.Sprintf("must be a whole number from 0 to %d, got %s", uint64(math.MaxUint64), JSONKind(v)))
+		case err != nil:
+			c.add("evaluations_seq", fmt.Sprintf("must be a whole number from 0 to %d, got %s", uint64(math.MaxUint64), cut(string(n))))
+		default:
 			r.EvaluationsSeq = &seq
 		}
 	}
 	return r, c.err()
 }
 
-// truncateForMessage keeps an echoed value short in an error message.
-func truncateForMessage(s string) string {
-	if len(s) > 64 {
-		return strings.ToValidUTF8(s[:64], "") + "…"
+// maxQuoted is how much of a value an error message echoes: enough to recognize it, never the
+// whole of a hostile megabyte.
+const maxQuoted = 64
+
+// Quote quotes a value for an error message, cut to its first maxQuoted bytes ("…" follows).
+func Quote(s string) string {
+	if len(s) > maxQuoted {
+		return strconv.Quote(strings.ToValidUTF8(s[:maxQuoted], "")) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// cut is Quote without the quotes, for numbers.
+func cut(s string) string {
+	if len(s) > maxQuoted {
+		return s[:maxQuoted] + "…"
 	}
 	return s
 }
@@ -131,7 +146,7 @@ func Validate(subject string, body []byte, maxBytes int) error {
 	var c checker
 	eventType := subjectType(subject)
 	if eventType == "" {
-		c.add("subject", fmt.Sprintf("%q is not the subject of a known event type", subject))
+		c.add("subject", fmt.Sprintf("%s is not the subject of a known event type", Quote(subject)))
 		return c.err()
 	}
 	_, data := c.envelope(eventType, subject, body, maxBytes)
@@ -154,7 +169,7 @@ func Validate(subject string, body []byte, maxBytes int) error {
 	case TypeLeaderboardUpdated:
 		exec := c.leaderboardUpdated(data, "data")
 		if want := LeaderboardSubject(exec); exec != "" && subject != want {
-			c.add("subject", fmt.Sprintf("%q does not match the body, which names %q", subject, want))
+			c.add("subject", fmt.Sprintf("%s does not match the body, which names %s", Quote(subject), Quote(want)))
 		}
 	}
 	return c.err()
@@ -228,7 +243,7 @@ func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int)
 		return meta, nil
 	}
 	if v, ok := c.str(m, "", "specversion", true); ok && v != SpecVersion {
-		c.add("specversion", fmt.Sprintf("must be %q, got %q", SpecVersion, v))
+		c.add("specversion", fmt.Sprintf("must be %s, got %s", Quote(SpecVersion), Quote(v)))
 	}
 	if v, ok := c.str(m, "", "id", true); ok {
 		if !ValidEventID(v) {
@@ -244,14 +259,14 @@ func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int)
 	}
 	if v, ok := c.str(m, "", "type", true); ok {
 		if v != eventType {
-			c.add("type", fmt.Sprintf("must be %q on subject %q, got %q", eventType, subject, v))
+			c.add("type", fmt.Sprintf("must be %s on subject %s, got %s", Quote(eventType), Quote(subject), Quote(v)))
 		}
 		meta.Type = v
 	}
 	meta.Time = c.timestamp(m, "", "time")
 	if v, ok := c.str(m, "", "datacontenttype", false); ok {
 		if mt, _, err := mime.ParseMediaType(v); err != nil || mt != "application/json" {
-			c.add("datacontenttype", fmt.Sprintf("must be \"application/json\" when present, got %q", v))
+			c.add("datacontenttype", fmt.Sprintf("must be \"application/json\" when present, got %s", Quote(v)))
 		}
 	}
 	data := c.object(m, "", "data", true)
@@ -280,10 +295,10 @@ func (c *checker) subjectAgrees(subject, eventType, exec, team string) {
 		return
 	}
 	if ValidIdentifier(exec) && exec != addr.ExecutionID {
-		c.add("data.execution_id", fmt.Sprintf("is %q but the subject names %q", exec, addr.ExecutionID))
+		c.add("data.execution_id", fmt.Sprintf("is %s but the subject names %s", Quote(exec), Quote(addr.ExecutionID)))
 	}
 	if ValidIdentifier(team) && team != addr.TeamID {
-		c.add("data.team_id", fmt.Sprintf("is %q but the subject names %q", team, addr.TeamID))
+		c.add("data.team_id", fmt.Sprintf("is %s but the subject names %s", Quote(team), Quote(addr.TeamID)))
 	}
 }
 
@@ -322,7 +337,7 @@ func (c *checker) metrics(m map[string]any, p string) []Metric {
 		var mt Metric
 		mt.MetricName = c.nonEmpty(o, ip, "metric_name")
 		if j, dup := seen[mt.MetricName]; dup && mt.MetricName != "" {
-			c.add(ip+".metric_name", fmt.Sprintf("%q repeats %s.metrics[%d]; metric names must be unique", mt.MetricName, p, j))
+			c.add(ip+".metric_name", fmt.Sprintf("%s repeats %s.metrics[%d]; metric names must be unique", Quote(mt.MetricName), p, j))
 		}
 		seen[mt.MetricName] = i
 		mt.Score, _ = c.number(o, ip, "score", true)
@@ -341,7 +356,7 @@ func (c *checker) roundRequested(m map[string]any, p string) RoundRequested {
 	d.UserPrompt = c.nonEmpty(m, p, "user_prompt")
 	if v, ok := c.str(m, p, "template", false); ok {
 		if !validTemplateRef(v) {
-			c.add(join(p, "template"), fmt.Sprintf("%q must be name, name@<version> or name:<label> (letters, digits, '_', '-')", v))
+			c.add(join(p, "template"), fmt.Sprintf("%s must be name, name@<version> or name:<label> (letters, digits, '_', '-')", Quote(v)))
 		}
 		d.Template = v
 	}
@@ -354,14 +369,14 @@ func (c *checker) roundRequested(m map[string]any, p string) RoundRequested {
 		if so, valid := ParseScoreOrder(v); valid && v != "" {
 			d.ScoreOrder = so
 		} else {
-			c.add(join(p, "score_order"), fmt.Sprintf("must be \"asc\" or \"desc\", got %q", v))
+			c.add(join(p, "score_order"), fmt.Sprintf("must be \"asc\" or \"desc\", got %s", Quote(v)))
 		}
 	}
 	if v, ok := c.str(m, p, "standings", false); ok {
 		if st, valid := ParseStandings(v); valid && v != "" {
 			d.Standings = st
 		} else {
-			c.add(join(p, "standings"), fmt.Sprintf("must be \"live\" or \"before_round\", got %q", v))
+			c.add(join(p, "standings"), fmt.Sprintf("must be \"live\" or \"before_round\", got %s", Quote(v)))
 		}
 	}
 	if lim := c.object(m, p, "limits", false); lim != nil {
@@ -466,7 +481,7 @@ func (c *checker) promptFailed(m map[string]any, p string) (exec, team string) {
 		switch FailureCode(v) {
 		case CodeInvalidRequest, CodeUnknownTemplate, CodeTemplateError, CodeInputsNotReady, CodeStoreUnavailable, CodeBudgetExceeded:
 		default:
-			c.add(join(p, "code"), fmt.Sprintf("%q is not a failure code of the contract", v))
+			c.add(join(p, "code"), fmt.Sprintf("%s is not a failure code of the contract", Quote(v)))
 		}
 	}
 	c.nonEmpty(m, p, "message")
@@ -547,7 +562,7 @@ func (c *checker) nonEmpty(m map[string]any, p, key string) string {
 func (c *checker) ident(m map[string]any, p, key string) string {
 	s, ok := c.str(m, p, key, true)
 	if ok && !ValidIdentifier(s) {
-		c.add(join(p, key), fmt.Sprintf("%q %s", s, identifierRule))
+		c.add(join(p, key), fmt.Sprintf("%s %s", Quote(s), identifierRule))
 	}
 	return s
 }
@@ -620,7 +635,7 @@ func (c *checker) timestamp(m map[string]any, p, key string) time.Time {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		c.add(join(p, key), fmt.Sprintf("must be an RFC 3339 time with an offset, like 2026-11-21T10:00:00Z, got %q", s))
+		c.add(join(p, key), fmt.Sprintf("must be an RFC 3339 time with an offset, like 2026-11-21T10:00:00Z, got %s", Quote(s)))
 	}
 	return t
 }
