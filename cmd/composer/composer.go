@@ -14,6 +14,7 @@ import (
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // composer answers round requests.
@@ -23,6 +24,7 @@ type composer struct {
 	settler       *settle.Settler
 	probes        *commitProbes
 	reads         *storeReads
+	content       func(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error)
 	lib           *compose.Library
 	m             *metrics
 	source        string
@@ -34,6 +36,14 @@ type composer struct {
 
 // errStore marks a ClickHouse failure: worth retrying by redelivery before giving up.
 var errStore = errors.New("store unavailable")
+
+// storeError marks a failed read as errStore, unless the caller went away.
+func storeError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %v", errStore, err)
+}
 
 // consume runs workers until stop is done; each finishes the request in hand under work.
 func (c *composer) consume(stop, work context.Context, cons jetstream.Consumer, workers int, consuming func(bool)) error {
@@ -150,20 +160,28 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	}
 	c.m.inputsWait.Observe(time.Since(waitStart).Seconds())
 
-	// One read of the execution serves the history and the leaderboard, and is shared with the
-	// other teams' requests of the same round.
+	// One read of the execution's scores serves the leaderboard and every team's rounds, and is
+	// shared with the other teams' requests of the same round; then the team's own content, of
+	// the rounds its template can print only.
 	evs, err := c.reads.get(ctx, req.ExecutionID, seq)
 	if err != nil {
-		if ctx.Err() != nil {
-			return events.PromptComposed{}, err
+		return events.PromptComposed{}, storeError(ctx, err)
+	}
+	rounds := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpToSeq: seq}).History(req.TeamID, nil)
+	var content *rank.Content
+	if from := c.lib.ContentFrom(req, rounds); from < req.RoundNumber {
+		start := time.Now()
+		content, err = c.content(ctx, req.ExecutionID, req.TeamID, from, req.RoundNumber)
+		c.m.contentRead.Observe(time.Since(start).Seconds())
+		if err != nil {
+			return events.PromptComposed{}, storeError(ctx, err)
 		}
-		return events.PromptComposed{}, fmt.Errorf("%w: %v", errStore, err)
 	}
 	order := req.ScoreOrder
 	if order == "" {
 		order = events.Desc
 	}
-	in := evs.ForPrompt(req.TeamID, req.RoundNumber, seq, req.Standings, order)
+	in := evs.ForPrompt(req.TeamID, req.RoundNumber, seq, req.Standings, order, content)
 
 	renderStart := time.Now()
 	out, err := c.lib.Compose(compose.Inputs{

@@ -13,6 +13,7 @@ type metrics struct {
 	inputsWait      prometheus.Histogram
 	storeRead       prometheus.Histogram
 	storeReads      *prometheus.CounterVec
+	contentRead     prometheus.Histogram
 	promptTokens    prometheus.Histogram
 	truncations     *prometheus.CounterVec
 	templatesLoaded *prometheus.GaugeVec
@@ -37,7 +38,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		storeRead: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_store_read_duration_seconds",
-			Help:    "Time of one ClickHouse read of the evaluations of one or more executions (history and leaderboard of every team).",
+			Help:    "Time of one ClickHouse read of the scores of one or more executions (leaderboard and rounds of every team).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		contentRead: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "composer_content_read_duration_seconds",
+			Help:    "Time of one ClickHouse read of a team's own submissions and feedback, of the rounds its template prints.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 		storeReads: f.NewCounterVec(prometheus.CounterOpts{

@@ -11,8 +11,9 @@ import (
 )
 
 const (
-	// maxKeptBytes bounds the memory of kept reads. An execution of 10 teams and 5 rounds of
-	// 2 KiB submissions is about 100 KiB, so this keeps a few hundred executions.
+	// maxKeptBytes bounds the memory of kept reads. They hold scores only (about 128 bytes a
+	// row): an execution of 10 teams and 40 rounds is about 50 KiB, so this keeps over a
+	// thousand executions.
 	maxKeptBytes = 64 << 20
 	// maxQueries is how many ClickHouse reads one replica runs at once; requests arriving
 	// meanwhile queue for the next one, which reads all their executions together.
@@ -22,7 +23,8 @@ const (
 	maxBatch = 16
 )
 
-// storeReads is how the composer reads ClickHouse: requests of one execution share one read,
+// storeReads is how the composer reads the scores of executions from ClickHouse (each request
+// then reads its own team's content alone): requests of one execution share one read,
 // requests of several executions waiting together are read with one query, and a finished read
 // serves later requests of its execution for ttl.
 //
@@ -32,9 +34,10 @@ const (
 // sequence S serves any request that waited up to S or less. That rule lets a request join a
 // read already running, or take a kept one.
 type storeReads struct {
-	read func(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
-	ttl  time.Duration
-	m    *metrics
+	read    func(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
+	ttl     time.Duration
+	maxKept int // bytes of kept reads
+	m       *metrics
 
 	mu       sync.Mutex
 	waiting  map[string][]*waiter // by execution, for the next read
@@ -66,8 +69,8 @@ type keptRead struct {
 	expires time.Time
 }
 
-func newStoreReads(read func(context.Context, []string) (map[string]*rank.Evaluations, error), ttl time.Duration, m *metrics) *storeReads {
-	return &storeReads{read: read, ttl: ttl, m: m, waiting: map[string][]*waiter{}, inflight: map[string]*flight{}, kept: map[string]keptRead{}}
+func newStoreReads(read func(context.Context, []string) (map[string]*rank.Evaluations, error), ttl time.Duration, maxKept int, m *metrics) *storeReads {
+	return &storeReads{read: read, ttl: ttl, maxKept: maxKept, m: m, waiting: map[string][]*waiter{}, inflight: map[string]*flight{}, kept: map[string]keptRead{}}
 }
 
 // get returns the evaluations of an execution, read after the ranker committed sequence seq.
@@ -148,7 +151,7 @@ func (s *storeReads) drain() {
 	}
 }
 
-// keep remembers a read for ttl, within maxKeptBytes; s.mu is held. Kept reads live seconds, so
+// keep remembers a read for ttl, within maxKept bytes; s.mu is held. Kept reads live seconds, so
 // dropping the expired ones on every keep scans few.
 func (s *storeReads) keep(exec string, ev *rank.Evaluations, seq uint64) {
 	if s.ttl <= 0 {
@@ -164,7 +167,7 @@ func (s *storeReads) keep(exec string, ev *rank.Evaluations, seq uint64) {
 			delete(s.kept, e)
 		}
 	}
-	if s.bytes+ev.Bytes() > maxKeptBytes {
+	if s.bytes+ev.Bytes() > s.maxKept {
 		return // full of fresh reads: this one serves only the requests that joined it
 	}
 	s.kept[exec] = keptRead{ev: ev, seq: seq, expires: now.Add(s.ttl)}

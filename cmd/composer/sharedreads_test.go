@@ -54,7 +54,7 @@ func (r *storeReader) read(ctx context.Context, ids []string) (map[string]*rank.
 		r.started <- c
 		<-gate
 	}
-	return r.st.Evaluations(ctx, ids)
+	return r.st.Scores(ctx, ids)
 }
 
 func (r *storeReader) callIDs() [][]string {
@@ -76,6 +76,7 @@ type readsHarness struct {
 
 type harnessOptions struct {
 	ttl     time.Duration
+	maxKept int // 0: maxKeptBytes
 	gated   bool
 	noTable bool // open the store without migrating it: every read fails
 }
@@ -108,7 +109,10 @@ func newReadsHarness(t *testing.T, o harnessOptions) *readsHarness {
 		}
 	})
 	m := newMetrics(prometheus.NewRegistry())
-	return &readsHarness{st: st, r: r, m: m, s: newStoreReads(r.read, o.ttl, m)}
+	if o.maxKept == 0 {
+		o.maxKept = maxKeptBytes
+	}
+	return &readsHarness{st: st, r: r, m: m, s: newStoreReads(r.read, o.ttl, o.maxKept, m)}
 }
 
 // evalRecord is one evaluation of team "team-<exec>" in execution exec, with a submission of
@@ -640,18 +644,23 @@ func TestStoreReads(t *testing.T) {
 	}
 }
 
-// TestStoreReadsKeepWithinMaxKeptBytes fills the kept reads past the real maxKeptBytes with two
+// TestStoreReadsKeepWithinMaxKeptBytes fills the kept reads past their byte cap with two
 // executions of just over half of it each.
 func TestStoreReadsKeepWithinMaxKeptBytes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stores 2 x 33 MiB in ClickHouse")
-	}
 	const ttl = 3 * time.Second
-	h := newReadsHarness(t, harnessOptions{ttl: ttl})
-	half := maxKeptBytes/2 + 1<<20
-	for i, e := range []string{"big1", "big2"} {
-		if err := h.st.Insert(context.Background(), []rank.Record{evalRecord(e, uint64(i+1), half)}); err != nil {
-			t.Fatal(err)
+	const rows = 8
+	maxKept := rows * 128 * 2 * 9 / 10 // one execution of 8 rows fits, two do not
+	h := newReadsHarness(t, harnessOptions{ttl: ttl, maxKept: maxKept})
+	var seq uint64
+	for _, e := range []string{"big1", "big2"} {
+		for i := range rows {
+			seq++
+			rec := evalRecord(e, seq, 16)
+			rec.EventID = fmt.Sprintf("ev-%s-%d", e, i)
+			rec.RoundNumber = i + 1
+			if err := h.st.Insert(context.Background(), []rank.Record{rec}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 
@@ -674,8 +683,8 @@ func TestStoreReadsKeepWithinMaxKeptBytes(t *testing.T) {
 			time.Sleep(step.sleep)
 			before := readCounts(t, h.m)
 			ev := h.getNow(t, step.exec, 1)
-			if ev.Bytes() <= maxKeptBytes/2 {
-				t.Fatalf("read of %s holds %d bytes, want more than half of maxKeptBytes", step.exec, ev.Bytes())
+			if ev.Bytes() <= maxKept/2 {
+				t.Fatalf("read of %s holds %d bytes, want more than half of the cap %d", step.exec, ev.Bytes(), maxKept)
 			}
 			after := readCounts(t, h.m)
 			for _, result := range []string{"queried", "cached"} {
@@ -694,8 +703,8 @@ func TestStoreReadsKeepWithinMaxKeptBytes(t *testing.T) {
 			if diff := cmp.Diff(step.keptNow, kept); diff != "" {
 				t.Errorf("kept executions (-want +got):\n%s", diff)
 			}
-			if bytes > maxKeptBytes {
-				t.Errorf("kept %d bytes, over maxKeptBytes %d", bytes, maxKeptBytes)
+			if bytes > maxKept {
+				t.Errorf("kept %d bytes, over the cap %d", bytes, maxKept)
 			}
 		})
 	}

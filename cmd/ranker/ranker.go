@@ -38,6 +38,7 @@ type ranker struct {
 	source        string
 	maxBytes      int
 	batchSize     int
+	batchBytes    int
 	flushInterval time.Duration
 	ackWait       time.Duration
 	// announceInterval is the least time between two rounds of leaderboard.updated.
@@ -55,7 +56,8 @@ type ranker struct {
 // acks batch n, and the announcer publishes leaderboard.updated for what was committed, so the
 // ClickHouse insert is the only step on the critical path.
 func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, consuming func(bool)) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(r.batchSize))
+	// The buffer holds a batch by count and by bytes, so large submissions bound memory too.
+	it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(r.batchSize, r.batchBytes))
 	if err != nil {
 		return fmt.Errorf("ranker: consume: %w", err)
 	}
@@ -115,13 +117,15 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, co
 	}
 }
 
-// fill gathers a batch after its first message until it is full or the flush interval passed.
+// fill gathers a batch after its first message until it is full (batchSize messages or
+// batchBytes bytes) or the flush interval passed.
 // A stop cuts the wait short, so shutdown flushes what is in hand at once.
 func (r *ranker) fill(stop context.Context, it jetstream.MessagesContext, first jetstream.Msg, draining bool) []jetstream.Msg {
 	batch := []jetstream.Msg{first}
+	size := len(first.Data())
 	ctx, cancel := context.WithTimeout(stop, r.flushInterval)
 	defer cancel()
-	for len(batch) < r.batchSize {
+	for len(batch) < r.batchSize && size < r.batchBytes {
 		var msg jetstream.Msg
 		var err error
 		if draining {
@@ -133,6 +137,7 @@ func (r *ranker) fill(stop context.Context, it jetstream.MessagesContext, first 
 			break
 		}
 		batch = append(batch, msg)
+		size += len(msg.Data())
 	}
 	return batch
 }

@@ -83,6 +83,7 @@ func newRanker(base *service.Base, cfg *config, st *rank.Store) *ranker {
 		source:           base.Source,
 		maxBytes:         cfg.MaxEventBytes,
 		batchSize:        cfg.BatchSize,
+		batchBytes:       cfg.BatchBytes,
 		flushInterval:    cfg.FlushInterval,
 		ackWait:          cfg.AckWait,
 		announceInterval: cfg.AnnounceInterval,

@@ -32,8 +32,10 @@ const previewFallback = 200
 type cutStep struct {
 	section string // the section named in truncated
 	// times is how often the step can cut in (0 when it would change nothing): the oldest rounds
-	// go one at a time, every other step at once.
-	times func(in Inputs, lim Limits) int
+	// go one at a time, every other step at once. printed are the rounds whose content the
+	// template can print: content cuts consider those only, so content that is never printed
+	// (and not read) cannot change the cuts.
+	times func(in Inputs, printed []events.TeamRound, lim Limits) int
 	set   func(c *cuts, k int) // make the step's k-th cut
 	made  func(c cuts) int     // how many of the step's cuts c holds
 	says  func(in Inputs, lim Limits, k int) string
@@ -51,7 +53,7 @@ func cutOrder() []cutStep {
 	}
 	return []cutStep{{
 		section: "history",
-		times:   func(in Inputs, _ Limits) int { return max(len(in.History)-1, 0) },
+		times:   func(in Inputs, _ []events.TeamRound, _ Limits) int { return max(len(in.History)-1, 0) },
 		set:     func(c *cuts, k int) { c.droppedRounds = k },
 		made:    func(c cuts) int { return c.droppedRounds },
 		says: func(in Inputs, _ Limits, k int) string {
@@ -63,7 +65,7 @@ func cutOrder() []cutStep {
 		},
 	}, {
 		section: "leaderboard",
-		times:   func(in Inputs, _ Limits) int { return once(len(in.Leaderboard) > 3) },
+		times:   func(in Inputs, _ []events.TeamRound, _ Limits) int { return once(len(in.Leaderboard) > 3) },
 		set:     func(c *cuts, _ int) { c.leaderboardTop3 = true },
 		made:    func(c cuts) int { return once(c.leaderboardTop3) },
 		says: func(in Inputs, _ Limits, _ int) string {
@@ -71,16 +73,16 @@ func cutOrder() []cutStep {
 		},
 	}, {
 		section: "metrics",
-		times: func(in Inputs, _ Limits) int {
-			return once(slices.ContainsFunc(in.History, func(r events.TeamRound) bool { return len(r.Metrics) > 0 }))
+		times: func(_ Inputs, printed []events.TeamRound, _ Limits) int {
+			return once(slices.ContainsFunc(printed, func(r events.TeamRound) bool { return len(r.Metrics) > 0 }))
 		},
 		set:  func(c *cuts, _ int) { c.noMetrics = true },
 		made: func(c cuts) int { return once(c.noMetrics) },
 		says: func(Inputs, Limits, int) string { return "per-metric details omitted" },
 	}, {
 		section: "submissions",
-		times: func(in Inputs, lim Limits) int {
-			return once(slices.ContainsFunc(in.History, func(r events.TeamRound) bool {
+		times: func(_ Inputs, printed []events.TeamRound, lim Limits) int {
+			return once(slices.ContainsFunc(printed, func(r events.TeamRound) bool {
 				return utf8.RuneCountInString(r.Submission.Content) > previewLimit(lim)
 			}))
 		},
@@ -91,21 +93,21 @@ func cutOrder() []cutStep {
 		},
 	}, {
 		section: "trend",
-		times:   func(in Inputs, _ Limits) int { return once(len(in.History) > 0) },
+		times:   func(in Inputs, _ []events.TeamRound, _ Limits) int { return once(len(in.History) > 0) },
 		set:     func(c *cuts, _ int) { c.noTrend = true },
 		made:    func(c cuts) int { return once(c.noTrend) },
 		says:    func(Inputs, Limits, int) string { return "score trend omitted" },
 	}, {
 		section: "leaderboard",
-		times:   func(in Inputs, _ Limits) int { return once(len(in.Leaderboard) > 1) },
+		times:   func(in Inputs, _ []events.TeamRound, _ Limits) int { return once(len(in.Leaderboard) > 1) },
 		set:     func(c *cuts, _ int) { c.selfOnlyLeaderboard = true },
 		made:    func(c cuts) int { return once(c.selfOnlyLeaderboard) },
 		says:    func(Inputs, Limits, int) string { return "top rows omitted, the team's own row kept" },
 	}, {
 		section: "feedback",
-		times: func(in Inputs, _ Limits) int {
-			n := len(in.History)
-			return once(n > 0 && in.History[n-1].Feedback != "")
+		times: func(_ Inputs, printed []events.TeamRound, _ Limits) int {
+			n := len(printed) // a suffix of the history: its last round is the latest
+			return once(n > 0 && printed[n-1].Feedback != "")
 		},
 		set:  func(c *cuts, _ int) { c.noLatestFeedback = true },
 		made: func(c cuts) int { return once(c.noLatestFeedback) },
@@ -114,12 +116,14 @@ func cutOrder() []cutStep {
 }
 
 // budgetSteps lists the cut sets to try, each one cutting more than the one before; steps[0]
-// cuts nothing. Only cuts that change something are listed.
-func budgetSteps(in Inputs, lim Limits) []cuts {
+// cuts nothing. Only cuts that change something are listed. contentFrom is the first round whose
+// content the template can print (Template.contentFrom).
+func budgetSteps(in Inputs, lim Limits, contentFrom int) []cuts {
+	printed := printedRounds(in.History, contentFrom)
 	steps := []cuts{{}}
 	var c cuts
 	for _, s := range cutOrder() {
-		for k := 1; k <= s.times(in, lim); k++ {
+		for k := 1; k <= s.times(in, printed, lim); k++ {
 			s.set(&c, k)
 			steps = append(steps, c)
 		}

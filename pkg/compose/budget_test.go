@@ -47,7 +47,7 @@ func TestBudgetCutsInOrderAndKeepsLevelOne(t *testing.T) {
 	// Ground truth by linear scan: the tokens of every step of the cut sequence.
 	in := longTournament("team-round", 0)
 	lim := tmpl.limits(in.Request.Limits)
-	steps := budgetSteps(in, lim)
+	steps := budgetSteps(in, lim, tmpl.contentFrom(in.History, lim))
 	tokens := make([]int, len(steps))
 	for i, c := range steps {
 		r, err := l.render("team-round", tmpl.parts, "", in, lim, time.UTC, c)

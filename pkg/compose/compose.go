@@ -49,6 +49,7 @@ func (l *Library) Compose(in Inputs) (events.PromptComposed, error) {
 		return events.PromptComposed{}, err
 	}
 	lim := t.limits(in.Request.Limits)
+	from := t.contentFrom(in.History, lim)
 
 	ref := events.TemplateRef{Name: t.Name, Version: t.Version, SHA256: t.SHA256}
 	var r rendered
@@ -58,14 +59,14 @@ func (l *Library) Compose(in Inputs) (events.PromptComposed, error) {
 			parts = t.parts
 		}
 		ref.Variant = v.Name
-		r, err = l.renderBudgeted(t.Name+"/"+v.Name, parts, v.Format, in, lim, loc)
+		r, err = l.renderBudgeted(t.Name+"/"+v.Name, parts, v.Format, in, lim, loc, from)
 		if err != nil {
 			// The base template is the tested path: a broken variant costs its format, not the prompt.
 			ref.Fallback = true
-			r, err = l.renderBudgeted(t.Name, t.parts, "", in, lim, loc)
+			r, err = l.renderBudgeted(t.Name, t.parts, "", in, lim, loc, from)
 		}
 	} else {
-		r, err = l.renderBudgeted(t.Name, t.parts, "", in, lim, loc)
+		r, err = l.renderBudgeted(t.Name, t.parts, "", in, lim, loc, from)
 	}
 	if err != nil {
 		return events.PromptComposed{}, err
@@ -139,8 +140,8 @@ func (l *Library) render(name string, parts []part, format string, in Inputs, li
 // renderBudgeted renders the whole prompt and, when it is over max_prompt_tokens, the smallest
 // prefix of the cut sequence (budgetSteps) that fits. Cuts only shrink the prompt, so the first
 // fitting step is found by bisection: a handful of renders whatever the history's length.
-func (l *Library) renderBudgeted(name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location) (rendered, error) {
-	steps := budgetSteps(in, lim)
+func (l *Library) renderBudgeted(name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location, contentFrom int) (rendered, error) {
+	steps := budgetSteps(in, lim, contentFrom)
 	full, err := l.render(name, parts, format, in, lim, loc, steps[0])
 	if err != nil || lim.MaxPromptTokens == 0 || full.tokens <= lim.MaxPromptTokens {
 		return full, err

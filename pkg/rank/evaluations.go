@@ -8,64 +8,47 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// Evaluations are the stored rows of one execution with the content of its evaluations, as one
-// read returns them: enough to answer its leaderboard and its teams' histories at any bound.
-// The composer reads them once for a whole round of requests instead of twice per team.
+// Evaluations are the stored score rows of one execution, every team and copy, as one read
+// returns them: enough to rank it and to know each team's rounds at any bound. The composer
+// reads them once for a whole round of requests; content is read per team (Content).
 type Evaluations struct {
-	rows    []Stored
-	content map[eventKey]firstCopy // the first stored copy of each event: the one Latest keeps
-	bytes   int
+	rows []Stored
 
 	mu      sync.Mutex
 	reduced map[Bound]*Reduction // every team of a round asks for the same bounds
 }
 
-// firstCopy is the content of the first stored copy of an event.
+func newEvaluations() *Evaluations { return &Evaluations{reduced: map[Bound]*Reduction{}} }
+
+// Bytes approximates the memory the evaluations hold, for caches that bound it.
+func (ev *Evaluations) Bytes() int { return len(ev.rows) * 128 }
+
+// Content is what one team submitted and was told: the first stored copy of each of its events
+// (the copy Latest keeps), read only for the rounds a prompt can print.
+type Content struct {
+	byEvent map[string]firstCopy
+}
+
 type firstCopy struct {
 	seq   uint64
 	round events.TeamRound
 }
 
-func newEvaluations() *Evaluations {
-	return &Evaluations{content: map[eventKey]firstCopy{}, reduced: map[Bound]*Reduction{}}
-}
+func newContent() *Content { return &Content{byEvent: map[string]firstCopy{}} }
 
-// add takes one stored row; content is nil when the read did not fetch it for this row's team.
-func (ev *Evaluations) add(r Stored, content *events.TeamRound) {
-	ev.rows = append(ev.rows, r)
-	ev.bytes += 128
-	if content == nil {
+// add keeps the copy of an event with the lowest sequence.
+func (c *Content) add(eventID string, seq uint64, d events.TeamRound) {
+	if have, ok := c.byEvent[eventID]; ok && have.seq <= seq {
 		return
 	}
-	k := eventKey{r.TeamID, r.EventID}
-	have, ok := ev.content[k]
-	if ok && have.seq <= r.Seq {
-		return // a later copy of an event already read
-	}
-	if ok {
-		ev.bytes -= contentBytes(&have.round)
-	}
-	ev.content[k] = firstCopy{seq: r.Seq, round: *content}
-	ev.bytes += contentBytes(content)
+	c.byEvent[eventID] = firstCopy{seq: seq, round: d}
 }
-
-func contentBytes(d *events.TeamRound) int {
-	n := len(d.Submission.Content) + len(d.Feedback) + len(d.EvaluatedAt) + len(d.EvaluationID) + 64
-	for _, m := range d.Metrics {
-		n += len(m.MetricName) + len(m.EvaluatorComment) + 48
-	}
-	return n
-}
-
-// Bytes approximates the memory the evaluations hold, for caches that bound it.
-func (ev *Evaluations) Bytes() int { return ev.bytes }
 
 // Reduction is an execution's evaluations within one Bound, reduced by Latest: its leaderboard
-// and every team's history.
+// and every team's rounds.
 type Reduction struct {
-	rounds  []RoundScore       // the latest evaluation of each (team, round), by team then round
-	history []events.TeamRound // history[i] is the content of rounds[i]
-	seq     uint64
+	rounds []RoundScore // the latest evaluation of each (team, round), by team then round
+	seq    uint64
 }
 
 // Reduce applies Latest within b. The result is shared by every caller asking for the same bound.
@@ -79,10 +62,7 @@ func (ev *Evaluations) Reduce(b Bound) *Reduction {
 	slices.SortFunc(rounds, func(a, b RoundScore) int {
 		return cmp.Or(cmp.Compare(a.TeamID, b.TeamID), cmp.Compare(a.Round, b.Round))
 	})
-	r := &Reduction{rounds: rounds, history: make([]events.TeamRound, len(rounds)), seq: seq}
-	for i, rs := range rounds {
-		r.history[i] = ev.content[eventKey{rs.TeamID, rs.EventID}].round
-	}
+	r := &Reduction{rounds: rounds, seq: seq}
 	ev.reduced[b] = r
 	return r
 }
@@ -92,14 +72,24 @@ func (r *Reduction) Leaderboard(order events.ScoreOrder) Board {
 	return Board{Rows: Rank(r.rounds, order), Seq: r.seq}
 }
 
-// History returns a team's rounds, ascending. The rounds share their metrics with the reduction:
-// callers must not modify them. Only a read that fetched the team's content can answer it.
-func (r *Reduction) History(teamID string) []events.TeamRound {
+// History returns a team's rounds, ascending, with their content where content holds it (nil:
+// none); a round without content has its number, evaluation id and score only. Metrics are
+// shared with content: callers must not modify them.
+func (r *Reduction) History(teamID string, content *Content) []events.TeamRound {
 	byTeam := func(rs RoundScore, team string) int { return cmp.Compare(rs.TeamID, team) }
 	from, _ := slices.BinarySearchFunc(r.rounds, teamID, byTeam)
-	to := from
-	for to < len(r.rounds) && r.rounds[to].TeamID == teamID {
-		to++
+	out := []events.TeamRound{}
+	for _, rs := range r.rounds[from:] {
+		if rs.TeamID != teamID {
+			break
+		}
+		tr := events.TeamRound{RoundNumber: rs.Round, EvaluationID: rs.EventID, OverallScore: rs.Score}
+		if content != nil {
+			if c, ok := content.byEvent[rs.EventID]; ok {
+				tr = c.round
+			}
+		}
+		out = append(out, tr)
 	}
-	return append([]events.TeamRound{}, r.history[from:to]...)
+	return out
 }

@@ -195,8 +195,9 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 		t.Errorf("history mismatch (-want +got):\n%s", diff)
 	}
 
-	// One read of the execution answers both, at every bound, exactly as the dedicated reads.
-	evs, err := s.Evaluations(ctx, []string{"exec", "nope"})
+	// One read of the scores and one of a team's content answer both, at every bound, exactly
+	// as the dedicated reads.
+	evs, err := s.Scores(ctx, []string{"exec", "nope"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,11 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(want, ev.Reduce(b).History(team)); diff != "" {
+			content, err := s.Content(ctx, "exec", team, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, ev.Reduce(b).History(team, content)); diff != "" {
 				t.Errorf("read history of %s within %+v (merged %v) mismatch (-want +got):\n%s", team, b, merged, diff)
 			}
 		}
@@ -229,8 +234,17 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 	if got := before2.Rows[0]; got.TeamID != "b" || got.BestScore != 80 {
 		t.Errorf("leaderboard before round 2: first row %+v, want team b with 80", got)
 	}
-	if ev.Bytes() < 6*len("sub e0") || evs["nope"] == nil || len(evs["nope"].Reduce(rank.Everything()).Leaderboard(events.Desc).Rows) != 0 {
-		t.Errorf("evaluations of two executions: %d bytes for exec, %+v for an unknown one", ev.Bytes(), evs["nope"])
+	if ev.Bytes() == 0 || evs["nope"] == nil || len(evs["nope"].Reduce(rank.Everything()).Leaderboard(events.Desc).Rows) != 0 {
+		t.Errorf("scores of two executions: %d bytes for exec, %+v for an unknown one", ev.Bytes(), evs["nope"])
+	}
+	// Content of round 2 only: round 1 keeps its number, id and score, without content.
+	later, err := s.Content(ctx, "exec", "a", 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []events.TeamRound{{RoundNumber: 1, EvaluationID: "e2", OverallScore: 60}, round2}
+	if diff := cmp.Diff(want, ev.Reduce(rank.Everything()).History("a", later)); diff != "" {
+		t.Errorf("history with the content of round 2 only (-want +got):\n%s", diff)
 	}
 
 	unknown, err := s.Leaderboard(ctx, "nope", events.Desc, rank.Everything())

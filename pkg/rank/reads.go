@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
@@ -34,98 +35,110 @@ func (s *Store) Leaderboard(ctx context.Context, executionID string, order event
 // Leaderboards ranks several executions with one query, as the ranker does for every execution
 // a batch touched. Every requested execution has an entry, empty when it has no evaluations.
 func (s *Store) Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, b Bound) (map[string]Board, error) {
-	const q = `
-SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us, stream_seq
-FROM evaluations
-WHERE execution_id IN ?`
-	rows, err := s.conn.Query(ctx, q, inSet(executionIDs))
+	evs, err := s.Scores(ctx, executionIDs)
 	if err != nil {
-		return nil, fmt.Errorf("rank: leaderboards: %w", err)
-	}
-	defer rows.Close()
-	stored := make(map[string][]Stored, len(executionIDs))
-	for rows.Next() {
-		var exec string
-		var r Stored
-		var round uint32
-		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
-			return nil, fmt.Errorf("rank: leaderboards: %w", err)
-		}
-		r.Round = int(round)
-		stored[exec] = append(stored[exec], r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("rank: leaderboards: %w", err)
 	}
 	boards := make(map[string]Board, len(executionIDs))
 	for _, id := range executionIDs {
-		rounds, seq := Latest(stored[id], b)
-		boards[id] = Board{Rows: Rank(rounds, order), Seq: seq}
+		boards[id] = evs[id].Reduce(b).Leaderboard(order)
 	}
 	return boards, nil
 }
 
-// History returns a team's latest evaluation of each round within b, ascending.
-func (s *Store) History(ctx context.Context, executionID, teamID string, b Bound) ([]events.TeamRound, error) {
-	const q = `
-SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us,
-       stream_seq, metrics, feedback, submission, submission_format, evaluated_at
-FROM evaluations
-WHERE execution_id = ? AND team_id = ?`
-	evs, err := s.scanEvaluations(ctx, q, []string{executionID}, executionID, teamID)
-	if err != nil {
-		return nil, fmt.Errorf("rank: history of %s/%s: %w", executionID, teamID, err)
-	}
-	return evs[executionID].Reduce(b).History(teamID), nil
-}
+// scoreColumns are what ranking needs of a row: no content, so reads of every team stay small.
+const scoreColumns = `execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us, stream_seq`
 
-// Evaluations reads every stored row of the executions, with content, in one query. Every
+// Scores reads the score rows of the executions, every team and copy, in one query. Every
 // requested execution has an entry, empty when it has no evaluations.
-func (s *Store) Evaluations(ctx context.Context, executionIDs []string) (map[string]*Evaluations, error) {
-	const q = `
-SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us,
-       stream_seq, metrics, feedback, submission, submission_format, evaluated_at
-FROM evaluations
-WHERE execution_id IN ?`
-	evs, err := s.scanEvaluations(ctx, q, executionIDs, inSet(executionIDs))
-	if err != nil {
-		return nil, fmt.Errorf("rank: evaluations: %w", err)
-	}
-	return evs, nil
+func (s *Store) Scores(ctx context.Context, executionIDs []string) (map[string]*Evaluations, error) {
+	return s.scanScores(ctx, executionIDs, `SELECT `+scoreColumns+` FROM evaluations WHERE execution_id IN ?`, inSet(executionIDs))
 }
 
-// scanEvaluations runs a query selecting the columns of Evaluations and collects its rows.
-func (s *Store) scanEvaluations(ctx context.Context, q string, executionIDs []string, args ...any) (map[string]*Evaluations, error) {
+func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string, args ...any) (map[string]*Evaluations, error) {
 	out := make(map[string]*Evaluations, len(executionIDs))
 	for _, id := range executionIDs {
 		out[id] = newEvaluations()
 	}
 	rows, err := s.conn.Query(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rank: scores: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var exec, metrics string
+		var exec string
 		var r Stored
 		var round uint32
-		var d events.TeamRound
-		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq,
-			&metrics, &d.Feedback, &d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
-			return nil, err
-		}
-		ev := out[exec]
-		if ev == nil {
-			continue // the filter matched what was not asked: cannot happen, but never index a nil entry
+		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
+			return nil, fmt.Errorf("rank: scores: %w", err)
 		}
 		r.Round = int(round)
-		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
-			return nil, fmt.Errorf("metrics of %s/%s: %w", exec, r.EventID, err)
+		if ev := out[exec]; ev != nil {
+			ev.rows = append(ev.rows, r)
 		}
-		d.RoundNumber, d.EvaluationID, d.OverallScore = r.Round, r.EventID, r.Score
-		ev.add(r, &d)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("rank: scores: %w", err)
+	}
+	return out, nil
+}
+
+// Content reads what one team submitted and was told in rounds fromRound to beforeRound-1 (0:
+// no upper bound). Only the rows of that team are decoded: other teams' submissions and
+// feedback are never read, and a prompt reads no more rounds than its template prints.
+func (s *Store) Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*Content, error) {
+	q := `SELECT event_id, round_number, overall_score, stream_seq, metrics, feedback, submission, submission_format, evaluated_at
+FROM evaluations WHERE execution_id = ? AND team_id = ? AND round_number >= ? AND round_number < ?`
+	c := newContent()
+	rows, err := s.conn.Query(ctx, q, executionID, teamID, uint32(max(fromRound, 0)), roundLimit(beforeRound))
+	if err != nil {
+		return nil, fmt.Errorf("rank: content of %s/%s: %w", executionID, teamID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d events.TeamRound
+		var round uint32
+		var seq uint64
+		var metrics string
+		if err := rows.Scan(&d.EvaluationID, &round, &d.OverallScore, &seq, &metrics, &d.Feedback,
+			&d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
+			return nil, fmt.Errorf("rank: content of %s/%s: %w", executionID, teamID, err)
+		}
+		if have, ok := c.byEvent[d.EvaluationID]; ok && have.seq <= seq {
+			continue // a later copy of an event already read: not worth decoding its metrics
+		}
+		d.RoundNumber = int(round)
+		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
+			return nil, fmt.Errorf("rank: content of %s/%s: metrics of %s: %w", executionID, teamID, d.EvaluationID, err)
+		}
+		c.add(d.EvaluationID, seq, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("rank: content of %s/%s: %w", executionID, teamID, err)
+	}
+	return c, nil
+}
+
+// roundLimit turns "before round N" (0 = no limit) into an exclusive bound of the UInt32 column.
+func roundLimit(beforeRound int) uint32 {
+	if beforeRound <= 0 || beforeRound > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(beforeRound)
+}
+
+// History returns a team's latest evaluation of each round within b, ascending, with content.
+func (s *Store) History(ctx context.Context, executionID, teamID string, b Bound) ([]events.TeamRound, error) {
+	evs, err := s.scanScores(ctx, []string{executionID},
+		`SELECT `+scoreColumns+` FROM evaluations WHERE execution_id = ? AND team_id = ?`, executionID, teamID)
+	if err != nil {
+		return nil, fmt.Errorf("rank: history of %s/%s: %w", executionID, teamID, err)
+	}
+	content, err := s.Content(ctx, executionID, teamID, 0, b.BeforeRound)
+	if err != nil {
+		return nil, err
+	}
+	return evs[executionID].Reduce(b).History(teamID, content), nil
 }
 
 // inSet binds ids as the right-hand side of IN.
