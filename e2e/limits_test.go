@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,5 +101,157 @@ func TestAnswerOverMaxPayloadIsBudgetExceeded(t *testing.T) {
 	if _, err := fmt.Sscanf(a.failed.Message, "the prompt.composed event would be %d bytes, over the largest message the server takes (%d bytes)", &size, &limit); err != nil ||
 		limit != 1<<20 || size <= limit {
 		t.Errorf("message %q does not name the size and the 1 MiB limit", a.failed.Message)
+	}
+}
+
+// TestMemoryBoundedWithLargeSubmissions: 400 evaluations of 900 KB (40 rounds of 10 teams) go
+// through the ranker, then a team asks for round 41. Neither service passes 256 MiB of peak
+// resident memory: the ranker's batches and pull buffer are bounded by bytes, and the composer
+// reads the other teams' scores only and its own content of the rounds it prints.
+func TestMemoryBoundedWithLargeSubmissions(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("stores 360 MB")
+	}
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	composer := e.start("composer")
+	const teams, rounds, size = 10, 40, 900_000
+	var last uint64
+	for r := 1; r <= rounds; r++ {
+		for k := range teams {
+			team := fmt.Sprintf("t%d", k)
+			// Distinct texts with spaces, as teams write them.
+			phrase := fmt.Sprintf("round %d of %s says %d; ", r, team, r*k)
+			content := strings.Repeat(phrase, size/len(phrase)+1)[:size]
+			last = e.publishEvaluation(fmt.Sprintf("m-%s-%d", team, r), evaluation("mem", team, "Team "+team, r, float64(r+k), content, t0))
+		}
+	}
+	waitCommitted(t, e, int(last))
+	e.requestRound("mem-41", events.RoundRequested{ExecutionID: "mem", TeamID: "t3", TeamName: "Team t3", RoundNumber: 41, UserPrompt: "Go on."}, t0)
+	a := e.answers("prompt.*.mem.t3", 1, 60*time.Second)["mem-41"]
+	if !a.ok() || len(a.composed.Inputs.HistoryRounds) != rounds || len(a.composed.Inputs.Leaderboard) != teams {
+		t.Fatalf("round 41: %s %+v", a.subject, a.failed)
+	}
+	rankerMiB, composerMiB := rssHighWater(ranker.cmd.Process.Pid)/1024, rssHighWater(composer.cmd.Process.Pid)/1024
+	t.Logf("peak RSS: ranker %d MiB, composer %d MiB (%d x %d KB evaluations)", rankerMiB, composerMiB, teams*rounds, size/1000)
+	if rankerMiB == 0 || rankerMiB > 256 || composerMiB == 0 || composerMiB > 256 {
+		t.Errorf("peak RSS ranker %d MiB, composer %d MiB; want both under 256 MiB", rankerMiB, composerMiB)
+	}
+}
+
+// TestRenderBoundedInTime: a task of 900 KB without a space (one piece for the tokenizer) takes
+// longer to count than COMPOSER_RENDER_TIMEOUT allows here; the request answers budget_exceeded
+// naming the limit, on the stream and from POST /v1/render alike.
+func TestRenderBoundedInTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composer := e.start("composer", "COMPOSER_RENDER_TIMEOUT=50ms")
+	huge := 10_000_000
+	rr := events.RoundRequested{ExecutionID: "slow", TeamID: "t1", TeamName: "One", RoundNumber: 1,
+		UserPrompt: strings.Repeat("a", 900_000), Limits: events.Limits{MaxPromptTokens: &huge}}
+	start := time.Now()
+	e.requestRound("slow-1", rr, t0)
+	a := e.answers("prompt.*.slow.t1", 1, 30*time.Second)["slow-1"]
+	want := "rendering took longer than COMPOSER_RENDER_TIMEOUT (50ms)"
+	if a.ok() || a.failed.Code != events.CodeBudgetExceeded || a.failed.Message != want {
+		t.Fatalf("answer %s %+v, want budget_exceeded %q", a.subject, a.failed, want)
+	}
+	t.Logf("answered after %s", time.Since(start).Round(time.Millisecond))
+	status, body := composer.render(t, map[string]any{"execution_id": "slow", "team_id": "t1", "team_name": "One", "round_number": 1,
+		"user_prompt": rr.UserPrompt, "limits": map[string]any{"max_prompt_tokens": huge}, "time": t0.Format(time.RFC3339)})
+	if status != http.StatusUnprocessableEntity || !strings.Contains(string(body), want) {
+		t.Errorf("render: %d %.200s, want 422 %q", status, body, want)
+	}
+}
+
+// TestLongRequestIsNotRedelivered: a request that waits longer than COMPOSER_ACK_WAIT (here for
+// inputs that never come) is kept in progress: it is answered once and never redelivered.
+func TestLongRequestIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if err := events.EnsureStreams(t.Context(), e.js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	e.publishEvaluation("never-committed", evaluation("long", "t1", "One", 1, 50, "x", t0)) // no ranker
+	e.start("composer", "COMPOSER_ACK_WAIT=1s", "COMPOSER_INPUTS_TIMEOUT=4s")
+	e.requestRound("long-1", events.RoundRequested{ExecutionID: "long", TeamID: "t1", TeamName: "One", RoundNumber: 2, UserPrompt: "Go."}, t0)
+	a := e.answers("prompt.*.long.t1", 1, 30*time.Second)["long-1"]
+	if a.ok() || a.failed.Code != events.CodeInputsNotReady {
+		t.Fatalf("answer %s %+v, want inputs_not_ready", a.subject, a.failed)
+	}
+	cons, err := e.js.Consumer(t.Context(), events.StreamRounds, events.ConsumerComposer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 || info.Delivered.Consumer != 1 {
+		t.Errorf("the request was delivered %d times (%d redelivered), want once", info.Delivered.Consumer, info.NumRedelivered)
+	}
+}
+
+// TestRenderAPILimitsAndStopsWithItsClient: with COMPOSER_RENDER_CONCURRENCY=1 a second render
+// while one runs answers 429; when the first client goes away its render stops and frees the
+// slot at once, not after the inputs timeout.
+func TestRenderAPILimitsAndStopsWithItsClient(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if err := events.EnsureStreams(t.Context(), e.js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	e.publishEvaluation("never-committed", evaluation("api", "t1", "One", 1, 50, "x", t0)) // renders wait for it
+	composer := e.start("composer", "COMPOSER_RENDER_CONCURRENCY=1", "COMPOSER_INPUTS_TIMEOUT=30s")
+	body := `{"execution_id":"api","team_id":"t1","team_name":"One","round_number":2,"user_prompt":"Go."}`
+	post := func(ctx context.Context) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+composer.addr+"/v1/render", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	first, cancelFirst := context.WithCancel(t.Context())
+	firstDone := make(chan error, 1)
+	go func() { _, err := post(first); firstDone <- err }()
+	time.Sleep(300 * time.Millisecond) // the first render holds the slot, waiting for inputs
+	if status, err := post(t.Context()); err != nil || status != http.StatusTooManyRequests {
+		t.Fatalf("second render while one runs: %d %v, want 429", status, err)
+	}
+	cancelFirst()
+	<-firstDone
+	time.Sleep(200 * time.Millisecond)
+	// The slot is free again: a third render is admitted (it waits for inputs until our timeout).
+	third, cancelThird := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancelThird()
+	if status, err := post(third); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("render after the first client left: %d %v, want it admitted (waiting)", status, err)
+	}
+}
+
+// TestSIGTERMWithARequestInHand: a composer stopped while a request waits for inputs exits
+// within COMPOSER_SHUTDOWN_TIMEOUT and leaves the request to another replica, which answers it.
+func TestSIGTERMWithARequestInHand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if err := events.EnsureStreams(t.Context(), e.js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	e.publishEvaluation("late", evaluation("term", "t1", "One", 1, 50, "x", t0))
+	first := e.start("composer", "COMPOSER_SHUTDOWN_TIMEOUT=2s", "COMPOSER_INPUTS_TIMEOUT=60s")
+	e.requestRound("term-2", events.RoundRequested{ExecutionID: "term", TeamID: "t1", TeamName: "One", RoundNumber: 2, UserPrompt: "Go."}, t0)
+	time.Sleep(500 * time.Millisecond) // in hand, waiting for the ranker
+	took, _ := first.stop(t, 10*time.Second)
+	if took > 4*time.Second {
+		t.Errorf("exited %s after SIGTERM, want within the 2s shutdown timeout", took)
+	}
+	e.start("ranker")
+	e.start("composer")
+	if a := e.answers("prompt.*.term.t1", 1, 30*time.Second)["term-2"]; !a.ok() {
+		t.Errorf("the request left by the stopped composer: %s %+v, want composed by the next", a.subject, a.failed)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -11,10 +12,21 @@ import (
 
 // newAPI serves POST /v1/render: the prompt.composed data a request would produce, without
 // publishing it, for template authors and auditors. It waits and reads exactly as the consumer
-// does, or renders as of a given evaluations_seq.
-func newAPI(c *composer, maxBytes int) http.Handler {
+// does, or renders as of a given evaluations_seq. At most limit renders run at once (more are
+// answered 429), and each stops when its client goes away.
+func newAPI(c *composer, maxBytes, limit int) http.Handler {
+	slots := make(chan struct{}, limit)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/render", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			service.WriteJSON(w, http.StatusTooManyRequests, service.Error{Code: "too_many_requests",
+				Message: fmt.Sprintf("%d renders are running (COMPOSER_RENDER_CONCURRENCY); retry shortly", limit)})
+			return
+		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, int64(maxBytes)+1))
 		if err != nil {
 			writeFailure(w, events.Failf(events.CodeInvalidRequest, "read body: %v", err))
@@ -33,7 +45,10 @@ func newAPI(c *composer, maxBytes int) http.Handler {
 		if id == "" {
 			id = "render"
 		}
-		out, err := c.compose(r.Context(), id, req.Data, at.Truncate(time.Microsecond), req.EvaluationsSeq, nil)
+		out, err := c.compose(r.Context(), id, req.Data, at.Truncate(time.Microsecond), req.EvaluationsSeq)
+		if r.Context().Err() != nil {
+			return // the client went away (or the service stops): nobody reads an answer
+		}
 		if err != nil {
 			writeFailure(w, failureOf(err))
 			return

@@ -30,6 +30,8 @@ type composer struct {
 	source        string
 	maxBytes      int
 	inputsTimeout time.Duration
+	renderTimeout time.Duration
+	ackWait       time.Duration
 	maxDeliver    int
 	now           func() time.Time
 }
@@ -91,7 +93,11 @@ func (c *composer) handle(ctx context.Context, msg jetstream.Msg) settle.Outcome
 	if err != nil {
 		return c.reject(ctx, msg, md, req, err)
 	}
-	out, err := c.compose(ctx, req.ID, req.Data, req.Time, nil, func() { _ = msg.InProgress() })
+	// Waiting and rendering may take long: the broker must not hand the request to another
+	// replica meanwhile.
+	alive := settle.KeepAlive(c.ackWait/3, msg)
+	defer alive()
+	out, err := c.compose(ctx, req.ID, req.Data, req.Time, nil)
 	if err == nil {
 		err = c.publishComposed(ctx, out)
 		var tooLarge *events.TooLargeError
@@ -150,11 +156,11 @@ func (c *composer) reject(ctx context.Context, msg jetstream.Msg, md *jetstream.
 }
 
 // compose builds the prompt.composed data of a request: the read-your-writes wait (or, when
-// asOf is set, the wait for the ranker to reach that sequence), one shared store read, render.
-// keepAlive is called while waiting so the broker does not redeliver the request.
-func (c *composer) compose(ctx context.Context, requestID string, req events.RoundRequested, at time.Time, asOf *uint64, keepAlive func()) (events.PromptComposed, error) {
+// asOf is set, the wait for the ranker to reach that sequence), the store reads, the render
+// within renderTimeout. It returns ctx's error when ctx ends first.
+func (c *composer) compose(ctx context.Context, requestID string, req events.RoundRequested, at time.Time, asOf *uint64) (events.PromptComposed, error) {
 	waitStart := time.Now()
-	seq, err := c.waitForInputs(ctx, asOf, keepAlive)
+	seq, err := c.waitForInputs(ctx, asOf)
 	if err != nil {
 		return events.PromptComposed{}, err
 	}
@@ -184,7 +190,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	in := evs.ForPrompt(req.TeamID, req.RoundNumber, seq, req.Standings, order, content)
 
 	renderStart := time.Now()
-	out, err := c.lib.Compose(compose.Inputs{
+	rctx, cancel := context.WithTimeout(ctx, c.renderTimeout)
+	defer cancel()
+	out, err := c.lib.Compose(rctx, compose.Inputs{
 		RequestID:      requestID,
 		Request:        req,
 		Time:           at,
@@ -193,6 +201,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 		EvaluationsSeq: seq,
 	})
 	c.m.renderDuration.Observe(time.Since(renderStart).Seconds())
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return events.PromptComposed{}, events.Failf(events.CodeBudgetExceeded, "rendering took longer than COMPOSER_RENDER_TIMEOUT (%s)", c.renderTimeout)
+	}
 	if err != nil {
 		return events.PromptComposed{}, err
 	}

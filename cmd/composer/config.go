@@ -24,6 +24,8 @@ type config struct {
 	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s" desc:"redelivery timeout of the composer consumer (kept alive with InProgress while waiting)"`
 	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10" desc:"deliveries of one request; the last one answers prompt.failed instead of retrying"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish requests in hand after SIGTERM"`
+	RenderTimeout   time.Duration `envconfig:"RENDER_TIMEOUT" default:"10s" desc:"longest render of one prompt (counting a hostile text may take long); past it the request answers budget_exceeded"`
+	RenderAPILimit  int           `envconfig:"RENDER_CONCURRENCY" default:"4" desc:"POST /v1/render requests served at once; more answer 429"`
 }
 
 // Validate checks every setting; the error names each bad variable.
@@ -43,6 +45,12 @@ func (c *config) Validate() error {
 	}
 	if c.MaxDeliver < 1 {
 		errs = append(errs, fmt.Errorf("COMPOSER_MAX_DELIVER must be positive, got %d", c.MaxDeliver))
+	}
+	if c.RenderTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("COMPOSER_RENDER_TIMEOUT must be positive, got %s", c.RenderTimeout))
+	}
+	if c.RenderAPILimit < 1 {
+		errs = append(errs, fmt.Errorf("COMPOSER_RENDER_CONCURRENCY must be at least 1, got %d", c.RenderAPILimit))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout))

@@ -13,14 +13,13 @@ import (
 // returns S, the sequence the prompt is computed as of; 0 when no evaluation was ever accepted.
 // With asOf set (an audit render), S is asOf instead, which must not be past the stream's last
 // sequence, and the wait is for the ranker to reach it.
-func (c *composer) waitForInputs(ctx context.Context, asOf *uint64, keepAlive func()) (uint64, error) {
+func (c *composer) waitForInputs(ctx context.Context, asOf *uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.inputsTimeout)
 	defer cancel()
 	detail := "no answer from JetStream"
 	var target uint64
 	known := false
 	delay := 5 * time.Millisecond
-	lastKeepAlive := time.Now()
 	for {
 		p, err := c.probes.join(ctx)
 		if err != nil {
@@ -46,10 +45,6 @@ func (c *composer) waitForInputs(ctx context.Context, asOf *uint64, keepAlive fu
 			return target, nil
 		}
 		detail = why
-		if keepAlive != nil && time.Since(lastKeepAlive) > 5*time.Second {
-			keepAlive()
-			lastKeepAlive = time.Now()
-		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(delay):

@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newComposer(base, &cfg, st, lib)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
-		API:             newAPI(c, cfg.MaxEventBytes),
+		API:             newAPI(c, cfg.MaxEventBytes, cfg.RenderAPILimit),
 		Checks:          map[string]service.Check{"clickhouse": st.Ping},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
@@ -88,6 +88,8 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		source:        base.Source,
 		maxBytes:      cfg.MaxEventBytes,
 		inputsTimeout: cfg.InputsTimeout,
+		renderTimeout: cfg.RenderTimeout,
+		ackWait:       cfg.AckWait,
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,
 	}

@@ -33,7 +33,9 @@ const MaxHeaderBytes = 64 << 10
 
 // Listen binds addr and builds the handler. /readyz answers 200 only when every check passes,
 // and 503 with the failing checks otherwise.
-func Listen(addr string, lim HTTPLimits, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check, pprofOn bool) (*Server, error) {
+//
+// Requests' contexts derive from base, so handlers stop when the service abandons its work.
+func Listen(base context.Context, addr string, lim HTTPLimits, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check, pprofOn bool) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -67,7 +69,8 @@ func Listen(addr string, lim HTTPLimits, api http.Handler, gatherer prometheus.G
 		mux.Handle("/", api)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: min(5*time.Second, lim.Read), ReadTimeout: lim.Read,
-		WriteTimeout: lim.Write, IdleTimeout: lim.Idle, MaxHeaderBytes: MaxHeaderBytes}
+		WriteTimeout: lim.Write, IdleTimeout: lim.Idle, MaxHeaderBytes: MaxHeaderBytes,
+		BaseContext: func(net.Listener) context.Context { return base }}
 	return &Server{srv: srv, ln: ln}, nil
 }
 

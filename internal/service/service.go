@@ -146,16 +146,16 @@ func (b *Base) Run(ctx context.Context, s Serving) error {
 	for name, c := range s.Checks {
 		checks[name] = c
 	}
-	srv, err := Listen(s.HTTPAddr, b.common.HTTPLimits(), s.API, b.Reg, checks, b.common.Pprof)
+	// work outlives ctx by the shutdown timeout, so what is in hand is still finished.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	srv, err := Listen(work, s.HTTPAddr, b.common.HTTPLimits(), s.API, b.Reg, checks, b.common.Pprof)
 	if err != nil {
 		b.NC.Close()
 		return err
 	}
 	b.Log.Info(b.Name+" started", append([]any{"http_addr", srv.Addr(), "nats_url", b.NC.ConnectedUrlRedacted()}, s.Started...)...)
 
-	// work outlives ctx by the shutdown timeout, so what is in hand is still finished.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
 	go func() {
 		<-ctx.Done()
 		select {

@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -63,7 +64,7 @@ func benchCompose(b *testing.B, encoding string, in Inputs, cold bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	out, err := l.Compose(in)
+	out, err := l.Compose(context.Background(), in)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func benchCompose(b *testing.B, encoding string, in Inputs, cold bool) {
 			clear(bpe.cache)
 			bpe.mu.Unlock()
 		}
-		if _, err := l.Compose(in); err != nil {
+		if _, err := l.Compose(context.Background(), in); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,7 +51,7 @@ func TestBudgetCutsInOrderAndKeepsLevelOne(t *testing.T) {
 	steps := budgetSteps(in, lim, tmpl.contentFrom(in.History, lim))
 	tokens := make([]int, len(steps))
 	for i, c := range steps {
-		r, err := l.render("team-round", tmpl.parts, "", in, lim, time.UTC, c)
+		r, err := l.render(context.Background(), "team-round", tmpl.parts, "", in, lim, time.UTC, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +70,7 @@ func TestBudgetCutsInOrderAndKeepsLevelOne(t *testing.T) {
 		for tokens[want] > max {
 			want++
 		}
-		out, err := l.Compose(longTournament("team-round", max))
+		out, err := l.Compose(context.Background(), longTournament("team-round", max))
 		if err != nil {
 			t.Fatalf("max %d: %v", max, err)
 		}
@@ -105,7 +106,7 @@ func TestBudgetGolden(t *testing.T) {
 		template string
 		max      int
 	}{{"team-round", 700}, {"mixseek-team", 1500}} {
-		out, err := l.Compose(longTournament(c.template, c.max))
+		out, err := l.Compose(context.Background(), longTournament(c.template, c.max))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +119,7 @@ func TestBudgetGolden(t *testing.T) {
 
 func TestBudgetExceeded(t *testing.T) {
 	l := testLibrary(t)
-	_, err := l.Compose(longTournament("team-round", 50))
+	_, err := l.Compose(context.Background(), longTournament("team-round", 50))
 	if failureCode(err) != events.CodeBudgetExceeded || !strings.Contains(err.Error(), "max_prompt_tokens 50") {
 		t.Fatalf("Compose with a 50-token budget: %v", err)
 	}
@@ -202,7 +203,7 @@ func TestVariantsAndFallback(t *testing.T) {
 		t.Run(tt.model, func(t *testing.T) {
 			in := Inputs{RequestID: "r", Request: request(1, "t"), Time: roundTime}
 			in.Request.Model = tt.model
-			out, err := l.Compose(in)
+			out, err := l.Compose(context.Background(), in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +244,7 @@ func TestRunnerTaskRejectsPathsOutsideTheWorkspace(t *testing.T) {
 			}
 			tt.set(vars)
 			in.Request.Vars = vars
-			_, err := l.Compose(in)
+			_, err := l.Compose(context.Background(), in)
 			if failureCode(err) != events.CodeInvalidRequest || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Compose = %v, want invalid_request containing %q", err, tt.want)
 			}
@@ -268,13 +269,13 @@ func TestTokenCounters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := c.Count(tt.text); got != tt.want || c.Name() != tt.encoding {
+		if got, err := c.Count(context.Background(), tt.text); err != nil || got != tt.want || c.Name() != tt.encoding {
 			t.Errorf("%s.Count(%q) = %d, want %d", tt.encoding, tt.text, got, tt.want)
 		}
 	}
 	// Special-token text in a submission is text: it is never read as a control token.
 	c, _ := NewTokenCounter("o200k_base")
-	if n := c.Count("<|endoftext|>"); n < 3 {
+	if n, _ := c.Count(context.Background(), "<|endoftext|>"); n < 3 {
 		t.Errorf("<|endoftext|> counted as %d token(s): read as a special token", n)
 	}
 	if _, err := NewTokenCounter("gpt-9"); err == nil || !strings.Contains(err.Error(), "o200k_base") {
@@ -315,8 +316,12 @@ func TestBPECountIsExact(t *testing.T) {
 		}
 		whole := c.(*bpeCounter).enc
 		for _, text := range texts {
+			want, err := whole.Count(context.Background(), text)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for range 2 { // cold and cached
-				if got, want := c.Count(text), len(whole.EncodeOrdinary(text)); got != want {
+				if got, err := c.Count(context.Background(), text); err != nil || got != want {
 					t.Fatalf("%s: Count = %d, whole-text encoding = %d, for %q", enc, got, want, text)
 				}
 			}

@@ -6,6 +6,7 @@
 package compose
 
 import (
+	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -33,7 +34,10 @@ type Inputs struct {
 
 // Compose renders the prompt for in: the template the request names, in the model's variant when
 // one matches (falling back to the base template if the variant fails), within the token budget.
-func (l *Library) Compose(in Inputs) (events.PromptComposed, error) {
+//
+// Rendering stops when ctx ends (the counting of a hostile text may take long): the error is
+// then ctx's, not a Failure, and the caller decides what the time limit means.
+func (l *Library) Compose(ctx context.Context, in Inputs) (events.PromptComposed, error) {
 	t, err := l.Lookup(in.Request.Template)
 	if err != nil {
 		return events.PromptComposed{}, err
@@ -59,14 +63,14 @@ func (l *Library) Compose(in Inputs) (events.PromptComposed, error) {
 			parts = t.parts
 		}
 		ref.Variant = v.Name
-		r, err = l.renderBudgeted(t.Name+"/"+v.Name, parts, v.Format, in, lim, loc, from)
-		if err != nil {
+		r, err = l.renderBudgeted(ctx, t.Name+"/"+v.Name, parts, v.Format, in, lim, loc, from)
+		if err != nil && ctx.Err() == nil {
 			// The base template is the tested path: a broken variant costs its format, not the prompt.
 			ref.Fallback = true
-			r, err = l.renderBudgeted(t.Name, t.parts, "", in, lim, loc, from)
+			r, err = l.renderBudgeted(ctx, t.Name, t.parts, "", in, lim, loc, from)
 		}
 	} else {
-		r, err = l.renderBudgeted(t.Name, t.parts, "", in, lim, loc, from)
+		r, err = l.renderBudgeted(ctx, t.Name, t.parts, "", in, lim, loc, from)
 	}
 	if err != nil {
 		return events.PromptComposed{}, err
@@ -102,19 +106,19 @@ type rendered struct {
 }
 
 // render renders parts with the context of in under c. A part without a role is the user's.
-func (l *Library) render(name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location, c cuts) (rendered, error) {
-	ctx := buildContext(in, lim, loc, c, func(name string) bool { return anyUses(parts, name) })
+func (l *Library) render(ctx context.Context, name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location, c cuts) (rendered, error) {
+	vals := buildContext(in, lim, loc, c, func(name string) bool { return anyUses(parts, name) })
 	// checkTags let only names that always have a value through, and those under vars, which
 	// the request supplies; so only a template naming vars can miss one.
 	checkVars := anyUses(parts, "vars")
 	msgs := make([]events.Message, 0, len(parts))
 	for _, p := range parts {
 		if checkVars {
-			if v := missingVariable(p.tmpl.Tags(), []any{ctx}); v != "" {
+			if v := missingVariable(p.tmpl.Tags(), []any{vals}); v != "" {
 				return rendered{}, events.Failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
 			}
 		}
-		text, err := p.tmpl.Render(ctx)
+		text, err := p.tmpl.Render(vals)
 		if err != nil {
 			return rendered{}, events.Failf(events.CodeTemplateError, "template %q: %v", name, err)
 		}
@@ -133,21 +137,25 @@ func (l *Library) render(name string, parts []part, format string, in Inputs, li
 	} else {
 		r.prompt = flatten(format, msgs)
 	}
-	r.tokens = l.tokens.Count(r.prompt)
+	tokens, err := l.tokens.Count(ctx, r.prompt)
+	if err != nil {
+		return rendered{}, err
+	}
+	r.tokens = tokens
 	return r, nil
 }
 
 // renderBudgeted renders the whole prompt and, when it is over max_prompt_tokens, the smallest
 // prefix of the cut sequence (budgetSteps) that fits. Cuts only shrink the prompt, so the first
 // fitting step is found by bisection: a handful of renders whatever the history's length.
-func (l *Library) renderBudgeted(name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location, contentFrom int) (rendered, error) {
+func (l *Library) renderBudgeted(ctx context.Context, name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location, contentFrom int) (rendered, error) {
 	steps := budgetSteps(in, lim, contentFrom)
-	full, err := l.render(name, parts, format, in, lim, loc, steps[0])
+	full, err := l.render(ctx, name, parts, format, in, lim, loc, steps[0])
 	if err != nil || lim.MaxPromptTokens == 0 || full.tokens <= lim.MaxPromptTokens {
 		return full, err
 	}
 	last := len(steps) - 1
-	smallest, err := l.render(name, parts, format, in, lim, loc, steps[last])
+	smallest, err := l.render(ctx, name, parts, format, in, lim, loc, steps[last])
 	if err != nil {
 		return rendered{}, err
 	}
@@ -160,7 +168,7 @@ func (l *Library) renderBudgeted(name string, parts []part, format string, in In
 	lo, hi := 1, last-1 // steps[0] does not fit, steps[last] does
 	for lo <= hi {
 		mid := (lo + hi) / 2
-		r, err := l.render(name, parts, format, in, lim, loc, steps[mid])
+		r, err := l.render(ctx, name, parts, format, in, lim, loc, steps[mid])
 		if err != nil {
 			return rendered{}, err
 		}

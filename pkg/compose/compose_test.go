@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"math"
@@ -320,12 +321,12 @@ func TestGoldenPrompts(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.template+"/"+c.name, func(t *testing.T) {
-			got, err := l.Compose(c.in)
+			got, err := l.Compose(context.Background(), c.in)
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkGolden(t, c.template+"."+c.name, got.Prompt)
-			again, err := l.Compose(c.in)
+			again, err := l.Compose(context.Background(), c.in)
 			if err != nil || again.Prompt != got.Prompt || again.PromptSHA256 != got.PromptSHA256 || !cmp.Equal(again.Messages, got.Messages) {
 				t.Errorf("second render differs: %v", err)
 			}
@@ -340,7 +341,7 @@ func TestValuesAreInsertedNotRendered(t *testing.T) {
 	l := testLibrary(t)
 	in := goldenCases()["round3-history-ties"]
 	in.Request.UserPrompt = `Use {{ranking_table}} and <b>&amp;</b> "quotes" 'single'`
-	out, err := l.Compose(in)
+	out, err := l.Compose(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +380,7 @@ func TestComposeFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := base
 			tt.mutate(&in.Request)
-			_, err := l.Compose(in)
+			_, err := l.Compose(context.Background(), in)
 			if failureCode(err) != tt.code || err == nil || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("Compose error = %v, want code %s containing %q", err, tt.code, tt.msg)
 			}
@@ -388,7 +389,7 @@ func TestComposeFailures(t *testing.T) {
 	in := base
 	in.Request.Template = "needs-vars"
 	in.Request.Vars = map[string]any{"task": map[string]any{"title": "Fix <the> bug"}}
-	out, err := l.Compose(in)
+	out, err := l.Compose(context.Background(), in)
 	if err != nil || out.Prompt != "Task Fix <the> bug by Alpha" {
 		t.Errorf("vars render = %q, %v", out.Prompt, err)
 	}
@@ -396,7 +397,7 @@ func TestComposeFailures(t *testing.T) {
 
 func TestComposedEventShape(t *testing.T) {
 	l := testLibrary(t)
-	out, err := l.Compose(goldenCases()["round1"])
+	out, err := l.Compose(context.Background(), goldenCases()["round1"])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -22,7 +23,7 @@ func TestContentFromChangesNothing(t *testing.T) {
 			full.History = append(full.History[:2:2], full.History[4:]...) // rounds 3 and 4 skipped
 			hr := historyRounds
 			full.Request.Limits.HistoryRounds = &hr
-			whole, err := l.Compose(full)
+			whole, err := l.Compose(context.Background(), full)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -31,7 +32,7 @@ func TestContentFromChangesNothing(t *testing.T) {
 				in := full
 				b := budget
 				in.Request.Limits.MaxPromptTokens = &b
-				want, wantErr := l.Compose(in)
+				want, wantErr := l.Compose(context.Background(), in)
 
 				from := l.ContentFrom(in.Request, in.History)
 				in.History = make([]events.TeamRound, len(full.History))
@@ -41,7 +42,7 @@ func TestContentFromChangesNothing(t *testing.T) {
 					}
 					in.History[i] = r
 				}
-				got, gotErr := l.Compose(in)
+				got, gotErr := l.Compose(context.Background(), in)
 				if fmt.Sprint(wantErr) != fmt.Sprint(gotErr) {
 					t.Fatalf("%s: error %v with every round's content, %v from round %d", name, wantErr, gotErr, from)
 				}

@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -120,7 +121,7 @@ func FuzzLoad(f *testing.F) {
 		in.Request.Vars = map[string]any{"x": "v", "list": []any{"a", "b"}}
 		for _, model := range []string{"", "phi-4-mini", "qwen2"} {
 			in.Request.Model = model
-			if _, err := l.Compose(in); err != nil {
+			if _, err := l.Compose(context.Background(), in); err != nil {
 				if _, ok := events.AsFailure(err); !ok {
 					t.Fatalf("Compose error %v (%T) is not an events.Failure", err, err)
 				}
@@ -199,7 +200,7 @@ func FuzzRender(f *testing.F) {
 			} else {
 				in.Request.Vars = map[string]any{"x": varValue}
 			}
-			out, err := l.Compose(in)
+			out, err := l.Compose(context.Background(), in)
 			if err != nil {
 				if _, ok := events.AsFailure(err); !ok || err.Error() == "" {
 					t.Fatalf("%s: Compose error %q (%T) is not an events.Failure with a message", tmpl, err, err)
@@ -215,7 +216,7 @@ func FuzzRender(f *testing.F) {
 			if out.TokenEstimate < 0 || out.Template.Name != tmpl {
 				t.Fatalf("%s: token estimate %d, template %+v", tmpl, out.TokenEstimate, out.Template)
 			}
-			again, err := l.Compose(in)
+			again, err := l.Compose(context.Background(), in)
 			if err != nil {
 				t.Fatalf("%s: the second Compose failed: %v", tmpl, err)
 			}

@@ -1,38 +1,34 @@
 package compose
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/pkoukk/tiktoken-go"
-	loader "github.com/pkoukk/tiktoken-go-loader"
+	"github.com/podium-llm/podium/pkg/bpe"
 )
 
-// TokenCounter estimates how many tokens a model will see in a prompt.
+// TokenCounter estimates how many tokens a model will see in a prompt. Counting may take long
+// on hostile text, so it stops with its context.
 type TokenCounter interface {
-	Count(s string) int
+	Count(ctx context.Context, s string) (int, error)
 	Name() string
 }
 
-// Encodings lists what NewTokenCounter knows. The BPE ones are real tokenizers whose ranks are
-// compiled into the binary (tiktoken-go-loader's offline loader): nothing is downloaded at run time.
-func Encodings() []string { return []string{"o200k_base", "cl100k_base", approxName} }
+// Encodings lists what NewTokenCounter knows. The BPE ones are exact counts (pkg/bpe) over rank
+// tables compiled into the binary: nothing is downloaded at run time.
+func Encodings() []string { return append(bpe.Names(), approxName) }
 
 const approxName = "approx-cjk-v1"
-
-// tiktoken-go keeps its loader in a package variable; setting it once, before the first
-// encoding is built, keeps it from ever reaching for the network.
-var setOfflineLoader sync.Once
 
 // NewTokenCounter returns the counter of the named encoding.
 func NewTokenCounter(name string) (TokenCounter, error) {
 	if name == approxName {
 		return approxCounter{}, nil
 	}
-	setOfflineLoader.Do(func() { tiktoken.SetBpeLoader(loader.NewOfflineLoader()) })
-	enc, err := tiktoken.GetEncoding(name)
+	enc, err := bpe.Load(name)
 	if err != nil {
 		return nil, fmt.Errorf("compose: token encoding %q: %w (known: %v)", name, err, Encodings())
 	}
@@ -42,13 +38,12 @@ func NewTokenCounter(name string) (TokenCounter, error) {
 // bpeCounter counts with a BPE tokenizer. Special-token text in a prompt ("<|endoftext|>" in a
 // submission) is counted as the ordinary text it is, never as a control token.
 //
-// Encoding is the composer's hottest step (the pre-tokenizer is a backtracking regexp), and
-// prompts of one tournament repeat most of their lines: the template's, the leaderboard's, a
+// Encoding is the composer's hottest step, and prompts of one tournament repeat most of their lines: the template's, the leaderboard's, a
 // team's earlier rounds, and every line again on each step of a budget search. So the text is
 // cut into lines where the encoding's own pre-tokenizer always cuts, and each line's count is
 // remembered. The sum equals the count of the whole text exactly (TestBPECountIsExact).
 type bpeCounter struct {
-	enc  *tiktoken.Tiktoken
+	enc  *bpe.Encoding
 	name string
 
 	mu    sync.Mutex
@@ -60,15 +55,20 @@ const maxCachedLines = 1 << 16
 
 func (c *bpeCounter) Name() string { return c.name }
 
-func (c *bpeCounter) Count(s string) int {
+func (c *bpeCounter) Count(ctx context.Context, s string) (int, error) {
 	total, start := 0, 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' && splitsAfter(s, i) {
-			total += c.line(s[start : i+1])
-			start = i + 1
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && (s[i] != '\n' || !splitsAfter(s, i)) {
+			continue
 		}
+		end := min(i+1, len(s))
+		n, err := c.line(ctx, s[start:end])
+		if err != nil {
+			return 0, err
+		}
+		total, start = total+n, end
 	}
-	return total + c.line(s[start:])
+	return total, nil
 }
 
 // splitsAfter reports whether every pre-tokenizer piece ends at the newline s[i]: the character
@@ -84,24 +84,27 @@ func splitsAfter(s string, i int) bool {
 	return !unicode.IsSpace(before) && !unicode.IsSpace(after) && after != '/'
 }
 
-func (c *bpeCounter) line(s string) int {
+func (c *bpeCounter) line(ctx context.Context, s string) (int, error) {
 	if s == "" {
-		return 0
+		return 0, nil
 	}
 	c.mu.Lock()
 	n, ok := c.cache[s]
 	c.mu.Unlock()
 	if ok {
-		return n
+		return n, nil
 	}
-	n = len(c.enc.EncodeOrdinary(s))
+	n, err := c.enc.Count(ctx, s)
+	if err != nil {
+		return 0, err
+	}
 	c.mu.Lock()
 	if len(c.cache) >= maxCachedLines {
 		clear(c.cache)
 	}
 	c.cache[s] = n
 	c.mu.Unlock()
-	return n
+	return n, nil
 }
 
 // approxCounter is the documented deterministic approximation: every CJK character (Han,
@@ -111,7 +114,7 @@ type approxCounter struct{}
 
 func (approxCounter) Name() string { return approxName }
 
-func (approxCounter) Count(s string) int {
+func (approxCounter) Count(_ context.Context, s string) (int, error) {
 	tokens, run := 0, 0
 	for _, r := range s {
 		// Below U+1100 (the first Hangul jamo) no rune is in these scripts: skip the table walk.
@@ -122,5 +125,5 @@ func (approxCounter) Count(s string) int {
 		}
 		run += utf8.RuneLen(r)
 	}
-	return tokens + (run+3)/4
+	return tokens + (run+3)/4, nil
 }

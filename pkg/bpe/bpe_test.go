@@ -1,0 +1,133 @@
+package bpe
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pkoukk/tiktoken-go"
+	loader "github.com/pkoukk/tiktoken-go-loader"
+)
+
+// reference is tiktoken-go, the counter this package must agree with token for token.
+var reference = sync.OnceValue(func() map[string]*tiktoken.Tiktoken {
+	tiktoken.SetBpeLoader(loader.NewOfflineLoader())
+	out := map[string]*tiktoken.Tiktoken{}
+	for _, name := range Names() {
+		enc, err := tiktoken.GetEncoding(name)
+		if err != nil {
+			panic(err)
+		}
+		out[name] = enc
+	}
+	return out
+})
+
+var encodings = sync.OnceValue(func() map[string]*Encoding {
+	out := map[string]*Encoding{}
+	for _, name := range Names() {
+		e, err := Load(name)
+		if err != nil {
+			panic(err)
+		}
+		out[name] = e
+	}
+	return out
+})
+
+// alphabet holds runs of every class the two patterns tell apart.
+var alphabet = []string{
+	"the", "The", "THE", "hello", "World", "naïve", "Straße", "ﬁne", "x", "a", "I",
+	"'s", "'S", "'t", "'re", "'VE", "'m", "'ll", "'D", "'", "’s", "don't", "WE'LL",
+	"0", "7", "42", "123", "2026", "1234567", "3.14", "1,000", "٣٤", "½", "Ⅻ",
+	" ", "  ", "   ", "\t", "\n", "\r\n", "\n\n", " \n ", "\u00a0", "\u3000", "\u2028",
+	".", ",", "!", "?", "...", "—", "-", "--", "(", ")", "{", "}", "[", "]", "<", ">", "&", "\"", "/", "//", "\\", "#", "@", "$", "%", "^", "*", "_", "=", "+", "|", "~", "`", ";", ":",
+	"日本語", "漢字", "ひらがな", "カタカナ", "한국어", "中文测试", "。", "、",
+	"Привет", "мир", "Ελληνικά", "עברית", "العربية", "हिन्दी", "ไทย",
+	"é", "e\u0301", "\u0301", "ñ", "Å", "ǅ", "ǈ", "ʰ", "ᵃ",
+	"😀", "👍🏽", "🇯🇵", "👨‍👩‍👧", "❤️", "\u200d", "\ufeff",
+	"func main() {", "if x != nil {", "return err", "<a href=\"x\">", "{{x}}", "a_b", "snake_case", "camelCase", "HTTPServer",
+	"<|endoftext|>", "<|im_start|>",
+}
+
+// corpus builds n seeded texts of up to maxPieces runs from alphabet, some with long runs.
+func corpus(seed uint64, n, maxPieces int) []string {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	out := make([]string, n)
+	for i := range out {
+		var b strings.Builder
+		for range 1 + rng.IntN(maxPieces) {
+			s := alphabet[rng.IntN(len(alphabet))]
+			if rng.IntN(40) == 0 {
+				s = strings.Repeat(s, 1+rng.IntN(400)) // long runs: letters, digits, spaces, CJK, emoji
+			}
+			b.WriteString(s)
+		}
+		out[i] = b.String()
+	}
+	return out
+}
+
+// TestCountEqualsTiktoken compares counts with tiktoken-go on 3,000 seeded texts and fixed edge
+// cases, for both encodings.
+func TestCountEqualsTiktoken(t *testing.T) {
+	texts := append(corpus(1, 3000, 40),
+		"", " ", "\n", "a", strings.Repeat("a", 3000), strings.Repeat(" ", 300)+"x", "x"+strings.Repeat(" ", 300),
+		strings.Repeat("\n", 50), strings.Repeat("1", 100), strings.Repeat("日", 500), strings.Repeat("😀", 100),
+		"invalid \xff\xfe utf-8 \xc3", "trailing space ", " leading", "a\r\nb", "line\n\n\nline", "tab\t\tstop",
+	)
+	for _, name := range Names() {
+		ref, enc := reference()[name], encodings()[name]
+		for _, s := range texts {
+			want := len(ref.EncodeOrdinary(s))
+			got, err := enc.Count(context.Background(), s)
+			if err != nil || got != want {
+				t.Fatalf("%s: Count(%.80q…) = %d, %v; tiktoken-go says %d", name, s, got, err, want)
+			}
+		}
+	}
+}
+
+// FuzzCount checks any text against tiktoken-go.
+func FuzzCount(f *testing.F) {
+	for _, s := range corpus(2, 20, 10) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 4096 {
+			return // tiktoken-go is quadratic on long pieces
+		}
+		for _, name := range Names() {
+			want := len(reference()[name].EncodeOrdinary(s))
+			got, err := encodings()[name].Count(context.Background(), s)
+			if err != nil || got != want {
+				t.Fatalf("%s: Count(%q) = %d, %v; tiktoken-go says %d", name, s, got, err, want)
+			}
+		}
+	})
+}
+
+// TestCountStopsWithContext: counting a megabyte of one letter stops soon after its context
+// ends, and not at all once it has ended.
+func TestCountStopsWithContext(t *testing.T) {
+	enc := encodings()["o200k_base"]
+	long := strings.Repeat("a", 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := enc.Count(ctx, long); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Count past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("Count stopped %s after a 20ms deadline", took)
+	}
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	if n, err := enc.Count(done, "short text"); !errors.Is(err, context.Canceled) || n != 0 {
+		t.Errorf("Count with an ended context = %d, %v; want context.Canceled", n, err)
+	}
+}
