@@ -52,6 +52,7 @@ var alphabet = []string{
 	"😀", "👍🏽", "🇯🇵", "👨‍👩‍👧", "❤️", "\u200d", "\ufeff",
 	"func main() {", "if x != nil {", "return err", "<a href=\"x\">", "{{x}}", "a_b", "snake_case", "camelCase", "HTTPServer",
 	"<|endoftext|>", "<|im_start|>",
+	"'ſ", "'Ｓ", "\u0085", "\v", "\f", "\u2029", "\u200b", "\u0301\u0301", "ٖ", "\u20dd", "Ⅻ", "²", "\r", "\r\r\n", "/", "\n/", "!\n/",
 }
 
 // corpus builds n seeded texts of up to maxPieces runs from alphabet, some with long runs.
@@ -130,4 +131,43 @@ func TestCountStopsWithContext(t *testing.T) {
 	if n, err := enc.Count(done, "short text"); !errors.Is(err, context.Canceled) || n != 0 {
 		t.Errorf("Count with an ended context = %d, %v; want context.Canceled", n, err)
 	}
+}
+
+// TestScannersMatchThePatterns compares the hand-written pre-tokenizers with the published
+// patterns run by regexp2, piece for piece, on the seeded corpus and edge cases.
+func TestScannersMatchThePatterns(t *testing.T) {
+	texts := append(corpus(3, 3000, 40), "", " ", "  x", " \n", "a \n b", "x  ", "\t\n\t", "'s", "'S'll", "''", "' s", "\u0301a", "a\u0301", "!\u0301x", "ǅx", "Ǆǅǆ")
+	for _, name := range Names() {
+		ref, got := regexpSplitter(patterns[name]), splitters[name]()
+		for _, s := range texts {
+			var want, have []string
+			ref(s, func(p string) bool { want = append(want, p); return true })
+			got(s, func(p string) bool { have = append(have, p); return true })
+			if strings.Join(want, "\x00") != strings.Join(have, "\x00") {
+				t.Fatalf("%s: %q\n pattern: %q\n scanner: %q", name, s, want, have)
+			}
+		}
+	}
+}
+
+// FuzzPretokenize checks the hand-written pre-tokenizers against the published patterns piece
+// for piece on any text.
+func FuzzPretokenize(f *testing.F) {
+	for _, s := range corpus(4, 20, 10) {
+		f.Add(s)
+	}
+	refs := map[string]splitter{}
+	for _, name := range Names() {
+		refs[name] = regexpSplitter(patterns[name])
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, name := range Names() {
+			var want, have []string
+			refs[name](s, func(p string) bool { want = append(want, p); return true })
+			splitters[name]()(s, func(p string) bool { have = append(have, p); return true })
+			if strings.Join(want, "\x00") != strings.Join(have, "\x00") {
+				t.Fatalf("%s: %q\n pattern: %q\n scanner: %q", name, s, want, have)
+			}
+		}
+	})
 }
