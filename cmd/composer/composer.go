@@ -24,7 +24,7 @@ type composer struct {
 	settler       *settle.Settler
 	probes        *commitProbes
 	reads         *storeReads
-	content       func(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error)
+	contents      *contentReads
 	lib           *compose.Library
 	m             *metrics
 	source        string
@@ -176,9 +176,7 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	rounds := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpToSeq: seq}).History(req.TeamID, nil)
 	var content *rank.Content
 	if from := c.lib.ContentFrom(req, rounds); from < req.RoundNumber {
-		start := time.Now()
-		content, err = c.content(ctx, req.ExecutionID, req.TeamID, from, req.RoundNumber)
-		c.m.contentRead.Observe(time.Since(start).Seconds())
+		content, err = c.contents.get(ctx, rank.TeamKey{ExecutionID: req.ExecutionID, TeamID: req.TeamID}, from, req.RoundNumber)
 		if err != nil {
 			return events.PromptComposed{}, storeError(ctx, err)
 		}

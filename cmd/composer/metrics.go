@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		contentRead: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_content_read_duration_seconds",
-			Help:    "Time of one ClickHouse read of a team's own submissions and feedback, of the rounds its template prints.",
+			Help:    "Time of one ClickHouse read of teams' own submissions and feedback (one query serves the teams that asked meanwhile), of the rounds their templates print.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 		storeReads: f.NewCounterVec(prometheus.CounterOpts{

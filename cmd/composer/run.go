@@ -82,7 +82,7 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		settler:       settle.New(base.JS, base.Log, base.Reg, "composer"),
 		probes:        &commitProbes{js: base.JS, timeout: 5 * time.Second},
 		reads:         newStoreReads(st.Scores, cfg.ReadCacheTTL, maxKeptBytes, m),
-		content:       st.Content,
+		contents:      newContentReads(st.Contents, m),
 		lib:           lib,
 		m:             m,
 		source:        base.Source,

@@ -36,6 +36,9 @@ type firstCopy struct {
 
 func newContent() *Content { return &Content{byEvent: map[string]firstCopy{}} }
 
+// Len is the number of evaluations the content holds.
+func (c *Content) Len() int { return len(c.byEvent) }
+
 // add keeps the copy of an event with the lowest sequence.
 func (c *Content) add(eventID string, seq uint64, d events.TeamRound) {
 	if have, ok := c.byEvent[eventID]; ok && have.seq <= seq {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
@@ -83,40 +84,68 @@ func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string,
 	return out, nil
 }
 
+// TeamKey names one team of one execution.
+type TeamKey struct{ ExecutionID, TeamID string }
+
 // Content reads what one team submitted and was told in rounds fromRound to beforeRound-1 (0:
 // no upper bound). Only the rows of that team are decoded: other teams' submissions and
 // feedback are never read, and a prompt reads no more rounds than its template prints.
 func (s *Store) Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*Content, error) {
-	q := `SELECT event_id, round_number, overall_score, stream_seq, metrics, feedback, submission, submission_format, evaluated_at
-FROM evaluations WHERE execution_id = ? AND team_id = ? AND round_number >= ? AND round_number < ?`
-	c := newContent()
-	rows, err := s.conn.Query(ctx, q, executionID, teamID, uint32(max(fromRound, 0)), roundLimit(beforeRound))
+	key := TeamKey{executionID, teamID}
+	cs, err := s.Contents(ctx, []TeamKey{key}, fromRound, beforeRound)
 	if err != nil {
-		return nil, fmt.Errorf("rank: content of %s/%s: %w", executionID, teamID, err)
+		return nil, err
+	}
+	return cs[key], nil
+}
+
+// Contents reads the content of several teams in one query, as Content does for one: the rows
+// of those (execution, team) pairs only, in rounds fromRound to beforeRound-1. Every key has an
+// entry.
+func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeRound int) (map[TeamKey]*Content, error) {
+	out := make(map[TeamKey]*Content, len(keys))
+	args := make([]any, 0, 2*len(keys)+2)
+	for _, k := range keys {
+		out[k] = newContent()
+		args = append(args, k.ExecutionID, k.TeamID)
+	}
+	args = append(args, uint32(max(fromRound, 0)), roundLimit(beforeRound))
+	// A tuple IN on the sort key's prefix: ClickHouse reads the granules of these teams only.
+	q := `SELECT execution_id, team_id, event_id, round_number, overall_score, stream_seq, metrics, feedback, submission, submission_format, evaluated_at
+FROM evaluations WHERE (execution_id, team_id) IN (` + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(keys)), ", ") + `)
+AND round_number >= ? AND round_number < ?`
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
 	}
 	defer rows.Close()
 	for rows.Next() {
+		var k TeamKey
 		var d events.TeamRound
 		var round uint32
 		var seq uint64
 		var metrics string
-		if err := rows.Scan(&d.EvaluationID, &round, &d.OverallScore, &seq, &metrics, &d.Feedback,
+		if err := rows.Scan(&k.ExecutionID, &k.TeamID, &d.EvaluationID, &round, &d.OverallScore, &seq, &metrics, &d.Feedback,
 			&d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
-			return nil, fmt.Errorf("rank: content of %s/%s: %w", executionID, teamID, err)
+			return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
+		}
+		c := out[k]
+		if c == nil {
+			continue // cannot happen: the filter names these keys only
 		}
 		if have, ok := c.byEvent[d.EvaluationID]; ok && have.seq <= seq {
 			continue // a later copy of an event already read: not worth decoding its metrics
 		}
 		d.RoundNumber = int(round)
 		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
-			return nil, fmt.Errorf("rank: content of %s/%s: metrics of %s: %w", executionID, teamID, d.EvaluationID, err)
+			return nil, fmt.Errorf("rank: content of %s/%s: metrics of %s: %w", k.ExecutionID, k.TeamID, d.EvaluationID, err)
 		}
 		c.add(d.EvaluationID, seq, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("rank: content of %s/%s: %w", executionID, teamID, err)
+		return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
 	}
-	return c, nil
+	return out, nil
 }
 
 // roundLimit turns "before round N" (0 = no limit) into an exclusive bound of the UInt32 column.
