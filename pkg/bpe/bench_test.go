@@ -30,6 +30,15 @@ func BenchmarkCountCold(b *testing.B) {
 				}
 			}
 		})
+		noCache := *enc
+		noCache.pieces = nil
+		b.Run(name+"/bpe-without-piece-cache", func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				if _, err := noCache.Count(context.Background(), texts[i%len(texts)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run(name+"/tiktoken-go", func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				_ = ref.EncodeOrdinary(texts[i%len(texts)])

@@ -20,9 +20,10 @@ import (
 
 // Encoding is one loaded encoding.
 type Encoding struct {
-	name  string
-	ranks map[string]int
-	split splitter
+	name   string
+	ranks  map[string]int
+	split  splitter
+	pieces *pieceCache
 }
 
 // Names lists the encodings Load knows.
@@ -38,7 +39,7 @@ func Load(name string) (*Encoding, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpe: load %s: %w", name, err)
 	}
-	return &Encoding{name: name, ranks: ranks, split: split()}, nil
+	return &Encoding{name: name, ranks: ranks, split: split(), pieces: newPieceCache()}, nil
 }
 
 // Name is the encoding's name.
@@ -81,10 +82,24 @@ func (e *Encoding) pieceTokens(ctx context.Context, m *merger, piece string) (in
 	if len(piece) <= 1 {
 		return len(piece), nil // every single byte is a token
 	}
-	if _, ok := e.ranks[piece]; ok {
-		return 1, nil
+	if e.pieces == nil { // only benchmarks measure without the cache
+		if _, ok := e.ranks[piece]; ok {
+			return 1, nil
+		}
+		return m.merge(ctx, piece, e.ranks)
 	}
-	return m.merge(ctx, piece, e.ranks)
+	if n, ok := e.pieces.get(piece); ok {
+		return n, nil
+	}
+	n := 1
+	if _, ok := e.ranks[piece]; !ok {
+		var err error
+		if n, err = m.merge(ctx, piece, e.ranks); err != nil {
+			return 0, err
+		}
+	}
+	e.pieces.put(piece, n)
+	return n, nil
 }
 
 var mergerPool = sync.Pool{New: func() any { return new(merger) }}
