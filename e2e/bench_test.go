@@ -30,7 +30,9 @@ func twoKiB(i int) published {
 // consume, validate, ClickHouse insert, ack, leaderboard.updated) against two baselines measured
 // in the same run on the same 2 KiB events: the broker's own consume-and-ack rate (a plain pull
 // consumer acking every message) and a raw clickhouse-go batch insert of the same rows. b.N is the
-// number of events: run it with -benchtime=50000x.
+// number of events: run it with -benchtime=50000x. The targets are in CPU: the ranker's and
+// ClickHouse's CPU per event, as multiples of the broker loop's CPU per message (consume,
+// republish 2 KiB and ack the same events, on the same server, in the same run).
 func BenchmarkRankerIngest(b *testing.B) {
 	e := newEnv(b)
 	ctx := context.Background()
@@ -53,6 +55,8 @@ func BenchmarkRankerIngest(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	self := os.Getpid()
+	selfBefore := cpuSeconds(self) // this process: the in-process server and the consuming client
 	start := time.Now()
 	it, err := cons.Messages(jetstream.PullMaxMessages(500))
 	if err != nil {
@@ -77,6 +81,19 @@ func BenchmarkRankerIngest(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	brokerRate := float64(n) / time.Since(start).Seconds()
+	ackCPU := (cpuSeconds(self) - selfBefore) / float64(n)
+
+	// The unit of the targets: a broker-only loop that consumes, republishes 2 KiB and acks (as
+	// in the composer's benchmark), over the same events, in this process.
+	stopLoop := republish(ctx, b, e.js, 32, 2048)
+	loop := make([]outgoing, n)
+	for i, m := range msgs {
+		loop[i] = outgoing{id: m.id, subject: "baseline.in." + strings.TrimPrefix(m.subject, events.TypeEvaluationCompleted+"."), body: m.body}
+	}
+	selfBefore = cpuSeconds(self)
+	burst(b, e, loop, "baseline.out.>")
+	brokerCPU := (cpuSeconds(self) - selfBefore) / float64(n)
+	stopLoop()
 
 	// Baseline 2: raw batch inserts of the same rows, 500 at a time, into a table of its own.
 	rawCfg := rank.Config{Addrs: []string{e.chAddr}, Database: e.database + "_raw"}
@@ -133,6 +150,13 @@ func BenchmarkRankerIngest(b *testing.B) {
 	b.ReportMetric(rankerRate/insertRate, "ratio-vs-insert")
 	b.ReportMetric(rankerRate/lower, "ratio-vs-lower")
 	b.ReportMetric(float64(peak)/1024, "ranker-peak-rss-MiB")
+	rankerCPU := cpuSeconds(ranker.cmd.Process.Pid) / float64(n)
+	b.ReportMetric(brokerCPU*1e6, "broker-loop-cpu-µs/msg")
+	b.ReportMetric(ackCPU*1e6, "broker-consume-ack-cpu-µs/msg")
+	b.ReportMetric(rankerCPU*1e6, "ranker-cpu-µs/event")
+	b.ReportMetric(chRanker/float64(n)*1e6, "clickhouse-cpu-µs/event")
+	b.ReportMetric(rankerCPU/brokerCPU, "ranker-x-broker")
+	b.ReportMetric(chRanker/float64(n)/brokerCPU, "clickhouse-x-broker")
 	if testing.Verbose() {
 		b.Logf("CPU per event: ranker %.1fµs, ClickHouse %.1fµs under the ranker, %.1fµs under the raw insert",
 			cpuSeconds(ranker.cmd.Process.Pid)/float64(n)*1e6, chRanker/float64(n)*1e6, chRaw/float64(n)*1e6)
