@@ -143,8 +143,11 @@ func (m *merger) merge(ctx context.Context, piece string, ranks map[string]int) 
 	for i := range int32(n) {
 		m.rank[i] = pairRank(i)
 		if m.rank[i] != noRank {
-			m.push(uint64(m.rank[i])<<32 | uint64(i))
+			m.heap = append(m.heap, uint64(m.rank[i])<<32|uint64(i))
 		}
+	}
+	for i := len(m.heap)/2 - 1; i >= 0; i-- { // heapify: O(n), where n pushes are O(n log n)
+		m.down(i)
 	}
 	parts := n
 	for pops := 0; len(m.heap) > 0; pops++ {
@@ -202,8 +205,15 @@ func (m *merger) pop() uint64 {
 	top := h[0]
 	last := len(h) - 1
 	h[0] = h[last]
-	h = h[:last]
-	for i := 0; ; {
+	m.heap = h[:last]
+	m.down(0)
+	return top
+}
+
+// down moves the key at i down to its place.
+func (m *merger) down(i int) {
+	h := m.heap
+	for {
 		l, small := 2*i+1, i
 		if l < len(h) && h[l] < h[small] {
 			small = l
@@ -217,6 +227,4 @@ func (m *merger) pop() uint64 {
 		h[i], h[small] = h[small], h[i]
 		i = small
 	}
-	m.heap = h
-	return top
 }
