@@ -34,9 +34,10 @@ lint: ## go vet and staticcheck
 
 bench: clickhouse build ## benchmarks with their baselines (figures and how to read them: README)
 	$(GO) test -run '^$$' -bench 'Parse|Render' -benchmem -count=1 ./pkg/events ./pkg/compose
+	$(GO) test -run '^$$' -bench 'CountCold|CountLongRun' -count=1 ./pkg/bpe
 	$(GO) test -run '^$$' -bench LeaderboardRead -benchtime 2000x -count=1 -timeout 20m ./pkg/rank
 	$(GO) test -run '^$$' -bench RankerIngest -benchtime 50000x -count=1 -timeout 20m ./e2e
-	$(GO) test -run '^$$' -bench ComposerPipeline -benchtime 3x -count=1 -timeout 20m ./e2e
+	$(GO) test -run '^$$' -bench ComposerPipeline -benchtime 1x -count=1 -timeout 20m -v ./e2e
 
 FUZZTIME ?= 30s
 FUZZ    := pkg/events:FuzzParseEvaluation pkg/events:FuzzParseRoundRequest pkg/events:FuzzParseRenderRequest \

@@ -32,9 +32,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	binDir := fs.String("bin", "bin", "directory holding the ranker and composer binaries")
 	rounds := fs.Int("rounds", 3, "rounds to play")
-	lines := fs.Int("lines", 12, "lines of each prompt to print")
+	lines := fs.Int("lines", 12, "lines of each prompt to print; from round 2 on, the first team's prompt is printed whole")
 	keep := fs.Bool("keep", false, "keep the temporary directory (ClickHouse data, service logs)")
 	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // the usage is printed: asking for it is not an error
+		}
 		return err
 	}
 	teams := []team{{"team-alpha", "Alpha"}, {"team-beta", "Beta"}, {"team-gamma", "Gamma"}, {"team-delta", "Delta"}}
@@ -107,12 +110,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		for range teams {
+		for i := range teams {
 			msg, err := next(ctx, answers)
 			if err != nil {
 				return err
 			}
-			if err := printAnswer(stdout, msg, *lines); err != nil {
+			// One prompt whole from round 2 on: its history, feedback and leaderboard are what the
+			// pipeline exists to build.
+			show := *lines
+			if round > 1 && i == 0 {
+				show = 0
+			}
+			if err := printAnswer(stdout, msg, show); err != nil {
 				return err
 			}
 		}
@@ -198,6 +207,7 @@ func next(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
 	}
 }
 
+// printAnswer prints a prompt cut to lines (0: whole).
 func printAnswer(w io.Writer, msg jetstream.Msg, lines int) error {
 	var env events.Envelope
 	if err := json.Unmarshal(msg.Data(), &env); err != nil {
@@ -215,7 +225,7 @@ func printAnswer(w io.Writer, msg jetstream.Msg, lines int) error {
 	fmt.Fprintf(w, "\n-- prompt for %s, round %d (%s@%d, ~%d tokens, sha256 %s…)\n", pc.TeamName, pc.RoundNumber, pc.Template.Name, pc.Template.Version, pc.TokenEstimate, pc.PromptSHA256[:12])
 	all := strings.Split(pc.Prompt, "\n")
 	for i, l := range all {
-		if i == lines {
+		if lines > 0 && i == lines {
 			fmt.Fprintf(w, "   | … %d more lines\n", len(all)-lines)
 			break
 		}

@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"strings"
 	"text/tabwriter"
+	"text/template"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
@@ -120,19 +122,34 @@ func Load(prefix string, cfg any) error {
 	return nil
 }
 
-// Usage writes the --help text: what the command does and the variable table.
+// Usage writes the --help text: what the command does and the variable table. Shared settings
+// are listed by their shared name (NATS_URL), a service's own by its prefixed one
+// (RANKER_BATCH_SIZE), as the README names them.
 func Usage(w io.Writer, prefix, summary string, cfg any) error {
 	fmt.Fprintf(w, "%s\n\nConfiguration is read from the environment. Every variable may also be given with the\nprefix %s_ (for example %s_NATS_URL), which overrides the shared name.\n\n",
 		summary, strings.ToUpper(prefix), strings.ToUpper(prefix))
+	shared := map[string]bool{}
+	t := reflect.TypeFor[Common]()
+	for i := range t.NumField() {
+		shared[t.Field(i).Tag.Get("envconfig")] = true
+	}
+	tmpl := template.Must(template.New("usage").Funcs(template.FuncMap{
+		"name": func(key, alt string) string {
+			if shared[alt] {
+				return alt
+			}
+			return key
+		},
+	}).Parse(usageFormat))
 	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
-	if err := envconfig.Usagef(prefix, cfg, tw, usageFormat); err != nil {
+	if err := envconfig.Usaget(prefix, cfg, tw, tmpl); err != nil {
 		return err
 	}
 	return tw.Flush()
 }
 
 const usageFormat = `VARIABLE	DEFAULT	MEANING
-{{range .}}{{usage_key .}}	{{usage_default .}}	{{usage_description .}}
+{{range .}}{{name .Key .Alt}}	{{.Tags.Get "default"}}	{{.Tags.Get "desc"}}
 {{end}}`
 
 // NewLogger returns the JSON logger every line of a service goes through.

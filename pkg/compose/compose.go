@@ -90,6 +90,7 @@ func (l *Library) Compose(ctx context.Context, in Inputs) (events.PromptComposed
 		TokenEncoding: l.tokens.Name(),
 		Truncated:     r.cuts.truncations(in, lim),
 		Inputs:        recordInputs(in),
+		Request:       &events.RequestRecord{Time: in.Time.UTC().Format(time.RFC3339Nano), Data: in.Request},
 	}
 	if t.Roles() || ref.Variant != "" && !ref.Fallback {
 		out.Messages = r.messages

@@ -200,6 +200,15 @@ type PromptComposed struct {
 	TokenEncoding string        `json:"token_encoding"`
 	Truncated     []Truncation  `json:"truncated"`
 	Inputs        ComposeInputs `json:"inputs"`
+	// Request is what the prompt was rendered from (a compatible addition): with the template
+	// version and inputs.evaluations_seq, an auditor renders the record again from itself.
+	Request *RequestRecord `json:"request,omitempty"`
+}
+
+// RequestRecord is a round request as a prompt.composed records it.
+type RequestRecord struct {
+	Time string         `json:"time"` // the envelope time, RFC 3339 in UTC at microseconds
+	Data RoundRequested `json:"data"`
 }
 
 // Message is one chat message of a template that defines roles.

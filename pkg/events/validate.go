@@ -410,6 +410,13 @@ func validTemplateRef(s string) bool {
 }
 
 func (c *checker) promptComposed(m map[string]any, p string) (exec, team string) {
+	if r := c.object(m, p, "request", false); r != nil {
+		rp := join(p, "request")
+		c.timestamp(r, rp, "time")
+		if d := c.object(r, rp, "data", true); d != nil {
+			c.roundRequested(d, join(rp, "data"))
+		}
+	}
 	c.nonEmpty(m, p, "request_id")
 	exec = c.ident(m, p, "execution_id")
 	team = c.ident(m, p, "team_id")
