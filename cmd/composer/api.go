@@ -1,65 +1,69 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// newAPI serves POST /v1/render: the prompt.composed data a request would produce, without
-// publishing it, for template authors and auditors. It waits and reads exactly as the consumer
-// does, or renders as of a given evaluations_seq. At most limit renders run at once (more are
-// answered 429), and each stops when its client goes away.
-func newAPI(c *composer, maxBytes, limit int) http.Handler {
-	slots := make(chan struct{}, limit)
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/render", func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case slots <- struct{}{}:
-			defer func() { <-slots }()
-		default:
-			w.Header().Set("Retry-After", "1")
-			service.WriteJSON(w, http.StatusTooManyRequests, service.Error{Code: "too_many_requests",
-				Message: fmt.Sprintf("%d renders are running (COMPOSER_RENDER_CONCURRENCY); retry shortly", limit)})
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, int64(maxBytes)+1))
-		if err != nil {
-			writeFailure(w, events.Failf(events.CodeInvalidRequest, "read body: %v", err))
-			return
-		}
-		req, err := events.ParseRenderRequest(body, maxBytes)
-		if err != nil {
-			writeFailure(w, &events.Failure{Code: events.CodeInvalidRequest, Message: err.Error()})
-			return
-		}
-		at := req.Time
-		if at.IsZero() {
-			at = c.now() // the one non-deterministic case, as the contract says
-		}
-		id := req.RequestID
-		if id == "" {
-			id = "render"
-		}
-		out, err := c.compose(r.Context(), id, req.Data, at.Truncate(time.Microsecond), req.EvaluationsSeq)
-		if r.Context().Err() != nil {
-			return // the client went away (or the service stops): nobody reads an answer
-		}
-		if err != nil {
-			writeFailure(w, failureOf(err))
-			return
-		}
-		service.WriteJSON(w, http.StatusOK, out)
-	})
-	return mux
+// renders answers render requests, POST /v1/render and podium.render over NATS alike: the
+// prompt.composed data a request would produce, without publishing it, for template authors,
+// auditors and orchestrators. It waits and reads exactly as the consumer does, or renders as of
+// a given evaluations_seq. At most len(slots) renders run at once (more are answered 429), and
+// each stops when its caller goes away.
+type renders struct {
+	c        *composer
+	maxBytes int
+	slots    chan struct{}
 }
 
-// writeFailure answers with the HTTP status of CONTRACT section 7 for the failure's code.
-func writeFailure(w http.ResponseWriter, f *events.Failure) {
+func newRenders(c *composer, maxBytes, limit int) *renders {
+	return &renders{c: c, maxBytes: maxBytes, slots: make(chan struct{}, limit)}
+}
+
+// render answers one body with an HTTP status and the JSON to send; ok is false when ctx ended
+// first and nobody waits for an answer.
+func (r *renders) render(ctx context.Context, body []byte) (status int, answer any, ok bool) {
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	default:
+		return http.StatusTooManyRequests, service.Error{Code: "too_many_requests",
+			Message: fmt.Sprintf("%d renders are running (COMPOSER_RENDER_CONCURRENCY); retry shortly", cap(r.slots))}, true
+	}
+	req, err := events.ParseRenderRequest(body, r.maxBytes)
+	if err != nil {
+		return failure(&events.Failure{Code: events.CodeInvalidRequest, Message: err.Error()})
+	}
+	at := req.Time
+	if at.IsZero() {
+		at = r.c.now() // the one non-deterministic case, as the contract says
+	}
+	id := req.RequestID
+	if id == "" {
+		id = "render"
+	}
+	out, err := r.c.compose(ctx, id, req.Data, at.Truncate(time.Microsecond), req.EvaluationsSeq)
+	switch {
+	case ctx.Err() != nil:
+		return 0, nil, false
+	case err != nil:
+		return failure(failureOf(err))
+	}
+	return http.StatusOK, out, true
+}
+
+// failure is the answer of CONTRACT section 7 for a failure's code.
+func failure(f *events.Failure) (int, any, bool) {
 	status := http.StatusServiceUnavailable // inputs_not_ready, store_unavailable: try again
 	switch f.Code {
 	case events.CodeInvalidRequest:
@@ -67,5 +71,64 @@ func writeFailure(w http.ResponseWriter, f *events.Failure) {
 	case events.CodeUnknownTemplate, events.CodeTemplateError, events.CodeBudgetExceeded:
 		status = http.StatusUnprocessableEntity
 	}
-	service.WriteJSON(w, status, service.Error{Code: string(f.Code), Message: f.Message})
+	return status, service.Error{Code: string(f.Code), Message: f.Message}, true
+}
+
+// newAPI serves POST /v1/render.
+func newAPI(rs *renders) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/render", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, int64(rs.maxBytes)+1))
+		if err != nil {
+			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: string(events.CodeInvalidRequest), Message: "read body: " + err.Error()})
+			return
+		}
+		status, answer, ok := rs.render(r.Context(), body)
+		if !ok {
+			return // the client went away (or the service stops): nobody reads an answer
+		}
+		if status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
+		}
+		service.WriteJSON(w, status, answer)
+	})
+	return mux
+}
+
+// renderSubject is where podium.render listens: the micro service "podium", endpoint "render".
+const renderSubject = "podium.render"
+
+// startRenderService serves renders over NATS as the micro service "podium", discoverable with
+// $SRV.PING, $SRV.INFO and $SRV.STATS; replicas share the queue group. The answer is the same
+// JSON as POST /v1/render's; a failure is also marked with the micro error headers (the HTTP
+// status as the code). Renders stop with work.
+func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (micro.Service, error) {
+	handler := micro.HandlerFunc(func(req micro.Request) {
+		go func() { // a render may wait seconds for inputs: the subscription must not
+			status, answer, ok := rs.render(work, req.Data())
+			if !ok {
+				return
+			}
+			body := service.EncodeJSON(answer)
+			if status == http.StatusOK {
+				_ = req.Respond(body)
+				return
+			}
+			msg := ""
+			if e, isErr := answer.(service.Error); isErr {
+				msg = e.Message
+			}
+			_ = req.Error(strconv.Itoa(status), msg, body)
+		}()
+	})
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        "podium",
+		Version:     "1.0.0",
+		Description: "renders round.requested data into the prompt.composed data it would publish (as POST /v1/render)",
+		Endpoint:    &micro.EndpointConfig{Subject: renderSubject, Handler: handler},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("micro service podium: %w", err)
+	}
+	return svc, nil
 }

@@ -58,13 +58,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	c := newComposer(base, &cfg, st, lib)
+	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
-		API:             newAPI(c, cfg.MaxEventBytes, cfg.RenderAPILimit),
+		API:             newAPI(rs),
 		Checks:          map[string]service.Check{"clickhouse": st.Ping},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
 		Consume: func(stop, work context.Context) error {
+			svc, err := startRenderService(work, base.NC, rs)
+			if err != nil {
+				return err
+			}
+			defer svc.Stop()
 			return c.consume(stop, work, cons, cfg.Workers, base.Consuming)
 		},
 	})

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,9 +93,19 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	_, _ = w.Write(EncodeJSON(v))
+}
+
+// EncodeJSON is the encoding of every JSON answer, over HTTP and NATS alike: prompts carry <, >
+// and &, which are not escaped; a newline ends it.
+func EncodeJSON(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return []byte(`{"code":"internal","message":"` + err.Error() + `"}` + "\n")
+	}
+	return b.Bytes()
 }
 
 // Error is the JSON body of every 4xx and 5xx of the APIs.
