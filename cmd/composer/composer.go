@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
@@ -38,6 +39,17 @@ type composer struct {
 
 // errStore marks a ClickHouse failure: worth retrying by redelivery before giving up.
 var errStore = errors.New("store unavailable")
+
+// sharedReads reads the inputs of prompts through the composer's shared reads.
+type sharedReads struct{ c *composer }
+
+func (r sharedReads) Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
+	return r.c.reads.get(ctx, executionID, seq)
+}
+
+func (r sharedReads) Content(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error) {
+	return r.c.contents.get(ctx, key, from, before)
+}
 
 // storeError marks a failed read as errStore, unless the caller went away.
 func storeError(ctx context.Context, err error) error {
@@ -166,38 +178,16 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	}
 	c.m.inputsWait.Observe(time.Since(waitStart).Seconds())
 
-	// One read of the execution's scores serves the leaderboard and every team's rounds, and is
-	// shared with the other teams' requests of the same round; then the team's own content, of
-	// the rounds its template can print only.
-	evs, err := c.reads.get(ctx, req.ExecutionID, seq)
+	// The reads are shared: one read of an execution's scores serves every team of a round, and
+	// the teams asking meanwhile have their own content read together (sharedReads).
+	in, err := render.Inputs(ctx, c.lib, sharedReads{c}, requestID, req, at, seq)
 	if err != nil {
 		return events.PromptComposed{}, storeError(ctx, err)
 	}
-	rounds := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpToSeq: seq}).History(req.TeamID, nil)
-	var content *rank.Content
-	if from := c.lib.ContentFrom(req, rounds); from < req.RoundNumber {
-		content, err = c.contents.get(ctx, rank.TeamKey{ExecutionID: req.ExecutionID, TeamID: req.TeamID}, from, req.RoundNumber)
-		if err != nil {
-			return events.PromptComposed{}, storeError(ctx, err)
-		}
-	}
-	order := req.ScoreOrder
-	if order == "" {
-		order = events.Desc
-	}
-	in := evs.ForPrompt(req.TeamID, req.RoundNumber, seq, req.Standings, order, content)
-
 	renderStart := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, c.renderTimeout)
 	defer cancel()
-	out, err := c.lib.Compose(rctx, compose.Inputs{
-		RequestID:      requestID,
-		Request:        req,
-		Time:           at,
-		History:        in.History,
-		Leaderboard:    in.Board.Rows,
-		EvaluationsSeq: seq,
-	})
+	out, err := c.lib.Compose(rctx, in)
 	c.m.renderDuration.Observe(time.Since(renderStart).Seconds())
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return events.PromptComposed{}, events.Failf(events.CodeBudgetExceeded, "rendering took longer than COMPOSER_RENDER_TIMEOUT (%s)", c.renderTimeout)

@@ -154,11 +154,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  %-8d %-4d %-6s %-10.2f %-10d %d\n", r.Position, r.Rank, r.TeamName, r.BestScore, r.BestRound, r.Rounds)
 	}
 	fmt.Fprintf(stdout, "  evaluations committed up to sequence %d; tournament played in %s\n", lb.EvaluationsSeq, time.Since(start).Round(time.Millisecond))
+
+	// The auditor's check: every recorded prompt is what its request renders again, as of the
+	// evaluations it was made from.
+	step(stdout, "audit: podium prompts verify --all --execution "+exec)
+	if err := verifyPrompts(ctx, *binDir, env, exec, stdout); err != nil {
+		return err
+	}
 	step(stdout, "stopping everything")
 	return nil
 }
 
 func step(w io.Writer, s string) { fmt.Fprintf(w, "\n== %s\n", s) }
+
+// verifyPrompts runs the podium CLI's audit of every prompt of the execution.
+func verifyPrompts(ctx context.Context, binDir string, env []string, execution string, w io.Writer) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "podium"), "prompts", "verify", "--all", "--execution", execution)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, w, w
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("podium prompts verify: %w", err)
+	}
+	return nil
+}
 
 // synthetic makes a team's submission and score for a round: deterministic, different per team,
 // mostly improving over rounds, with a tie in round 2 to show shared ranks.

@@ -1,0 +1,76 @@
+// Command podium is the tool of the people around the pipeline: auditors check that every
+// recorded prompt is what the composer produced, operators read standings and histories, publish
+// events by hand and replay dead letters. It talks to the same NATS and ClickHouse as the
+// services, configured by the same environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	_ "time/tzdata" // request timezones must resolve as the composer resolves them
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args, os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "podium:", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+// Exit codes, as `podium help` documents them.
+const (
+	exitOK       = 0
+	exitMismatch = 1 // a check failed: a record differs, an event is still invalid
+	exitUsage    = 2 // bad arguments or configuration
+	exitFailure  = 3 // NATS or ClickHouse could not be used
+)
+
+// usageError marks an error of the command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg + " (see podium help)" }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// checkError marks a check that ran and failed.
+type checkError struct{ msg string }
+
+func (e *checkError) Error() string { return e.msg }
+
+func exitCode(err error) int {
+	var u *usageError
+	var c *checkError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &u):
+		return exitUsage
+	case errors.As(err, &c):
+		return exitMismatch
+	}
+	return exitFailure
+}
+
+func readAll(f *os.File) ([]byte, error) {
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return b, nil
+			}
+			return b, err
+		}
+	}
+}

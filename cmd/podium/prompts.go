@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/render"
+	"github.com/podium-llm/podium/pkg/compose"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// record is one prompt.composed read back from the PROMPTS audit stream.
+type record struct {
+	seq  uint64
+	data events.PromptComposed
+}
+
+// records reads the prompt.composed records of a subject filter from the PROMPTS stream, oldest
+// first.
+func records(ctx context.Context, js jetstream.JetStream, filter string) ([]record, error) {
+	cons, err := js.OrderedConsumer(ctx, events.StreamPrompts, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
+	}
+	var out []record
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, _ := msg.Metadata()
+			var pc events.PromptComposed
+			var env events.Envelope
+			if err := json.Unmarshal(msg.Data(), &env); err != nil {
+				return nil, fmt.Errorf("record %s: %w", msg.Subject(), err)
+			}
+			if err := json.Unmarshal(env.Data, &pc); err != nil {
+				return nil, fmt.Errorf("record %s: %w", msg.Subject(), err)
+			}
+			out = append(out, record{seq: md.Sequence.Stream, data: pc})
+		}
+		if n == 0 {
+			break
+		}
+		pending -= uint64(n)
+	}
+	return out, nil
+}
+
+// teamRound reads EXEC TEAM ROUND.
+func teamRound(args []string) (string, string, int, error) {
+	if len(args) != 3 {
+		return "", "", 0, usagef("want EXEC TEAM ROUND, got %d arguments", len(args))
+	}
+	round, err := strconv.Atoi(args[2])
+	if err != nil || round < 1 {
+		return "", "", 0, usagef("ROUND must be a positive number, got %q", args[2])
+	}
+	return args[0], args[1], round, nil
+}
+
+// latest is the last record of a round: a request answered again keeps its first record (the
+// duplicate window), so the last is the one of the latest request.
+func latest(recs []record, round int) (record, bool) {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].data.RoundNumber == round {
+			return recs[i], true
+		}
+	}
+	return record{}, false
+}
+
+func promptsShow(fs *flag.FlagSet) func(context.Context, *env) error {
+	asJSON := fs.Bool("json", false, "print the whole record as JSON")
+	return func(ctx context.Context, e *env) error {
+		exec, team, round, err := teamRound(e.args)
+		if err != nil {
+			return err
+		}
+		js, err := e.jetstream()
+		if err != nil {
+			return err
+		}
+		recs, err := records(ctx, js, events.PromptComposedSubject(exec, team))
+		if err != nil {
+			return err
+		}
+		r, ok := latest(recs, round)
+		if !ok {
+			return &checkError{fmt.Sprintf("no prompt.composed for %s %s round %d in %s", exec, team, round, events.StreamPrompts)}
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.out)
+			enc.SetEscapeHTML(false)
+			enc.SetIndent("", "  ")
+			return enc.Encode(r.data)
+		}
+		d := r.data
+		fmt.Fprintf(e.out, "prompt of %s (%s) round %d, %s sequence %d\n", d.TeamName, d.TeamID, d.RoundNumber, events.StreamPrompts, r.seq)
+		fmt.Fprintf(e.out, "request %s; template %s@%d (sha256 %.12s…); %d tokens (%s); evaluations up to sequence %d\n",
+			d.RequestID, d.Template.Name, d.Template.Version, d.Template.SHA256, d.TokenEstimate, d.TokenEncoding, d.Inputs.EvaluationsSeq)
+		for _, t := range d.Truncated {
+			fmt.Fprintf(e.out, "cut: %s: %s\n", t.Section, t.Detail)
+		}
+		fmt.Fprintf(e.out, "sha256 %s\n\n%s\n", d.PromptSHA256, d.Prompt)
+		return nil
+	}
+}
+
+func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
+	all := fs.Bool("all", false, "verify every record of --execution")
+	execution := fs.String("execution", "", "the execution of --all")
+	dir := fs.String("templates-dir", os.Getenv("COMPOSER_TEMPLATES_DIR"), "the composer's template directory")
+	tz := fs.String("tz", os.Getenv("TZ"), "the composer's default timezone (TZ)")
+	return func(ctx context.Context, e *env) error {
+		var filter string
+		var round int
+		switch {
+		case *all && *execution != "" && len(e.args) == 0:
+			if !events.ValidIdentifier(*execution) {
+				return usagef("--execution %s is not an identifier", events.Quote(*execution))
+			}
+			filter = events.TypePromptComposed + "." + *execution + ".*"
+		case !*all && *execution == "":
+			exec, team, r, err := teamRound(e.args)
+			if err != nil {
+				return err
+			}
+			filter, round = events.PromptComposedSubject(exec, team), r
+		default:
+			return usagef("verify takes EXEC TEAM ROUND, or --all --execution EXEC")
+		}
+		js, err := e.jetstream()
+		if err != nil {
+			return err
+		}
+		recs, err := records(ctx, js, filter)
+		if err != nil {
+			return err
+		}
+		if round > 0 {
+			r, ok := latest(recs, round)
+			if !ok {
+				return &checkError{fmt.Sprintf("no prompt.composed for round %d on %s", round, filter)}
+			}
+			recs = []record{r}
+		}
+		if len(recs) == 0 {
+			return &checkError{fmt.Sprintf("no prompt.composed on %s", filter)}
+		}
+		st, err := e.rank(ctx)
+		if err != nil {
+			return err
+		}
+		v := verifier{dir: *dir, tz: *tz, reader: render.Store{St: st}, libs: map[string]*compose.Library{}}
+		for _, r := range recs {
+			if err := v.verify(ctx, r); err != nil {
+				return &checkError{fmt.Sprintf("%s %s round %d (PROMPTS sequence %d) differs: %v", r.data.ExecutionID, r.data.TeamID, r.data.RoundNumber, r.seq, err)}
+			}
+			fmt.Fprintf(e.out, "ok  %s %s round %d  sha256 %.16s…  (%s@%d, evaluations up to %d)\n", r.data.ExecutionID, r.data.TeamID,
+				r.data.RoundNumber, r.data.PromptSHA256, r.data.Template.Name, r.data.Template.Version, r.data.Inputs.EvaluationsSeq)
+		}
+		fmt.Fprintf(e.out, "%d record(s) verified: every one is what its request renders as of its evaluations_seq\n", len(recs))
+		return nil
+	}
+}
+
+// firstDifference says where two texts part, with a little of each.
+func firstDifference(rendered, recorded string) string {
+	i := 0
+	for i < len(rendered) && i < len(recorded) && rendered[i] == recorded[i] {
+		i++
+	}
+	cut := func(s string) string { return strconv.Quote(strings.ToValidUTF8(s[i:min(len(s), i+40)], "")) }
+	return fmt.Sprintf("the texts part at byte %d: recorded %s, rendered %s", i, cut(recorded), cut(rendered))
+}
+
+// verifier renders records again with the composer's templates and the same reads.
+type verifier struct {
+	dir, tz string
+	reader  render.Reader
+	libs    map[string]*compose.Library // by token encoding
+}
+
+func (v *verifier) library(encoding string) (*compose.Library, error) {
+	if lib, ok := v.libs[encoding]; ok {
+		return lib, nil
+	}
+	tokens, err := compose.NewTokenCounter(encoding)
+	if err != nil {
+		return nil, err
+	}
+	loc := time.UTC
+	if tz := strings.TrimPrefix(v.tz, ":"); tz != "" {
+		if loc, err = time.LoadLocation(tz); err != nil {
+			return nil, usagef("--tz %s: %v", events.Quote(tz), err)
+		}
+	}
+	lib, err := compose.Load(compose.Options{Dir: v.dir, DefaultLocation: loc, Tokens: tokens})
+	if err != nil {
+		return nil, usagef("templates: %v", err)
+	}
+	v.libs[encoding] = lib
+	return lib, nil
+}
+
+// verify renders one record again from its request, template version and evaluations_seq and
+// compares everything it says about the prompt.
+func (v *verifier) verify(ctx context.Context, r record) error {
+	d := r.data
+	if d.Request == nil {
+		return fmt.Errorf("the record does not hold the request it was made from (a composer older than prompt.composed.request)")
+	}
+	lib, err := v.library(d.TokenEncoding)
+	if err != nil {
+		return err
+	}
+	t, err := lib.Lookup(d.Template.Name)
+	if err != nil {
+		return err
+	}
+	if t.Version != d.Template.Version || t.SHA256 != d.Template.SHA256 {
+		return fmt.Errorf("template %s@%d (sha256 %.12s…) is not loaded here: %s@%d (sha256 %.12s…)", d.Template.Name, d.Template.Version, d.Template.SHA256, t.Name, t.Version, t.SHA256)
+	}
+	at, err := time.Parse(time.RFC3339Nano, d.Request.Time)
+	if err != nil {
+		return fmt.Errorf("request time: %w", err)
+	}
+	req := d.Request.Data
+	req.Template = t.Name // the name the composer resolved, whatever the request named
+	in, err := render.Inputs(ctx, lib, v.reader, d.RequestID, req, at, d.Inputs.EvaluationsSeq)
+	if err != nil {
+		return err
+	}
+	out, err := lib.Compose(ctx, in)
+	if err != nil {
+		return fmt.Errorf("renders no prompt now: %w", err)
+	}
+	if sum := sha256.Sum256([]byte(d.Prompt)); hex.EncodeToString(sum[:]) != d.PromptSHA256 {
+		return fmt.Errorf("its prompt does not match its own prompt_sha256 (%.16s…): %s", d.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
+	}
+	if out.PromptSHA256 != d.PromptSHA256 {
+		return fmt.Errorf("prompt sha256 %.16s…, rendered again %.16s…: %s", d.PromptSHA256, out.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
+	}
+	// Everything else the record says about the prompt, but the request, which the record names
+	// by what it asked for.
+	out.Request, d.Request = nil, nil
+	var got, want map[string]json.RawMessage
+	g, _ := json.Marshal(out)
+	w, _ := json.Marshal(d)
+	_ = json.Unmarshal(g, &got)
+	_ = json.Unmarshal(w, &want)
+	for _, field := range slices.Sorted(maps.Keys(want)) {
+		if !bytes.Equal(got[field], want[field]) {
+			return fmt.Errorf("same prompt, but %s: the record says %.200s, rendering again says %.200s", field, want[field], got[field])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+// Package render is the one way the inputs of a prompt are read from the store: the composer
+// uses it for every request, and the podium CLI to render an audit record again, so both see
+// exactly the same evaluations, as of the same sequence.
+package render
+
+import (
+	"context"
+	"time"
+
+	"github.com/podium-llm/podium/pkg/compose"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// Reader is what reading the inputs needs of ClickHouse. The composer shares and batches these
+// reads between requests; the CLI reads the store directly.
+type Reader interface {
+	// Scores are an execution's score rows, read after the ranker committed sequence seq.
+	Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error)
+	// Content is a team's content in rounds from to before-1.
+	Content(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error)
+}
+
+// Inputs reads what the prompt of req shows as of the EVALUATIONS sequence seq: every team's
+// scores, then the requesting team's own content of the rounds its template prints
+// (compose.Library.ContentFrom), reduced by the standings rule (rank.Evaluations.ForPrompt).
+func Inputs(ctx context.Context, lib *compose.Library, r Reader, requestID string, req events.RoundRequested, at time.Time, seq uint64) (compose.Inputs, error) {
+	evs, err := r.Scores(ctx, req.ExecutionID, seq)
+	if err != nil {
+		return compose.Inputs{}, err
+	}
+	rounds := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpToSeq: seq}).History(req.TeamID, nil)
+	var content *rank.Content
+	if from := lib.ContentFrom(req, rounds); from < req.RoundNumber {
+		content, err = r.Content(ctx, rank.TeamKey{ExecutionID: req.ExecutionID, TeamID: req.TeamID}, from, req.RoundNumber)
+		if err != nil {
+			return compose.Inputs{}, err
+		}
+	}
+	order := req.ScoreOrder
+	if order == "" {
+		order = events.Desc
+	}
+	in := evs.ForPrompt(req.TeamID, req.RoundNumber, seq, req.Standings, order, content)
+	return compose.Inputs{
+		RequestID:      requestID,
+		Request:        req,
+		Time:           at,
+		History:        in.History,
+		Leaderboard:    in.Board.Rows,
+		EvaluationsSeq: seq,
+	}, nil
+}
+
+// Store reads the store directly, for callers that render one prompt at a time.
+type Store struct{ St *rank.Store }
+
+// Scores reads one execution's scores.
+func (s Store) Scores(ctx context.Context, executionID string, _ uint64) (*rank.Evaluations, error) {
+	evs, err := s.St.Scores(ctx, []string{executionID})
+	if err != nil {
+		return nil, err
+	}
+	return evs[executionID], nil
+}
+
+// Content reads one team's content.
+func (s Store) Content(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error) {
+	return s.St.Content(ctx, key.ExecutionID, key.TeamID, from, before)
+}
