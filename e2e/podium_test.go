@@ -65,7 +65,21 @@ func TestPodiumCLI(t *testing.T) {
 		t.Errorf("verify of a tampered record: exit %d\n%s", code, out)
 	}
 
-	if out, code := e.podium(t, nil, "leaderboard", exec); code != 0 || !strings.Contains(out, "Team t3") || !strings.Contains(out, "80.00") {
+	// A third round of t3: diff shows what the round-2 evaluation added; tail lists the records.
+	e.publishEvaluation("ev-t3-2", evaluation(exec, "t3", "Team t3", 2, 85, "second answer of t3", t0.Add(2*time.Hour)))
+	e.requestRound("req-t3-3", events.RoundRequested{ExecutionID: exec, TeamID: "t3", TeamName: "Team t3", RoundNumber: 3, UserPrompt: "Improve."}, t0.Add(3*time.Hour))
+	if a := e.answers("prompt.*."+exec+".t3", 2, 30*time.Second)["req-t3-3"]; !a.ok() {
+		t.Fatalf("round 3 of t3: %s %+v", a.subject, a.failed)
+	}
+	if out, code := e.podium(t, nil, "prompts", "diff", exec, "t3", "2", "3"); code != 0 || !strings.Contains(out, "+++ cli t3 round 3") ||
+		!strings.Contains(out, "+second answer of t3") || !strings.Contains(out, "-Round 2.") {
+		t.Errorf("diff: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "prompts", "tail", "--all", "--count", "5", "--execution", exec); code != 0 || strings.Count(out, "  composed  cli ") != 5 {
+		t.Errorf("tail: exit %d\n%s", code, out)
+	}
+
+	if out, code := e.podium(t, nil, "leaderboard", exec); code != 0 || !strings.Contains(out, "Team t3") || !strings.Contains(out, "85.00") {
 		t.Errorf("leaderboard: exit %d\n%s", code, out)
 	}
 	var lb leaderboard

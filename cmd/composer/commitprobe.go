@@ -108,10 +108,11 @@ func (p *probe) committed(target uint64) (bool, string) {
 	}
 	ci := p.consumer
 	// The ack floor stops short of the last sequence when the last messages are not the
-	// ranker's to ack (filtered out or deleted), and Delivered never reaches them either. The
-	// consumer was read after the stream's last sequence, so nothing pending and nothing
-	// awaiting an ack then means every message up to that sequence is done.
-	if ci.AckFloor.Stream >= target || ci.NumPending == 0 && ci.NumAckPending == 0 && target <= p.lastSeq {
+	// ranker's to ack; then nothing pending means all are done, once the consumer has been
+	// handed the target. Delivered must reach it: a message just stored may not be counted as
+	// pending yet (the consumer learns of it asynchronously), and must not pass for committed.
+	// A tail that is never delivered (deleted by an operator) waits for the next evaluation.
+	if ci.AckFloor.Stream >= target || ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Stream >= target {
 		return true, ""
 	}
 	return false, fmt.Sprintf("ranker committed up to sequence %d of %d", ci.AckFloor.Stream, target)

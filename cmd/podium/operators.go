@@ -21,6 +21,8 @@ func commands() map[string]command {
 	return map[string]command{
 		"prompts show":       {"EXEC TEAM ROUND [--json]", "Print the recorded prompt of a team's round and what it was made from.", promptsShow},
 		"prompts verify":     {"EXEC TEAM ROUND | --all --execution EXEC", "Render each record again from its request, template version and evaluations_seq; exit 1 naming the first that differs.", promptsVerify},
+		"prompts diff":       {"EXEC TEAM ROUND1 ROUND2", "Print a unified diff of a team's prompts of two rounds.", promptsDiff},
+		"prompts tail":       {"[--execution E] [--team T] [--all] [--count N]", "Print each prompt.composed and prompt.failed as it is recorded.", promptsTail},
 		"leaderboard":        {"EXEC [--asc] [--json]", "Print an execution's standings, every evaluation counted, as the ranker computes them.", leaderboard},
 		"history":            {"EXEC TEAM [--json]", "Print a team's latest evaluation of each round.", history},
 		"publish evaluation": {"--file F [--id ID]", "Publish an evaluation.completed: F holds its data object or a whole CloudEvent; it is validated first.", publish(events.TypeEvaluationCompleted)},

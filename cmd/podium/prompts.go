@@ -277,3 +277,85 @@ func (v *verifier) verify(ctx context.Context, r record) error {
 	}
 	return nil
 }
+
+func promptsDiff(fs *flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) != 4 {
+			return usagef("want EXEC TEAM ROUND1 ROUND2")
+		}
+		exec, team, r1, err := teamRound(e.args[:3])
+		if err != nil {
+			return err
+		}
+		r2, err := strconv.Atoi(e.args[3])
+		if err != nil || r2 < 1 {
+			return usagef("ROUND2 must be a positive number, got %q", e.args[3])
+		}
+		js, err := e.jetstream()
+		if err != nil {
+			return err
+		}
+		recs, err := records(ctx, js, events.PromptComposedSubject(exec, team))
+		if err != nil {
+			return err
+		}
+		a, okA := latest(recs, r1)
+		b, okB := latest(recs, r2)
+		if !okA || !okB {
+			return &checkError{fmt.Sprintf("no prompt.composed of %s %s for round %d and round %d both", exec, team, r1, r2)}
+		}
+		unifiedDiff(e.out, fmt.Sprintf("%s %s round %d", exec, team, r1), fmt.Sprintf("%s %s round %d", exec, team, r2), a.data.Prompt, b.data.Prompt, 3)
+		return nil
+	}
+}
+
+func promptsTail(fs *flag.FlagSet) func(context.Context, *env) error {
+	execution := fs.String("execution", "*", "only this execution")
+	team := fs.String("team", "*", "only this team")
+	fromStart := fs.Bool("all", false, "start from the first record, not the next one")
+	count := fs.Int("count", 0, "stop after this many records (0: follow until interrupted)")
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) > 0 {
+			return usagef("tail takes no arguments")
+		}
+		js, err := e.jetstream()
+		if err != nil {
+			return err
+		}
+		policy := jetstream.DeliverNewPolicy
+		if *fromStart {
+			policy = jetstream.DeliverAllPolicy
+		}
+		cons, err := js.OrderedConsumer(ctx, events.StreamPrompts, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"prompt.*." + *execution + "." + *team}, DeliverPolicy: policy})
+		if err != nil {
+			return fmt.Errorf("read %s: %w", events.StreamPrompts, err)
+		}
+		for seen := 0; *count == 0 || seen < *count; {
+			msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+			if ctx.Err() != nil {
+				return nil // interrupted: the normal end of a tail
+			}
+			if err != nil {
+				continue // nothing new yet
+			}
+			seen++
+			var env events.Envelope
+			if err := json.Unmarshal(msg.Data(), &env); err != nil {
+				fmt.Fprintf(e.out, "%s  (not a CloudEvent: %v)\n", msg.Subject(), err)
+				continue
+			}
+			if env.Type == events.TypePromptFailed {
+				var pf events.PromptFailed
+				_ = json.Unmarshal(env.Data, &pf)
+				fmt.Fprintf(e.out, "%s  failed    %s %s round %d  %s: %s\n", env.Time, pf.ExecutionID, pf.TeamID, pf.RoundNumber, pf.Code, pf.Message)
+				continue
+			}
+			var pc events.PromptComposed
+			_ = json.Unmarshal(env.Data, &pc)
+			fmt.Fprintf(e.out, "%s  composed  %s %s round %d  %s@%d  %d tokens  sha256 %.16s…\n", env.Time, pc.ExecutionID, pc.TeamID, pc.RoundNumber,
+				pc.Template.Name, pc.Template.Version, pc.TokenEstimate, pc.PromptSHA256)
+		}
+		return nil
+	}
+}

@@ -22,6 +22,8 @@ Auditors:
   prompts show EXEC TEAM ROUND      print the recorded prompt of a team's round and what it was made from
   prompts verify EXEC TEAM ROUND    render the record again from itself and compare (sha256)
   prompts verify --all --execution EXEC   every record of an execution
+  prompts diff EXEC TEAM R1 R2      unified diff of a team's prompts of two rounds
+  prompts tail [--execution E] [--team T] [--all] [--count N]   follow the audit stream
 
 Operators:
   leaderboard EXEC [--asc] [--json] an execution's standings, as the ranker computes them
