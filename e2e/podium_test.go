@@ -60,6 +60,7 @@ func TestPodiumCLI(t *testing.T) {
 	tampered := strings.Replace(string(records[0].Body), "answer of t1", "answer of somebody else", 1)
 	e.publishRaw(events.PromptComposedSubject(exec, "t1"), "tampered", []byte(tampered))
 	out, code := e.podium(t, nil, "prompts", "verify", exec, "t1", "2")
+	t.Logf("verify of a tampered record: exit %d: %s", code, out)
 	if code != 1 || !strings.Contains(out, "cli t1 round 2 (PROMPTS sequence 4) differs: its prompt does not match its own prompt_sha256") ||
 		!strings.Contains(out, `recorded "somebody else`) {
 		t.Errorf("verify of a tampered record: exit %d\n%s", code, out)
