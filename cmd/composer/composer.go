@@ -13,7 +13,6 @@ import (
 
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/settle"
-	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -26,7 +25,7 @@ type composer struct {
 	probes        *commitProbes
 	reads         *storeReads
 	contents      *contentReads
-	lib           *compose.Library
+	templates     *templates
 	m             *metrics
 	source        string
 	maxBytes      int
@@ -180,14 +179,15 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 
 	// The reads are shared: one read of an execution's scores serves every team of a round, and
 	// the teams asking meanwhile have their own content read together (sharedReads).
-	in, err := render.Inputs(ctx, c.lib, sharedReads{c}, requestID, req, at, seq)
+	lib := c.templates.lib() // one library for the whole request, however the registry moves
+	in, err := render.Inputs(ctx, lib, sharedReads{c}, requestID, req, at, seq)
 	if err != nil {
 		return events.PromptComposed{}, storeError(ctx, err)
 	}
 	renderStart := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, c.renderTimeout)
 	defer cancel()
-	out, err := c.lib.Compose(rctx, in)
+	out, err := lib.Compose(rctx, in)
 	c.m.renderDuration.Observe(time.Since(renderStart).Seconds())
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return events.PromptComposed{}, events.Failf(events.CodeBudgetExceeded, "rendering took longer than COMPOSER_RENDER_TIMEOUT (%s)", c.renderTimeout)

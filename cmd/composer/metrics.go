@@ -8,15 +8,16 @@ import (
 // metrics are the composer's Prometheus series; their names are stable because dashboards and
 // alerts in deploy/ depend on them.
 type metrics struct {
-	requests        *prometheus.CounterVec
-	renderDuration  prometheus.Histogram
-	inputsWait      prometheus.Histogram
-	storeRead       prometheus.Histogram
-	storeReads      *prometheus.CounterVec
-	contentRead     prometheus.Histogram
-	promptTokens    prometheus.Histogram
-	truncations     *prometheus.CounterVec
-	templatesLoaded *prometheus.GaugeVec
+	requests          *prometheus.CounterVec
+	renderDuration    prometheus.Histogram
+	inputsWait        prometheus.Histogram
+	storeRead         prometheus.Histogram
+	storeReads        *prometheus.CounterVec
+	contentRead       prometheus.Histogram
+	promptTokens      prometheus.Histogram
+	truncations       *prometheus.CounterVec
+	templatesLoaded   *prometheus.GaugeVec
+	templatesRejected prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,6 +60,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "composer_truncations_total",
 			Help: "Cuts the budget made in published prompts, by section.",
 		}, []string{"section"}),
+		templatesRejected: f.NewCounter(prometheus.CounterOpts{
+			Name: "composer_template_versions_rejected_total",
+			Help: "Entries of the template registry that failed their check (or are not of its layout) and are not served.",
+		}),
 		templatesLoaded: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "composer_templates_loaded",
 			Help: "1 for every loaded template, by name and version.",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -9,6 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/compose"
@@ -57,6 +61,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		base.Close()
 		return err
 	}
+	kv, err := templateRegistry(ctx, base.JS, &cfg)
+	if err != nil {
+		base.Close()
+		return err
+	}
 	c := newComposer(base, &cfg, st, lib)
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
 	return base.Run(ctx, service.Serving{
@@ -66,6 +75,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
 		Consume: func(stop, work context.Context) error {
+			if kv != nil {
+				ready := make(chan struct{})
+				go c.templates.watch(work, kv, ready)
+				select { // the registry's labels apply from the first request
+				case <-ready:
+				case <-time.After(5 * time.Second):
+					base.Log.Warn("template registry not loaded within 5s; starting with built-in and directory templates")
+				}
+			}
 			svc, err := startRenderService(work, base.NC, rs)
 			if err != nil {
 				return err
@@ -89,7 +107,7 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		probes:        &commitProbes{js: base.JS, timeout: 5 * time.Second},
 		reads:         newStoreReads(st.Scores, cfg.ReadCacheTTL, maxKeptBytes, m),
 		contents:      newContentReads(st.Contents, m),
-		lib:           lib,
+		templates:     newTemplates(lib, base.Log, m),
 		m:             m,
 		source:        base.Source,
 		maxBytes:      cfg.MaxEventBytes,
@@ -99,6 +117,27 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,
 	}
+}
+
+// templateRegistry opens the TEMPLATES bucket, creating it when the composer manages its
+// streams; nil when an operator-managed deployment has none (built-in and directory templates
+// are served).
+func templateRegistry(ctx context.Context, js jetstream.JetStream, cfg *config) (jetstream.KeyValue, error) {
+	if cfg.ManageStreams {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, registry.Config(cfg.StreamReplicas))
+		if err != nil {
+			return nil, fmt.Errorf("template registry %s: %w", registry.Bucket, err)
+		}
+		return kv, nil
+	}
+	kv, err := js.KeyValue(ctx, registry.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("template registry %s: %w", registry.Bucket, err)
+	}
+	return kv, nil
 }
 
 // printTemplates is check-templates' report: one line per template and one per variant.

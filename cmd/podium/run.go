@@ -18,6 +18,12 @@ const help = `podium: tools for the people around the pipeline.
 
 Usage: podium COMMAND [flags] [arguments]
 
+Template authors:
+  templates push DIR|FILE [--label L]   store the next version of a template (checked first)
+  templates list | show NAME[@V|:L] | history NAME | diff A B
+  templates label NAME VERSION LABEL    move a label (production is what a bare name renders)
+  templates render NAME --request F [--evaluations F] [--time T]   render offline, no server
+
 Auditors:
   prompts show EXEC TEAM ROUND      print the recorded prompt of a team's round and what it was made from
   prompts verify EXEC TEAM ROUND    render the record again from itself and compare (sha256)
@@ -58,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	cmd, rest := args[1], args[2:]
-	if (cmd == "prompts" || cmd == "deadletters" || cmd == "publish") && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+	if (cmd == "prompts" || cmd == "deadletters" || cmd == "publish" || cmd == "templates") && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		cmd, rest = cmd+" "+rest[0], rest[1:]
 	}
 	c, ok := commands()[cmd]

@@ -126,7 +126,8 @@ type Options struct {
 
 // Library holds every template, checked, ready to render.
 type Library struct {
-	templates       map[string]*Template
+	templates       map[string]*Template   // built-in and directory templates
+	registry        map[string]*registered // versions pushed to the template registry
 	defaultName     string
 	defaultLocation *time.Location
 	tokens          TokenCounter
@@ -534,7 +535,9 @@ func (t *Template) limits(o events.Limits) Limits {
 	return l
 }
 
-// Lookup resolves "", "name", "name@<version>" or "name:<label>".
+// Lookup resolves "", "name", "name@<version>" or "name:<label>". The registry decides first: a
+// bare name is its production label when set, name@V its version V, name:L its label L (latest:
+// its highest version); otherwise the built-in or directory template of that name answers.
 func (l *Library) Lookup(ref string) (*Template, error) {
 	if ref == "" {
 		ref = l.defaultName
@@ -543,8 +546,14 @@ func (l *Library) Lookup(ref string) (*Template, error) {
 	if i := strings.IndexAny(ref, "@:"); i >= 0 {
 		name, rest, sep = ref[:i], ref[i+1:], ref[i]
 	}
+	if t, found, err := l.lookupRegistered(name, rest, sep); found {
+		return t, err
+	}
 	t, ok := l.templates[name]
 	if !ok {
+		if r := l.registry[name]; r != nil {
+			return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no %s (%s)", name, what(rest, sep), r.describe())
+		}
 		return nil, events.Failf(events.CodeUnknownTemplate, "template %q not found (loaded: %s)", name, strings.Join(l.names(), ", "))
 	}
 	switch sep {

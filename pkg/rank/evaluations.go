@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -95,4 +96,28 @@ func (r *Reduction) History(teamID string, content *Content) []events.TeamRound 
 		out = append(out, tr)
 	}
 	return out
+}
+
+// FromRecords builds, in memory, what reads of the store would return for these records of one
+// execution: its score rows and each team's content. It serves offline rendering (podium
+// templates render), so an author sees the prompt the composer would make from the same data.
+func FromRecords(recs []Record) (*Evaluations, map[TeamKey]*Content) {
+	ev := newEvaluations()
+	contents := map[TeamKey]*Content{}
+	for _, r := range recs {
+		ev.rows = append(ev.rows, Stored{RoundScore: RoundScore{TeamID: r.TeamID, TeamName: r.TeamName, Round: r.RoundNumber,
+			Score: r.Evaluation.OverallScore, AtMicros: r.EvaluatedAt.UnixMicro(), EventID: r.EventID}, Seq: r.Seq})
+		k := TeamKey{ExecutionID: r.ExecutionID, TeamID: r.TeamID}
+		if contents[k] == nil {
+			contents[k] = newContent()
+		}
+		metrics := r.Evaluation.Metrics
+		if metrics == nil {
+			metrics = []events.Metric{}
+		}
+		contents[k].add(r.EventID, r.Seq, events.TeamRound{RoundNumber: r.RoundNumber, EvaluationID: r.EventID,
+			OverallScore: r.Evaluation.OverallScore, Metrics: metrics, Feedback: r.Evaluation.Feedback,
+			Submission: r.Submission, EvaluatedAt: r.EvaluatedAt.Format(time.RFC3339Nano)})
+	}
+	return ev, contents
 }

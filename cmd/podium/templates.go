@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/internal/render"
+	"github.com/podium-llm/podium/pkg/compose"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// registryKV opens the TEMPLATES bucket; create makes it when missing (a first push).
+func (e *env) registryKV(ctx context.Context, create bool) (jetstream.KeyValue, error) {
+	js, err := e.jetstream()
+	if err != nil {
+		return nil, err
+	}
+	if create {
+		return js.CreateOrUpdateKeyValue(ctx, registry.Config(e.cfg.StreamReplicas))
+	}
+	kv, err := js.KeyValue(ctx, registry.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, &checkError{"the template registry is empty: nothing was pushed yet"}
+	}
+	return kv, err
+}
+
+// readTemplate reads a template an author edits: a folder (every file in it, by relative path)
+// or a <name>.mustache file (with <name>.json beside it as its manifest), in the registry's
+// folder form.
+func readTemplate(path string) (string, map[string][]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", nil, err
+	}
+	files := map[string][]byte{}
+	if !st.IsDir() {
+		name, ok := strings.CutSuffix(filepath.Base(path), ".mustache")
+		if !ok {
+			return "", nil, fmt.Errorf("%s is neither a template folder nor a .mustache file", path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", nil, err
+		}
+		files["prompt.mustache"] = b
+		if m, err := os.ReadFile(strings.TrimSuffix(path, ".mustache") + ".json"); err == nil {
+			files["manifest.json"] = m
+		}
+		return name, files, nil
+	}
+	root := os.DirFS(path)
+	err = fs.WalkDir(root, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".") {
+			return err
+		}
+		b, err := fs.ReadFile(root, p)
+		files[p] = b
+		return err
+	})
+	return filepath.Base(filepath.Clean(path)), files, err
+}
+
+func templatesPush(fs *flag.FlagSet) func(context.Context, *env) error {
+	label := fs.String("label", "", "point this label at the new version (production makes it the default for the name)")
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) != 1 {
+			return usagef("want one template folder or .mustache file")
+		}
+		name, files, err := readTemplate(e.args[0])
+		if err != nil {
+			return &usageError{err.Error()}
+		}
+		if !events.ValidIdentifier(name) {
+			return usagef("template name %s (from the path) must be an identifier", events.Quote(name))
+		}
+		kv, err := e.registryKV(ctx, true)
+		if err != nil {
+			return err
+		}
+		v, err := registry.Push(ctx, kv, name, files)
+		if err != nil {
+			return &checkError{"refused: " + err.Error()}
+		}
+		fmt.Fprintf(e.out, "pushed %s@%d (%d files)\n", name, v, len(files))
+		if *label != "" {
+			if err := registry.Label(ctx, kv, name, *label, v); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "label %s of %s -> %d\n", *label, name, v)
+		}
+		return nil
+	}
+}
+
+// registryState reads and parses the bucket.
+func registryState(ctx context.Context, kv jetstream.KeyValue) (registry.State, error) {
+	entries, err := registry.Read(ctx, kv)
+	if err != nil {
+		return registry.State{}, err
+	}
+	s, _ := registry.Parse(entries)
+	return s, nil
+}
+
+func templatesList(fs *flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		kv, err := e.registryKV(ctx, false)
+		if err != nil {
+			return err
+		}
+		s, err := registryState(ctx, kv)
+		if err != nil {
+			return err
+		}
+		versions := map[string][]int{}
+		for _, v := range s.Versions {
+			versions[v.Name] = append(versions[v.Name], v.Version)
+		}
+		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TEMPLATE\tVERSIONS\tLABELS")
+		for _, name := range slices.Sorted(maps.Keys(versions)) {
+			vs := versions[name]
+			slices.Sort(vs)
+			labels := []string{"latest=" + strconv.Itoa(vs[len(vs)-1])}
+			for _, l := range slices.Sorted(maps.Keys(s.Labels[name])) {
+				labels = append(labels, fmt.Sprintf("%s=%d", l, s.Labels[name][l]))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", name, strings.Trim(fmt.Sprint(vs), "[]"), strings.Join(labels, " "))
+		}
+		return tw.Flush()
+	}
+}
+
+// resolve finds the version a reference (NAME, NAME@V, NAME:L) names in the registry.
+func resolve(s registry.State, ref string) (compose.Version, error) {
+	name, rest, sep := ref, "", byte(0)
+	if i := strings.IndexAny(ref, "@:"); i >= 0 {
+		name, rest, sep = ref[:i], ref[i+1:], ref[i]
+	}
+	want := 0
+	switch sep {
+	case '@':
+		want, _ = strconv.Atoi(rest)
+	case ':':
+		want = s.Labels[name][rest]
+	default:
+		want = s.Labels[name]["production"]
+	}
+	var found []compose.Version
+	for _, v := range s.Versions {
+		if v.Name == name {
+			found = append(found, v)
+		}
+	}
+	slices.SortFunc(found, func(a, b compose.Version) int { return a.Version - b.Version })
+	if len(found) > 0 && (rest == "latest" || want == 0 && sep == 0) {
+		return found[len(found)-1], nil
+	}
+	for _, v := range found {
+		if v.Version == want {
+			return v, nil
+		}
+	}
+	return compose.Version{}, &checkError{fmt.Sprintf("the registry has no %s", ref)}
+}
+
+// source is a version's files, each under a header, in path order.
+func source(v compose.Version) string {
+	var b strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(v.Files)) {
+		fmt.Fprintf(&b, "== %s ==\n%s", p, v.Files[p])
+		if !strings.HasSuffix(string(v.Files[p]), "\n") {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) != 1 {
+			return usagef("want NAME, NAME@VERSION or NAME:LABEL")
+		}
+		kv, err := e.registryKV(ctx, false)
+		if err != nil {
+			return err
+		}
+		s, err := registryState(ctx, kv)
+		if err != nil {
+			return err
+		}
+		v, err := resolve(s, e.args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "%s@%d\n%s", v.Name, v.Version, source(v))
+		return nil
+	}
+}
+
+func templatesLabel(fs *flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) != 3 {
+			return usagef("want NAME VERSION LABEL")
+		}
+		version, err := strconv.Atoi(e.args[1])
+		if err != nil || version < 1 {
+			return usagef("VERSION must be a positive number, got %q", e.args[1])
+		}
+		kv, err := e.registryKV(ctx, false)
+		if err != nil {
+			return err
+		}
+		if err := registry.Label(ctx, kv, e.args[0], e.args[2], version); err != nil {
+			return &checkError{err.Error()}
+		}
+		fmt.Fprintf(e.out, "label %s of %s -> %d\n", e.args[2], e.args[0], version)
+		return nil
+	}
+}
+
+func templatesHistory(fs *flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) != 1 || !events.ValidIdentifier(e.args[0]) {
+			return usagef("want one template name")
+		}
+		name := e.args[0]
+		kv, err := e.registryKV(ctx, false)
+		if err != nil {
+			return err
+		}
+		// Every version and every label move of the name, in the order they happened.
+		watcher, err := kv.Watch(ctx, name+".>", jetstream.IncludeHistory())
+		if err != nil {
+			return err
+		}
+		defer watcher.Stop()
+		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "REVISION\tTIME\tCHANGE")
+		for entry := range watcher.Updates() {
+			if entry == nil {
+				break
+			}
+			change := "pushed version " + strings.TrimPrefix(entry.Key(), name+".v")
+			if label, ok := strings.CutPrefix(entry.Key(), name+".label."); ok {
+				change = fmt.Sprintf("label %s -> %s", label, entry.Value())
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", entry.Revision(), entry.Created().UTC().Format(time.RFC3339), change)
+		}
+		return tw.Flush()
+	}
+}
+
+func templatesDiff(fs *flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) != 2 {
+			return usagef("want two references: NAME@V, NAME:LABEL or NAME")
+		}
+		kv, err := e.registryKV(ctx, false)
+		if err != nil {
+			return err
+		}
+		s, err := registryState(ctx, kv)
+		if err != nil {
+			return err
+		}
+		a, err := resolve(s, e.args[0])
+		if err != nil {
+			return err
+		}
+		b, err := resolve(s, e.args[1])
+		if err != nil {
+			return err
+		}
+		unifiedDiff(e.out, fmt.Sprintf("%s@%d", a.Name, a.Version), fmt.Sprintf("%s@%d", b.Name, b.Version), source(a), source(b), 3)
+		return nil
+	}
+}
+
+// templatesRender renders offline: a template being written (a folder or .mustache file) or a
+// built-in one, with a request and evaluations from files, through the composer's own reading
+// and rendering code. No server is involved.
+func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
+	requestFile := fs.String("request", "", "round.requested data (JSON), as POST /v1/render takes it")
+	evalsFile := fs.String("evaluations", "", "a JSON array of evaluation.completed data, in stream order")
+	at := fs.String("time", "", "the request's time (RFC 3339; default: the request's \"time\", else now)")
+	encoding := fs.String("encoding", "o200k_base", "token encoding")
+	asJSON := fs.Bool("json", false, "print the whole prompt.composed data")
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) != 1 || *requestFile == "" {
+			return usagef("want NAME (a built-in template, or a template folder or file) and --request FILE")
+		}
+		tokens, err := compose.NewTokenCounter(*encoding)
+		if err != nil {
+			return &usageError{err.Error()}
+		}
+		lib, err := compose.Load(compose.Options{Tokens: tokens})
+		if err != nil {
+			return err
+		}
+		name := e.args[0]
+		if _, statErr := os.Stat(name); statErr == nil {
+			n, files, err := readTemplate(name)
+			if err != nil {
+				return &usageError{err.Error()}
+			}
+			var bad []error
+			lib, bad = lib.WithRegistry([]compose.Version{{Name: n, Version: 1, Files: files}}, map[string]map[string]int{n: {"production": 1}})
+			if len(bad) > 0 {
+				return &checkError{bad[0].Error()}
+			}
+			name = n
+		}
+		raw, err := os.ReadFile(*requestFile)
+		if err != nil {
+			return &usageError{err.Error()}
+		}
+		req, err := events.ParseRenderRequest(raw, events.DefaultMaxEventBytes)
+		if err != nil {
+			return &checkError{err.Error()}
+		}
+		req.Data.Template = name
+		when := req.Time
+		if *at != "" {
+			if when, err = time.Parse(time.RFC3339Nano, *at); err != nil {
+				return usagef("--time: %v", err)
+			}
+		}
+		if when.IsZero() {
+			when = time.Now()
+		}
+		var recs []rank.Record
+		if *evalsFile != "" {
+			raw, err := os.ReadFile(*evalsFile)
+			if err != nil {
+				return &usageError{err.Error()}
+			}
+			var datas []events.EvaluationCompleted
+			if err := json.Unmarshal(raw, &datas); err != nil {
+				return usagef("--evaluations: %v", err)
+			}
+			for i, d := range datas {
+				d.ExecutionID = req.Data.ExecutionID
+				recs = append(recs, rank.Record{EventID: fmt.Sprintf("file-%d", i+1), Seq: uint64(i + 1), EvaluationCompleted: d})
+			}
+		}
+		evs, contents := rank.FromRecords(recs)
+		in, err := render.Inputs(ctx, lib, offline{evs, contents}, "render", req.Data, when.Truncate(time.Microsecond), uint64(len(recs)))
+		if err != nil {
+			return err
+		}
+		out, err := lib.Compose(ctx, in)
+		if err != nil {
+			return &checkError{err.Error()}
+		}
+		if *asJSON {
+			return printJSON(e, out)
+		}
+		fmt.Fprintf(e.out, "%s\n", out.Prompt)
+		fmt.Fprintf(os.Stderr, "(%s@%d, %d tokens %s, %d cut(s))\n", out.Template.Name, out.Template.Version, out.TokenEstimate, out.TokenEncoding, len(out.Truncated))
+		return nil
+	}
+}
+
+// offline reads inputs from records held in memory.
+type offline struct {
+	evs      *rank.Evaluations
+	contents map[rank.TeamKey]*rank.Content
+}
+
+func (o offline) Scores(context.Context, string, uint64) (*rank.Evaluations, error) {
+	return o.evs, nil
+}
+
+func (o offline) Content(_ context.Context, key rank.TeamKey, _, _ int) (*rank.Content, error) {
+	return o.contents[key], nil
+}

@@ -1,0 +1,196 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/pkg/compose"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// greetVersion writes a folder template whose two messages both carry its mark.
+func greetVersion(t *testing.T, mark string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "greet")
+	files := map[string]string{
+		"manifest.json":   `{"roles": ["system", "user"]}`,
+		"system.mustache": mark + " system for {{team.name}}\n",
+		"user.mustache":   mark + " user: {{user_prompt}}\n",
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestTemplateRegistry: templates pushed with the CLI are served by every running composer; a
+// label move reaches all three within a second, no render mixes two versions while labels move,
+// a rollback is a label move, and a bad version is refused at push or, put into the bucket
+// anyway, never served.
+func TestTemplateRegistry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composers := []*proc{e.start("composer"), e.start("composer"), e.start("composer")}
+
+	bad := filepath.Join(t.TempDir(), "greet")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "prompt.mustache"), []byte("Hello\n{{team.nmae}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.podium(t, nil, "templates", "push", bad); code != 1 || !strings.Contains(out, `refused: compose: greet@1: template "greet" line 2: unknown variable "team.nmae"`) {
+		t.Fatalf("push of a bad template: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "templates", "push", greetVersion(t, "V1"), "--label", "production"); code != 0 || !strings.Contains(out, "pushed greet@1") {
+		t.Fatalf("push v1: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "templates", "push", greetVersion(t, "V2")); code != 0 || !strings.Contains(out, "pushed greet@2") {
+		t.Fatalf("push v2: exit %d\n%s", code, out)
+	}
+
+	// render asks one composer for the bare name and returns the version and both messages' marks.
+	render := func(p *proc) (int, []string) {
+		status, body := p.render(t, map[string]any{"execution_id": "reg", "team_id": "t1", "team_name": "One", "round_number": 1,
+			"user_prompt": "Go.", "template": "greet", "time": t0.Format(time.RFC3339)})
+		var out events.PromptComposed
+		if err := json.Unmarshal(body, &out); status != http.StatusOK || err != nil || len(out.Messages) != 2 {
+			t.Fatalf("render: %d %s", status, body)
+		}
+		return out.Template.Version, []string{strings.Fields(out.Messages[0].Content)[0], strings.Fields(out.Messages[1].Content)[0]}
+	}
+	// servedWithin waits until every composer renders version want and returns how long it took.
+	servedWithin := func(want int) time.Duration {
+		start := time.Now()
+		for _, p := range composers {
+			for {
+				if v, _ := render(p); v == want {
+					break
+				}
+				if time.Since(start) > 5*time.Second {
+					t.Fatalf("a composer still renders another version than %d after 5s", want)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		return time.Since(start)
+	}
+	servedWithin(1)
+	if out, code := e.podium(t, nil, "templates", "label", "greet", "2", "production"); code != 0 {
+		t.Fatalf("label: exit %d\n%s", code, out)
+	}
+	if took := servedWithin(2); took > time.Second {
+		t.Errorf("the label move reached every composer after %s, want within 1s", took)
+	} else {
+		t.Logf("label move served by all three composers within %s", took.Round(time.Millisecond))
+	}
+
+	// Renders during label moves: each is one version from start to end.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var mixed, total int
+	var mu sync.Mutex
+	for _, p := range composers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v, marks := render(p)
+				mu.Lock()
+				total++
+				if marks[0] != fmt.Sprintf("V%d", v) || marks[1] != marks[0] {
+					mixed++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range 10 {
+		if _, code := e.podium(t, nil, "templates", "label", "greet", fmt.Sprint(1+i%2), "production"); code != 0 {
+			t.Fatal("label move failed")
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if mixed != 0 || total < 10 {
+		t.Errorf("%d of %d renders during label moves mixed versions", mixed, total)
+	}
+	// Rollback: a label move back to 1.
+	if _, code := e.podium(t, nil, "templates", "label", "greet", "1", "production"); code != 0 {
+		t.Fatal("rollback failed")
+	}
+	servedWithin(1)
+
+	// A bad version put into the bucket behind the CLI's back is never served.
+	kv, err := e.js.KeyValue(t.Context(), registry.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := registry.Encode(compose.Version{Name: "greet", Version: 3, Files: map[string][]byte{"prompt.mustache": []byte("{{#self}}x{{/self}}{{self.rank}}\n")}})
+	if _, err := kv.Put(t.Context(), registry.VersionKey("greet", 3), doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), registry.LabelKey("greet", "staging"), []byte("3")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, p := range composers {
+		status, body := p.render(t, map[string]any{"execution_id": "reg", "team_id": "t1", "team_name": "One", "round_number": 1, "user_prompt": "Go.", "template": "greet:staging"})
+		if status != http.StatusUnprocessableEntity || !strings.Contains(string(body), `is labelled staging at version 3, which is not loaded`) {
+			t.Errorf("a bad version was served: %d %s", status, body)
+		}
+		waitMetric(t, p, "composer_template_versions_rejected_total", 1)
+	}
+
+	if out, code := e.podium(t, nil, "templates", "list"); code != 0 || !strings.Contains(out, "greet") || !strings.Contains(out, "production=1") || !strings.Contains(out, "latest=3") {
+		t.Errorf("list: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "templates", "show", "greet@2"); code != 0 || !strings.Contains(out, "== system.mustache ==\nV2 system") {
+		t.Errorf("show: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "templates", "diff", "greet@1", "greet@2"); code != 0 || !strings.Contains(out, "-V1 system for {{team.name}}") || !strings.Contains(out, "+V2 system for {{team.name}}") {
+		t.Errorf("diff: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "templates", "history", "greet"); code != 0 || !strings.Contains(out, "pushed version 2") || strings.Count(out, "label production -> ") < 12 {
+		t.Errorf("history: exit %d\n%s", code, out)
+	}
+
+	// Offline render of the folder being written, with a request and evaluations from files.
+	dir := t.TempDir()
+	reqFile, evFile := filepath.Join(dir, "req.json"), filepath.Join(dir, "evs.json")
+	req, _ := json.Marshal(map[string]any{"execution_id": "off", "team_id": "t1", "team_name": "One", "round_number": 2, "user_prompt": "Again.", "time": t0.Format(time.RFC3339)})
+	evs, _ := json.Marshal([]events.EvaluationCompleted{evaluation("off", "t1", "One", 1, 77, "first try", t0)})
+	if err := os.WriteFile(reqFile, req, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(evFile, evs, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.podium(t, nil, "templates", "render", greetVersion(t, "LOCAL"), "--request", reqFile, "--evaluations", evFile); code != 0 ||
+		!strings.Contains(out, "LOCAL system for One") || !strings.Contains(out, "LOCAL user: Again.") {
+		t.Errorf("offline render: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "templates", "render", "mixseek-team", "--request", reqFile, "--evaluations", evFile); code != 0 ||
+		!strings.Contains(out, "### スコア: 77.00/100") || !strings.Contains(out, "first try") {
+		t.Errorf("offline render of a built-in template: exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,149 @@
+package compose
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing/fstest"
+
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// Version is one immutable version of a template from the template registry: the files of a
+// folder template (manifest.json, prompt.mustache or one <role>.mustache per role, partials/,
+// variants/), by their path inside the folder. Its number is the registry's, whatever the
+// manifest says.
+type Version struct {
+	Name    string
+	Version int
+	Files   map[string][]byte
+}
+
+// registered is what the registry holds of one template name.
+type registered struct {
+	versions map[int]*Template
+	labels   map[string]int // label -> version ("latest" is not stored: it is the highest)
+	latest   int
+}
+
+// LoadVersion parses and checks a registry version exactly as templates are checked at start
+// (syntax, unknown variables, optional values outside their section, partials): the error names
+// the template, the line and the variable.
+func LoadVersion(v Version) (*Template, error) {
+	if !events.ValidIdentifier(v.Name) || v.Version < 1 {
+		return nil, fmt.Errorf("compose: registry version %q@%d: bad name or version", v.Name, v.Version)
+	}
+	// The files as a folder in memory: the loader reads any fs.FS (fstest.MapFS is the standard
+	// library's in-memory one).
+	fsys := fstest.MapFS{}
+	for p, b := range v.Files {
+		fsys[p] = &fstest.MapFile{Data: b}
+	}
+	t, err := loadFolderTemplate(fsys, v.Name, variables())
+	if err != nil {
+		return nil, fmt.Errorf("compose: %s@%d: %w", v.Name, v.Version, err)
+	}
+	t.Version = v.Version
+	return t, nil
+}
+
+// WithRegistry returns a library that serves, besides l's templates, the registry's versions
+// and labels (labels: name -> label -> version). A version that fails its check is left out,
+// never served, and returned among the errors; l itself does not change, so a composer swaps
+// libraries whole and every request renders with one.
+func (l *Library) WithRegistry(versions []Version, labels map[string]map[string]int) (*Library, []error) {
+	out := *l
+	out.registry = map[string]*registered{}
+	var errs []error
+	for _, v := range versions {
+		t, err := LoadVersion(v)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r := out.registry[v.Name]
+		if r == nil {
+			r = &registered{versions: map[int]*Template{}, labels: map[string]int{}}
+			out.registry[v.Name] = r
+		}
+		r.versions[v.Version] = t
+		r.latest = max(r.latest, v.Version)
+	}
+	for name, ls := range labels {
+		r := out.registry[name]
+		if r == nil {
+			continue // labels of a name without a good version: nothing to point at
+		}
+		maps.Copy(r.labels, ls)
+	}
+	return &out, errs
+}
+
+// lookupRegistered resolves a reference against the registry: found reports whether the registry
+// decides it (ok or failed); when it does not, the built-in or directory template answers.
+func (l *Library) lookupRegistered(name, rest string, sep byte) (t *Template, found bool, err error) {
+	r := l.registry[name]
+	if r == nil {
+		return nil, false, nil
+	}
+	version := func(n int, why string) (*Template, bool, error) {
+		if t, ok := r.versions[n]; ok {
+			return t, true, nil
+		}
+		return nil, true, events.Failf(events.CodeUnknownTemplate, "template %q %s version %d, which is not loaded (a bad version is never served)", name, why, n)
+	}
+	switch sep {
+	case 0:
+		if n, ok := r.labels["production"]; ok {
+			return version(n, "is labelled production at")
+		}
+	case '@':
+		n, _ := strconv.Atoi(rest)
+		if _, ok := r.versions[n]; ok {
+			return r.versions[n], true, nil
+		}
+	case ':':
+		if rest == "latest" {
+			return r.versions[r.latest], true, nil
+		}
+		if n, ok := r.labels[rest]; ok {
+			return version(n, "is labelled "+rest+" at")
+		}
+	}
+	return nil, false, nil
+}
+
+// describe lists the registered versions and labels of a name, for error messages.
+func (r *registered) describe() string {
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(r.versions)) {
+		parts = append(parts, strconv.Itoa(n))
+	}
+	labels := slices.Sorted(maps.Keys(r.labels))
+	return fmt.Sprintf("registry versions %s, labels %s", strings.Join(parts, " "), strings.Join(labels, " "))
+}
+
+// what names a reference's version or label for error messages.
+func what(rest string, sep byte) string {
+	switch sep {
+	case '@':
+		return "version " + rest
+	case ':':
+		return "label " + strconv.Quote(rest)
+	}
+	return "production label"
+}
+
+// Registered lists the registry's loaded versions, by name then version.
+func (l *Library) Registered() []*Template {
+	var out []*Template
+	for _, name := range slices.Sorted(maps.Keys(l.registry)) {
+		r := l.registry[name]
+		for _, n := range slices.Sorted(maps.Keys(r.versions)) {
+			out = append(out, r.versions[n])
+		}
+	}
+	return out
+}
