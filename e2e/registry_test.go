@@ -174,6 +174,31 @@ func TestTemplateRegistry(t *testing.T) {
 		t.Errorf("history: exit %d\n%s", code, out)
 	}
 
+	// mixseek-core's team template, imported from its prompt_builder.toml and served.
+	toml := filepath.Join(t.TempDir(), "prompt_builder.toml")
+	if err := os.WriteFile(toml, []byte("[prompt_builder]\nteam_user_prompt = \"\"\"\n現在日時: {{ current_datetime }}\n\n# タスク\n{{ user_prompt }}\n{% if round_number > 1 %}\n{{ ranking_table }}\n{% else %}\n初回のラウンドです。\n{% endif %}\n\"\"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.podium(t, nil, "templates", "import-mixseek", toml, "--push", "--name", "from-mixseek", "--label", "production"); code != 0 || !strings.Contains(out, "pushed from-mixseek@1") {
+		t.Fatalf("import-mixseek: exit %d\n%s", code, out)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		status, body := composers[0].render(t, map[string]any{"execution_id": "reg", "team_id": "t1", "team_name": "One", "round_number": 1, "user_prompt": "Go.", "template": "from-mixseek"})
+		if status == http.StatusOK && strings.Contains(string(body), "初回のラウンドです。") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the imported template is not served: %d %s", status, body)
+		}
+	}
+	unsupported := filepath.Join(t.TempDir(), "prompt_builder.toml")
+	if err := os.WriteFile(unsupported, []byte("[prompt_builder]\nteam_user_prompt = \"\"\"\nA\n{% for r in history %}{{ r }}{% endfor %}\n\"\"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.podium(t, nil, "templates", "import-mixseek", unsupported); code != 1 || !strings.Contains(out, `line 2: {% for r in history %} is not converted`) {
+		t.Errorf("import of an unsupported construct: exit %d\n%s", code, out)
+	}
+
 	// Offline render of the folder being written, with a request and evaluations from files.
 	dir := t.TempDir()
 	reqFile, evFile := filepath.Join(dir, "req.json"), filepath.Join(dir, "evs.json")

@@ -23,6 +23,7 @@ Template authors:
   templates list | show NAME[@V|:L] | history NAME | diff A B
   templates label NAME VERSION LABEL    move a label (production is what a bare name renders)
   templates render NAME --request F [--evaluations F] [--time T]   render offline, no server
+  templates import-mixseek prompt_builder.toml [--name N] [--out DIR | --push]   convert mixseek-core's Jinja2 team template
 
 Auditors:
   prompts show EXEC TEAM ROUND      print the recorded prompt of a team's round and what it was made from

@@ -1,0 +1,80 @@
+package compose
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// FromJinja converts a template of the Jinja2 subset mixseek-core's prompt templates use into
+// this package's Mustache: {{ var }} placeholders of the variables PROMPTS.md names, and the
+// blocks {% if round_number > 1 %}, {% if ranking_table %}, {% else %} and {% endif %}. Anything
+// else is refused with its line and construct: a silent approximation would change prompts.
+//
+// Whitespace follows Mustache: a line that holds only a block tag disappears with its newline,
+// as Jinja2 renders with trim_blocks and lstrip_blocks.
+func FromJinja(src string) (string, error) {
+	if loc := jinjaComment.FindStringIndex(src); loc != nil {
+		return "", fmt.Errorf("line %d: Jinja2 comments {# #} are not converted", strings.Count(src[:loc[0]], "\n")+1)
+	}
+	var out strings.Builder
+	var open []string // the Mustache section each open {% if %} became
+	last := 0
+	for _, m := range jinjaTag.FindAllStringSubmatchIndex(src, -1) {
+		out.WriteString(src[last:m[0]])
+		last = m[1]
+		line := strings.Count(src[:m[0]], "\n") + 1
+		tag := src[m[0]:m[1]]
+		inner := ""
+		if m[2] >= 0 {
+			inner = strings.TrimSpace(src[m[2]:m[3]])
+		} else {
+			inner = strings.TrimSpace(src[m[4]:m[5]])
+		}
+		if strings.HasPrefix(tag, "{%-") || strings.HasSuffix(tag, "-%}") {
+			return "", fmt.Errorf("line %d: %s uses whitespace control, which is not converted", line, tag)
+		}
+		if strings.HasPrefix(tag, "{{") {
+			if !jinjaVariable.MatchString(inner) {
+				return "", fmt.Errorf("line %d: %s is not a plain variable (filters, expressions and attributes are not converted)", line, tag)
+			}
+			fmt.Fprintf(&out, "{{%s}}", inner)
+			continue
+		}
+		switch fields := strings.Fields(inner); {
+		case inner == "if round_number > 1":
+			open = append(open, "is_first_round")
+			out.WriteString("{{^is_first_round}}")
+		case inner == "if ranking_table":
+			open = append(open, "ranking_table")
+			out.WriteString("{{#ranking_table}}")
+		case inner == "else" && len(open) > 0:
+			name := open[len(open)-1]
+			if name == "is_first_round" {
+				fmt.Fprintf(&out, "{{/%s}}{{#%s}}", name, name)
+			} else {
+				fmt.Fprintf(&out, "{{/%s}}{{^%s}}", name, name)
+			}
+		case inner == "endif" && len(open) > 0:
+			fmt.Fprintf(&out, "{{/%s}}", open[len(open)-1])
+			open = open[:len(open)-1]
+		default:
+			construct := tag
+			if len(fields) > 0 {
+				construct = fields[0]
+			}
+			return "", fmt.Errorf("line %d: %s is not converted (only if round_number > 1, if ranking_table, else and endif are; construct %q)", line, tag, construct)
+		}
+	}
+	if len(open) > 0 {
+		return "", fmt.Errorf("an {%% if %%} is not closed by {%% endif %%}")
+	}
+	out.WriteString(src[last:])
+	return out.String(), nil
+}
+
+var (
+	jinjaTag      = regexp.MustCompile(`(?s)\{\{(.*?)\}\}|\{%(.*?)%\}`)
+	jinjaVariable = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	jinjaComment  = regexp.MustCompile(`\{#`)
+)
