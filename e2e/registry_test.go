@@ -53,10 +53,14 @@ func TestTemplateRegistry(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bad, "prompt.mustache"), []byte("Hello\n{{team.nmae}}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := e.podium(t, nil, "templates", "push", bad); code != 1 || !strings.Contains(out, `refused: compose: greet@1: template "greet" line 2: unknown variable "team.nmae"`) {
+	out, code := e.podium(t, nil, "templates", "push", bad)
+	t.Logf("$ podium templates push greet/   (a typo)\n%s", out)
+	if code != 1 || !strings.Contains(out, `refused: compose: greet@1: template "greet" line 2: unknown variable "team.nmae"`) {
 		t.Fatalf("push of a bad template: exit %d\n%s", code, out)
 	}
-	if out, code := e.podium(t, nil, "templates", "push", greetVersion(t, "V1"), "--label", "production"); code != 0 || !strings.Contains(out, "pushed greet@1") {
+	out, code = e.podium(t, nil, "templates", "push", greetVersion(t, "V1"), "--label", "production")
+	t.Logf("$ podium templates push greet/ --label production\n%s", out)
+	if code != 0 || !strings.Contains(out, "pushed greet@1") {
 		t.Fatalf("push v1: exit %d\n%s", code, out)
 	}
 	if out, code := e.podium(t, nil, "templates", "push", greetVersion(t, "V2")); code != 0 || !strings.Contains(out, "pushed greet@2") {
@@ -161,6 +165,10 @@ func TestTemplateRegistry(t *testing.T) {
 		waitMetric(t, p, "composer_template_versions_rejected_total", 1)
 	}
 
+	for _, args := range [][]string{{"templates", "list"}, {"templates", "history", "greet"}, {"templates", "diff", "greet@1", "greet@2"}} {
+		out, _ := e.podium(t, nil, args...)
+		t.Logf("$ podium %s\n%s", strings.Join(args, " "), out)
+	}
 	if out, code := e.podium(t, nil, "templates", "list"); code != 0 || !strings.Contains(out, "greet") || !strings.Contains(out, "production=1") || !strings.Contains(out, "latest=3") {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
