@@ -172,6 +172,10 @@ func TestGracefulShutdown(t *testing.T) {
 		if !strings.Contains(p.logs.String(), `"msg":"`+p.name+` stopped"`) {
 			t.Errorf("%s did not log its stop", p.name)
 		}
+		// A clean stop is not a warning: the drained connection's close is not a disconnect.
+		if strings.Contains(p.logs.String(), `"level":"WARN"`) {
+			t.Errorf("%s logged a warning on a clean stop:\n%s", p.name, p.logs)
+		}
 		t.Logf("%s stopped in %s", p.name, took)
 	}
 	// Nothing was lost: a new ranker finds every evaluation acked or still pending, never dropped.

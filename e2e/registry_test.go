@@ -144,6 +144,15 @@ func TestTemplateRegistry(t *testing.T) {
 	}
 	servedWithin(1)
 
+	// A prompt published with a registry version verifies: the auditor reads the registry too.
+	e.requestRound("reg-published", events.RoundRequested{ExecutionID: "reg", TeamID: "t1", TeamName: "One", RoundNumber: 1, UserPrompt: "Go.", Template: "greet"}, t0)
+	if a := e.answers("prompt.*.reg.t1", 1, 30*time.Second)["reg-published"]; !a.ok() || a.composed.Template.Name != "greet" || a.composed.Template.Version != 1 {
+		t.Fatalf("published with the registry: %s %+v %+v", a.subject, a.failed, a.composed.Template)
+	}
+	if out, code := e.podium(t, nil, "prompts", "verify", "--all", "--execution", "reg"); code != 0 || !strings.Contains(out, "(greet@1,") {
+		t.Errorf("verify of a registry-rendered prompt: exit %d\n%s", code, out)
+	}
+
 	// A bad version put into the bucket behind the CLI's back is never served.
 	kv, err := e.js.KeyValue(t.Context(), registry.Bucket)
 	if err != nil {

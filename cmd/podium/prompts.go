@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
@@ -173,6 +174,12 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 			return err
 		}
 		v := verifier{dir: *dir, tz: *tz, reader: render.Store{St: st}, libs: map[string]*compose.Library{}}
+		// The registry's versions too, when there is one: records name the version that rendered.
+		if kv, err := e.registryKV(ctx, false); err == nil {
+			if v.registry, err = registryState(ctx, kv); err != nil {
+				return err
+			}
+		}
 		for _, r := range recs {
 			if err := v.verify(ctx, r); err != nil {
 				return &checkError{fmt.Sprintf("%s %s round %d (PROMPTS sequence %d) differs: %v", r.data.ExecutionID, r.data.TeamID, r.data.RoundNumber, r.seq, err)}
@@ -197,9 +204,10 @@ func firstDifference(rendered, recorded string) string {
 
 // verifier renders records again with the composer's templates and the same reads.
 type verifier struct {
-	dir, tz string
-	reader  render.Reader
-	libs    map[string]*compose.Library // by token encoding
+	dir, tz  string
+	registry registry.State
+	reader   render.Reader
+	libs     map[string]*compose.Library // by token encoding
 }
 
 func (v *verifier) library(encoding string) (*compose.Library, error) {
@@ -220,6 +228,7 @@ func (v *verifier) library(encoding string) (*compose.Library, error) {
 	if err != nil {
 		return nil, usagef("templates: %v", err)
 	}
+	lib, _ = lib.WithRegistry(v.registry.Versions, v.registry.Labels) // bad versions rendered nothing
 	v.libs[encoding] = lib
 	return lib, nil
 }
@@ -235,7 +244,8 @@ func (v *verifier) verify(ctx context.Context, r record) error {
 	if err != nil {
 		return err
 	}
-	t, err := lib.Lookup(d.Template.Name)
+	ref := fmt.Sprintf("%s@%d", d.Template.Name, d.Template.Version) // exactly the version that rendered
+	t, err := lib.Lookup(ref)
 	if err != nil {
 		return err
 	}
@@ -247,7 +257,7 @@ func (v *verifier) verify(ctx context.Context, r record) error {
 		return fmt.Errorf("request time: %w", err)
 	}
 	req := d.Request.Data
-	req.Template = t.Name // the name the composer resolved, whatever the request named
+	req.Template = ref // the version the composer resolved, whatever the request named
 	in, err := render.Inputs(ctx, lib, v.reader, d.RequestID, req, at, d.Inputs.EvaluationsSeq)
 	if err != nil {
 		return err
