@@ -110,15 +110,22 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (micro
 				return
 			}
 			body := service.EncodeJSON(answer)
-			if status == http.StatusOK {
-				_ = req.Respond(body)
-				return
+			if limit := nc.MaxPayload() - 1024; status == http.StatusOK && int64(len(body)) > limit {
+				// It can never be sent: answer why, as a prompt.composed too large is answered.
+				status, answer, _ = failure(events.Failf(events.CodeBudgetExceeded, "the answer would be %d bytes, over the largest message the server takes (%d bytes)", len(body), nc.MaxPayload()))
+				body = service.EncodeJSON(answer)
 			}
-			msg := ""
-			if e, isErr := answer.(service.Error); isErr {
-				msg = e.Message
+			// Published here rather than with req.Respond: micro's request is not safe to use
+			// after its handler returned, and this answer comes later.
+			reply := nats.NewMsg(req.Reply())
+			reply.Data = body
+			if status != http.StatusOK {
+				reply.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(status))
+				if e, isErr := answer.(service.Error); isErr {
+					reply.Header.Set(micro.ErrorHeader, e.Message)
+				}
 			}
-			_ = req.Error(strconv.Itoa(status), msg, body)
+			_ = nc.PublishMsg(reply)
 		}()
 	})
 	svc, err := micro.AddService(nc, micro.Config{

@@ -60,19 +60,25 @@ func TestContentReadsBatchAndIsolate(t *testing.T) {
 		c, err := cr.get(context.Background(), key, from, before)
 		results <- result{key, c, err}
 	}
-	go ask("x1", "t0", 1, 4)
-	go ask("x2", "t0", 1, 4)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		mu.Lock()
-		held := len(queries)
-		mu.Unlock()
-		if held == maxQueries {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d reads started, want %d held", held, maxQueries)
+	held := func(n int) { // waits until n reads are held at the gate
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			got := len(queries)
+			mu.Unlock()
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d reads started, want %d held", got, n)
+			}
 		}
 	}
+	// One at a time, so each starts a read of its own: the second one then holds the last slot.
+	go ask("x1", "t0", 1, 4)
+	held(1)
+	go ask("x2", "t0", 1, 4)
+	held(maxQueries)
 	queued := []rank.TeamKey{{ExecutionID: "x1", TeamID: "t1"}, {ExecutionID: "x1", TeamID: "t2"}, {ExecutionID: "x2", TeamID: "t3"}, {ExecutionID: "x2", TeamID: "t1"}}
 	for i, k := range queued {
 		go ask(k.ExecutionID, k.TeamID, 2+i%2, 4) // rounds 2-3 or 3 only

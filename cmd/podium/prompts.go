@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -55,7 +56,10 @@ func records(ctx context.Context, js jetstream.JetStream, filter string) ([]reco
 			if err := json.Unmarshal(msg.Data(), &env); err != nil {
 				return nil, fmt.Errorf("record %s: %w", msg.Subject(), err)
 			}
-			if err := json.Unmarshal(env.Data, &pc); err != nil {
+			// Numbers as written, as the composer reads a request's vars: 0.50 stays 0.50.
+			dec := json.NewDecoder(bytes.NewReader(env.Data))
+			dec.UseNumber()
+			if err := dec.Decode(&pc); err != nil {
 				return nil, fmt.Errorf("record %s: %w", msg.Subject(), err)
 			}
 			out = append(out, record{seq: md.Sequence.Stream, data: pc})
@@ -182,6 +186,10 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		for _, r := range recs {
 			if err := v.verify(ctx, r); err != nil {
+				var m *mismatch
+				if !errors.As(err, &m) {
+					return err // not a verdict: the store, the templates or the arguments failed
+				}
 				return &checkError{fmt.Sprintf("%s %s round %d (PROMPTS sequence %d) differs: %v", r.data.ExecutionID, r.data.TeamID, r.data.RoundNumber, r.seq, err)}
 			}
 			fmt.Fprintf(e.out, "ok  %s %s round %d  sha256 %.16s…  (%s@%d, evaluations up to %d)\n", r.data.ExecutionID, r.data.TeamID,
@@ -201,6 +209,13 @@ func firstDifference(rendered, recorded string) string {
 	cut := func(s string) string { return strconv.Quote(strings.ToValidUTF8(s[i:min(len(s), i+40)], "")) }
 	return fmt.Sprintf("the texts part at byte %d: recorded %s, rendered %s", i, cut(recorded), cut(rendered))
 }
+
+// mismatch is a record that does not render again as recorded: the verdict of verify.
+type mismatch struct{ msg string }
+
+func (m *mismatch) Error() string { return m.msg }
+
+func differs(format string, args ...any) error { return &mismatch{fmt.Sprintf(format, args...)} }
 
 // verifier renders records again with the composer's templates and the same reads.
 type verifier struct {
@@ -238,7 +253,7 @@ func (v *verifier) library(encoding string) (*compose.Library, error) {
 func (v *verifier) verify(ctx context.Context, r record) error {
 	d := r.data
 	if d.Request == nil {
-		return fmt.Errorf("the record does not hold the request it was made from (a composer older than prompt.composed.request)")
+		return differs("the record does not hold the request it was made from (a composer older than prompt.composed.request)")
 	}
 	lib, err := v.library(d.TokenEncoding)
 	if err != nil {
@@ -247,14 +262,14 @@ func (v *verifier) verify(ctx context.Context, r record) error {
 	ref := fmt.Sprintf("%s@%d", d.Template.Name, d.Template.Version) // exactly the version that rendered
 	t, err := lib.Lookup(ref)
 	if err != nil {
-		return err
+		return differs("%v", err)
 	}
 	if t.Version != d.Template.Version || t.SHA256 != d.Template.SHA256 {
-		return fmt.Errorf("template %s@%d (sha256 %.12s…) is not loaded here: %s@%d (sha256 %.12s…)", d.Template.Name, d.Template.Version, d.Template.SHA256, t.Name, t.Version, t.SHA256)
+		return differs("template %s@%d (sha256 %.12s…) is not loaded here: %s@%d (sha256 %.12s…)", d.Template.Name, d.Template.Version, d.Template.SHA256, t.Name, t.Version, t.SHA256)
 	}
 	at, err := time.Parse(time.RFC3339Nano, d.Request.Time)
 	if err != nil {
-		return fmt.Errorf("request time: %w", err)
+		return differs("request time: %v", err)
 	}
 	req := d.Request.Data
 	req.Template = ref // the version the composer resolved, whatever the request named
@@ -264,13 +279,16 @@ func (v *verifier) verify(ctx context.Context, r record) error {
 	}
 	out, err := lib.Compose(ctx, in)
 	if err != nil {
-		return fmt.Errorf("renders no prompt now: %w", err)
+		if _, isFailure := events.AsFailure(err); !isFailure {
+			return err
+		}
+		return differs("renders no prompt now: %v", err)
 	}
 	if sum := sha256.Sum256([]byte(d.Prompt)); hex.EncodeToString(sum[:]) != d.PromptSHA256 {
-		return fmt.Errorf("its prompt does not match its own prompt_sha256 (%.16s…): %s", d.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
+		return differs("its prompt does not match its own prompt_sha256 (%.16s…): %s", d.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
 	}
 	if out.PromptSHA256 != d.PromptSHA256 {
-		return fmt.Errorf("prompt sha256 %.16s…, rendered again %.16s…: %s", d.PromptSHA256, out.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
+		return differs("prompt sha256 %.16s…, rendered again %.16s…: %s", d.PromptSHA256, out.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
 	}
 	// Everything else the record says about the prompt, but the request, which the record names
 	// by what it asked for.
@@ -282,7 +300,7 @@ func (v *verifier) verify(ctx context.Context, r record) error {
 	_ = json.Unmarshal(w, &want)
 	for _, field := range slices.Sorted(maps.Keys(want)) {
 		if !bytes.Equal(got[field], want[field]) {
-			return fmt.Errorf("same prompt, but %s: the record says %.200s, rendering again says %.200s", field, want[field], got[field])
+			return differs("same prompt, but %s: the record says %.200s, rendering again says %.200s", field, want[field], got[field])
 		}
 	}
 	return nil

@@ -68,7 +68,9 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, co
 	ann := newAnnouncer()
 	announced := make(chan struct{})
 	go func() { defer close(announced); r.announce(work, ann) }()
-	batches := make(chan batch, 1)
+	// Unbuffered: a parsed batch waits in hand-over, kept in progress, until the committer takes
+	// it, so fill and commit overlap by one batch and no batch sits unattended in a buffer.
+	batches := make(chan batch)
 	committed := make(chan struct{})
 	go func() {
 		defer close(committed)

@@ -75,15 +75,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // newRanker wires the ranker to its NATS connection and store.
 func newRanker(base *service.Base, cfg *config, st *rank.Store) *ranker {
 	return &ranker{
-		log:              base.Log,
-		js:               base.JS,
-		settler:          settle.New(base.JS, base.Log, base.Reg, "ranker"),
-		store:            st,
-		m:                newMetrics(base.Reg),
-		source:           base.Source,
-		maxBytes:         cfg.MaxEventBytes,
-		batchSize:        cfg.BatchSize,
-		batchBytes:       cfg.BatchBytes,
+		log:       base.Log,
+		js:        base.JS,
+		settler:   settle.New(base.JS, base.Log, base.Reg, "ranker"),
+		store:     st,
+		m:         newMetrics(base.Reg),
+		source:    base.Source,
+		maxBytes:  cfg.MaxEventBytes,
+		batchSize: cfg.BatchSize,
+		// A pull asks for at most batchBytes: a stored message larger than that (the server's
+		// max payload may exceed MAX_EVENT_BYTES) would never be delivered and hold the consumer.
+		batchBytes:       max(cfg.BatchBytes, int(base.NC.MaxPayload())+64<<10),
 		flushInterval:    cfg.FlushInterval,
 		ackWait:          cfg.AckWait,
 		announceInterval: cfg.AnnounceInterval,

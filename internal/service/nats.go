@@ -56,6 +56,9 @@ func checkNATSURLs(list string) error {
 	}
 	for _, raw := range strings.Split(list, ",") {
 		raw = strings.TrimSpace(raw)
+		if !strings.Contains(raw, "://") {
+			raw = "nats://" + raw // host:port, as nats.go accepts it
+		}
 		u, err := url.Parse(raw)
 		if err != nil || !natsSchemes[u.Scheme] || u.Host == "" {
 			return fmt.Errorf("%s is not a nats://, tls://, ws:// or wss:// URL with a host (like nats://127.0.0.1:4222)", events.Quote(RedactURLs(raw)))

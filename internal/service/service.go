@@ -157,7 +157,11 @@ func (b *Base) Run(ctx context.Context, s Serving) error {
 	b.Log.Info(b.Name+" started", append([]any{"http_addr", srv.Addr(), "nats_url", b.NC.ConnectedUrlRedacted()}, s.Started...)...)
 
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-work.Done(): // Run returned early
+			return
+		}
 		select {
 		case <-time.After(s.ShutdownTimeout):
 			b.Log.Warn("shutdown timeout reached; abandoning work in hand", "timeout", s.ShutdownTimeout.String())

@@ -109,6 +109,9 @@ func (s *Settler) deadLetter(ctx context.Context, msg jetstream.Msg, reason stri
 			s.log.Warn("dead-lettered", "subject", msg.Subject(), "reason", reason)
 			return
 		}
+		if try == deadLetterTries {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			try = deadLetterTries

@@ -55,6 +55,8 @@ func TestSettle(t *testing.T) {
 			msg := nats.NewMsg(events.EvaluationSubject("e", "t"))
 			msg.Data = []byte("{not json")
 			msg.Header.Set("X-Original", "kept")
+			// Expectations of the original's publisher would refuse a copy to DEADLETTER.
+			msg.Header.Set("Nats-Expected-Stream", events.StreamEvaluations)
 			if _, err := js.PublishMsg(ctx, msg); err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +105,7 @@ func TestSettle(t *testing.T) {
 					h := raw.Header
 					if raw.Subject != "deadletter."+events.EvaluationSubject("e", "t") || string(raw.Data) != "{not json" ||
 						h.Get(events.HeaderDeadReason) != "bad json" || h.Get(events.HeaderDeadStream) != events.StreamEvaluations ||
-						h.Get(events.HeaderDeadSequence) != "1" || h.Get("X-Original") != "kept" {
+						h.Get(events.HeaderDeadSequence) != "1" || h.Get("X-Original") != "kept" || h.Get("Nats-Expected-Stream") != "" {
 						t.Errorf("dead letter %s %q with headers %v", raw.Subject, raw.Data, h)
 					}
 				}

@@ -128,17 +128,28 @@ func DeadLetter(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, 
 	dl := nats.NewMsg(DeadLetterSubject(msg.Subject()))
 	dl.Data = msg.Data()
 	for k, vs := range msg.Headers() {
-		if k == nats.MsgIdHdr {
-			continue // the original id would collide with the original message in the window
+		// Not the original's Nats- headers: its Nats-Msg-Id would collide with the original in the
+		// duplicate window, and expectations (Nats-Expected-Stream, ...) would refuse the copy. Not
+		// keys the client cannot send either: the dead letter would fail every time.
+		if strings.HasPrefix(strings.ToLower(k), "nats-") || !validHeaderKey(k) {
+			continue
 		}
 		for _, v := range vs {
-			dl.Header.Add(k, v)
+			dl.Header.Add(k, headerSafe(v))
 		}
 	}
 	dl.Header.Set(HeaderDeadReason, headerSafe(reason))
 	dl.Header.Set(HeaderDeadStream, md.Stream)
 	dl.Header.Set(HeaderDeadSequence, strconv.FormatUint(md.Sequence.Stream, 10))
 	dl.Header.Set(nats.MsgIdHdr, DerivedID("dead", md.Stream, strconv.FormatUint(md.Sequence.Stream, 10)))
+	if limit := js.Conn().MaxPayload(); limit > 0 && messageSize(dl)-int64(len(dl.Data)) > limit/2 {
+		// The original's headers alone would crowd the body out: keep the dead letter's own.
+		for k := range dl.Header {
+			if !strings.HasPrefix(k, "Dead-") && k != nats.MsgIdHdr {
+				dl.Header.Del(k)
+			}
+		}
+	}
 	if limit := js.Conn().MaxPayload(); limit > 0 && messageSize(dl) > limit {
 		original := len(dl.Data)
 		dl.Header.Set(HeaderDeadTruncated, strconv.Itoa(original))
@@ -149,6 +160,17 @@ func DeadLetter(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, 
 		return fmt.Errorf("events: dead letter %s: %w", msg.Subject(), err)
 	}
 	return nil
+}
+
+// validHeaderKey reports whether the client can send k as a header key: printable ASCII
+// without spaces or colons.
+func validHeaderKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c <= ' ' || c >= 0x7f || c == ':' {
+			return false
+		}
+	}
+	return k != ""
 }
 
 // headerSafe folds a message into one header line of at most MaxReasonBytes bytes.

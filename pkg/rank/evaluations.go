@@ -89,7 +89,9 @@ func (r *Reduction) History(teamID string, content *Content) []events.TeamRound 
 		}
 		tr := events.TeamRound{RoundNumber: rs.Round, EvaluationID: rs.EventID, OverallScore: rs.Score}
 		if content != nil {
-			if c, ok := content.byEvent[rs.EventID]; ok {
+			// The first copy decides an event's round; a replay naming another round is another
+			// copy, whose content does not belong here.
+			if c, ok := content.byEvent[rs.EventID]; ok && c.round.RoundNumber == rs.Round {
 				tr = c.round
 			}
 		}

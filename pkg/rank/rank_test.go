@@ -237,6 +237,16 @@ func checkStore(t *testing.T, s *rank.Store, merged bool) {
 	if ev.Bytes() == 0 || evs["nope"] == nil || len(evs["nope"].Reduce(rank.Everything()).Leaderboard(events.Desc).Rows) != 0 {
 		t.Errorf("scores of two executions: %d bytes for exec, %+v for an unknown one", ev.Bytes(), evs["nope"])
 	}
+	// e4 is b's round 1; its replay names round 3. Content of rounds 2-3 holds only that replay,
+	// which must not stand in for round 1's content.
+	movedContent, err := s.Content(ctx, "exec", "b", 2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantB := []events.TeamRound{{RoundNumber: 1, EvaluationID: "e4", OverallScore: 80}}
+	if diff := cmp.Diff(wantB, ev.Reduce(rank.Everything()).History("b", movedContent)); diff != "" {
+		t.Errorf("history of b with the replay's content only (-want +got):\n%s", diff)
+	}
 	// Content of round 2 only: round 1 keeps its number, id and score, without content.
 	later, err := s.Content(ctx, "exec", "a", 2, 3)
 	if err != nil {
