@@ -229,7 +229,7 @@ func TestHelpAndBadConfiguration(t *testing.T) {
 		{"composer", "TZ=Mars/Olympus", "TZ"},
 		{"composer", "STREAM_REPLICAS=0", "STREAM_REPLICAS"},
 		{"composer", "COMPOSER_DEFAULT_TEMPLATE=missing", `default template "missing"`},
-		{"ranker", "RANKER_NATS_URL=garbage", `NATS_URL (or RANKER_NATS_URL): "garbage" is not a nats://, tls://, ws:// or wss:// URL with a host`},
+		{"ranker", "RANKER_NATS_URL=garbage", `NATS_URL (or RANKER_NATS_URL): "garbage" is neither a nats://, tls://, ws:// or wss:// URL nor host:port`},
 		{"composer", "COMPOSER_NATS_URL=http://user:s3cret@host:4222", `"http://user:xxxxx@host:4222" is not a nats://`},
 		{"ranker", "HTTP_READ_TIMEOUT=0s", "HTTP_READ_TIMEOUT (or RANKER_HTTP_READ_TIMEOUT) must be positive"},
 	}

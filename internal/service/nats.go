@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -57,6 +58,9 @@ func checkNATSURLs(list string) error {
 	for _, raw := range strings.Split(list, ",") {
 		raw = strings.TrimSpace(raw)
 		if !strings.Contains(raw, "://") {
+			if _, _, err := net.SplitHostPort(raw); err != nil {
+				return fmt.Errorf("%s is neither a nats://, tls://, ws:// or wss:// URL nor host:port (like nats://127.0.0.1:4222)", events.Quote(RedactURLs(raw)))
+			}
 			raw = "nats://" + raw // host:port, as nats.go accepts it
 		}
 		u, err := url.Parse(raw)
