@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -58,19 +57,4 @@ func exitCode(err error) int {
 		return exitMismatch
 	}
 	return exitFailure
-}
-
-func readAll(f *os.File) ([]byte, error) {
-	var b []byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := f.Read(buf)
-		b = append(b, buf[:n]...)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return b, nil
-			}
-			return b, err
-		}
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"text/tabwriter"
@@ -143,7 +144,7 @@ func publish(eventType string) func(fs *flag.FlagSet) func(context.Context, *env
 
 func readFile(name string) ([]byte, error) {
 	if name == "-" {
-		return readAll(os.Stdin)
+		return io.ReadAll(os.Stdin)
 	}
 	return os.ReadFile(name)
 }

@@ -72,6 +72,15 @@ func records(ctx context.Context, js jetstream.JetStream, filter string) ([]reco
 	return out, nil
 }
 
+// records reads the records of a subject filter.
+func (e *env) records(ctx context.Context, filter string) ([]record, error) {
+	js, err := e.jetstream()
+	if err != nil {
+		return nil, err
+	}
+	return records(ctx, js, filter)
+}
+
 // teamRound reads EXEC TEAM ROUND.
 func teamRound(args []string) (string, string, int, error) {
 	if len(args) != 3 {
@@ -102,11 +111,7 @@ func promptsShow(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		js, err := e.jetstream()
-		if err != nil {
-			return err
-		}
-		recs, err := records(ctx, js, events.PromptComposedSubject(exec, team))
+		recs, err := e.records(ctx, events.PromptComposedSubject(exec, team))
 		if err != nil {
 			return err
 		}
@@ -155,11 +160,7 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 		default:
 			return usagef("verify takes EXEC TEAM ROUND, or --all --execution EXEC")
 		}
-		js, err := e.jetstream()
-		if err != nil {
-			return err
-		}
-		recs, err := records(ctx, js, filter)
+		recs, err := e.records(ctx, filter)
 		if err != nil {
 			return err
 		}
@@ -319,11 +320,7 @@ func promptsDiff(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil || r2 < 1 {
 			return usagef("ROUND2 must be a positive number, got %q", e.args[3])
 		}
-		js, err := e.jetstream()
-		if err != nil {
-			return err
-		}
-		recs, err := records(ctx, js, events.PromptComposedSubject(exec, team))
+		recs, err := e.records(ctx, events.PromptComposedSubject(exec, team))
 		if err != nil {
 			return err
 		}

@@ -109,6 +109,15 @@ func templatesPush(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
+// registry reads and parses the bucket's current content.
+func (e *env) registry(ctx context.Context) (registry.State, error) {
+	kv, err := e.registryKV(ctx, false)
+	if err != nil {
+		return registry.State{}, err
+	}
+	return registryState(ctx, kv)
+}
+
 // registryState reads and parses the bucket.
 func registryState(ctx context.Context, kv jetstream.KeyValue) (registry.State, error) {
 	entries, err := registry.Read(ctx, kv)
@@ -121,11 +130,7 @@ func registryState(ctx context.Context, kv jetstream.KeyValue) (registry.State, 
 
 func templatesList(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		kv, err := e.registryKV(ctx, false)
-		if err != nil {
-			return err
-		}
-		s, err := registryState(ctx, kv)
+		s, err := e.registry(ctx)
 		if err != nil {
 			return err
 		}
@@ -198,11 +203,7 @@ func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(e.args) != 1 {
 			return usagef("want NAME, NAME@VERSION or NAME:LABEL")
 		}
-		kv, err := e.registryKV(ctx, false)
-		if err != nil {
-			return err
-		}
-		s, err := registryState(ctx, kv)
+		s, err := e.registry(ctx)
 		if err != nil {
 			return err
 		}
@@ -273,11 +274,7 @@ func templatesDiff(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(e.args) != 2 {
 			return usagef("want two references: NAME@V, NAME:LABEL or NAME")
 		}
-		kv, err := e.registryKV(ctx, false)
-		if err != nil {
-			return err
-		}
-		s, err := registryState(ctx, kv)
+		s, err := e.registry(ctx)
 		if err != nil {
 			return err
 		}
