@@ -75,15 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
 		Consume: func(stop, work context.Context) error {
-			if kv != nil {
-				ready := make(chan struct{})
-				go c.templates.watch(work, kv, ready)
-				select { // the registry's labels apply from the first request
-				case <-ready:
-				case <-time.After(5 * time.Second):
-					base.Log.Warn("template registry not loaded within 5s; starting with built-in and directory templates")
-				}
-			}
+			c.templates.follow(work, kv)
 			svc, err := startRenderService(work, base.NC, rs)
 			if err != nil {
 				return err

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -33,6 +34,21 @@ func newTemplates(base *compose.Library, log *slog.Logger, m *metrics) *template
 
 // lib is the library requests render with now.
 func (t *templates) lib() *compose.Library { return t.cur.Load() }
+
+// follow starts watching the registry (kv nil: there is none) and returns once its content at
+// the start is loaded, or after 5s, so its labels apply from the first request.
+func (t *templates) follow(ctx context.Context, kv jetstream.KeyValue) {
+	if kv == nil {
+		return
+	}
+	ready := make(chan struct{})
+	go t.watch(ctx, kv, ready)
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		t.log.Warn("template registry not loaded within 5s; starting with built-in and directory templates")
+	}
+}
 
 // watch follows the registry until ctx ends; ready is closed once the registry's content at the
 // start is loaded, so the first requests already see its labels.
