@@ -83,22 +83,7 @@ type harnessOptions struct {
 
 func newReadsHarness(t *testing.T, o harnessOptions) *readsHarness {
 	t.Helper()
-	addr, db := testenv.Database(t)
-	ctx := context.Background()
-	cfg := rank.Config{Addrs: []string{addr}, Database: db}
-	if err := rank.CreateDatabase(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	st, err := rank.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if !o.noTable {
-		if _, err := st.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, _ := testenv.Store(t, !o.noTable)
 	r := &storeReader{st: st, gated: o.gated, started: make(chan *readCall, 64)}
 	// A failed test may leave reads gated: release them so no goroutine outlives it blocked.
 	t.Cleanup(func() {

@@ -23,19 +23,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 // once the stream exists, with the board read after the commit.
 func TestAnnounceRetriesUntilPublished(t *testing.T) {
 	ctx := t.Context()
-	addr, db := testenv.Database(t)
-	cfg := rank.Config{Addrs: []string{addr}, Database: db}
-	if err := rank.CreateDatabase(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	st, err := rank.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := testenv.Store(t, true)
 	recs := []rank.Record{{EventID: "e1", Source: "test", Seq: 1, EvaluationCompleted: events.EvaluationCompleted{
 		ExecutionID: "ann", TeamID: "t1", TeamName: "One", RoundNumber: 1,
 		Submission: events.Submission{Content: "x"}, Evaluation: events.Scores{OverallScore: 42}, EvaluatedAt: time.Unix(0, 0).UTC()}}}

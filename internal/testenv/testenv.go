@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/servers"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // shared is the package run's ClickHouse. It is the one piece of package state here: TestMain
@@ -95,6 +96,27 @@ func Database(t testing.TB) (addr, database string) {
 		}
 	})
 	return ch.Addr, database
+}
+
+// Store opens the rank store on a fresh database of this test, migrated unless migrate is false
+// (a store whose reads fail: its table is missing), closed when the test ends. It returns the
+// store's configuration too, for tests that also talk to ClickHouse directly.
+func Store(t testing.TB, migrate bool) (*rank.Store, rank.Config) {
+	t.Helper()
+	addr, db := Database(t)
+	ctx := context.Background()
+	cfg := rank.Config{Addrs: []string{addr}, Database: db}
+	st, err := rank.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if migrate {
+		if _, err := st.Migrate(ctx); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
+	return st, cfg
 }
 
 // PrivateClickHouse starts a ClickHouse server for this test alone, stopped when it ends: for

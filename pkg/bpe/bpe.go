@@ -82,12 +82,6 @@ func (e *Encoding) pieceTokens(ctx context.Context, m *merger, piece string) (in
 	if len(piece) <= 1 {
 		return len(piece), nil // every single byte is a token
 	}
-	if e.pieces == nil { // only benchmarks measure without the cache
-		if _, ok := e.ranks[piece]; ok {
-			return 1, nil
-		}
-		return m.merge(ctx, piece, e.ranks)
-	}
 	if n, ok := e.pieces.get(piece); ok {
 		return n, nil
 	}

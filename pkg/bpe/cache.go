@@ -6,7 +6,8 @@ import (
 	"sync"
 )
 
-// pieceCache remembers the token count of short pieces. Texts of a tournament are distinct, but
+// pieceCache remembers the token count of short pieces. A nil cache remembers nothing (the
+// benchmarks measure the counter without it). Texts of a tournament are distinct, but
 // their words are not: a language repeats a few thousand words most of the time (Zipf), and a
 // word's count costs a dozen lookups in the rank table (which does not fit in a CPU cache) where
 // a hit costs one in a small map. Shards keep the composer's workers from queuing on one lock.
@@ -39,7 +40,7 @@ func (c *pieceCache) shard(piece string) *pieceShard {
 }
 
 func (c *pieceCache) get(piece string) (int, bool) {
-	if len(piece) > maxPieceLen {
+	if c == nil || len(piece) > maxPieceLen {
 		return 0, false
 	}
 	sh := c.shard(piece)
@@ -50,7 +51,7 @@ func (c *pieceCache) get(piece string) (int, bool) {
 }
 
 func (c *pieceCache) put(piece string, n int) {
-	if len(piece) > maxPieceLen {
+	if c == nil || len(piece) > maxPieceLen {
 		return
 	}
 	sh := c.shard(piece)

@@ -142,7 +142,8 @@ func DeadLetter(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, 
 	dl.Header.Set(HeaderDeadStream, md.Stream)
 	dl.Header.Set(HeaderDeadSequence, strconv.FormatUint(md.Sequence.Stream, 10))
 	dl.Header.Set(nats.MsgIdHdr, DerivedID("dead", md.Stream, strconv.FormatUint(md.Sequence.Stream, 10)))
-	if limit := js.Conn().MaxPayload(); limit > 0 && messageSize(dl)-int64(len(dl.Data)) > limit/2 {
+	limit := js.Conn().MaxPayload()
+	if limit > 0 && messageSize(dl)-int64(len(dl.Data)) > limit/2 {
 		// The original's headers alone would crowd the body out: keep the dead letter's own.
 		for k := range dl.Header {
 			if !strings.HasPrefix(k, "Dead-") && k != nats.MsgIdHdr {
@@ -150,7 +151,7 @@ func DeadLetter(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, 
 			}
 		}
 	}
-	if limit := js.Conn().MaxPayload(); limit > 0 && messageSize(dl) > limit {
+	if limit > 0 && messageSize(dl) > limit {
 		original := len(dl.Data)
 		dl.Header.Set(HeaderDeadTruncated, strconv.Itoa(original))
 		keep := max(limit-(messageSize(dl)-int64(original)), 0)

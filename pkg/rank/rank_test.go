@@ -79,21 +79,8 @@ func openStore(t testing.TB) *rank.Store {
 // openStoreAt also returns a raw connection to the test database, to force merges.
 func openStoreAt(t testing.TB) (*rank.Store, driver.Conn) {
 	t.Helper()
-	addr, db := testenv.Database(t)
-	ctx := context.Background()
-	cfg := rank.Config{Addrs: []string{addr}, Database: db}
-	if err := rank.CreateDatabase(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	s, err := rank.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}})
+	s, cfg := testenv.Store(t, true)
+	raw, err := clickhouse.Open(&clickhouse.Options{Addr: cfg.Addrs, Auth: clickhouse.Auth{Database: cfg.Database}})
 	if err != nil {
 		t.Fatal(err)
 	}
