@@ -222,8 +222,9 @@ func TestThreeComposersOneKilled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("requests not acknowledged by JetStream in 10s")
 	}
-	// Freeze the victim once it has answered some, start the other two, let them answer
-	// everything they can, and count what the victim holds: those must survive its SIGKILL.
+	// Freeze the victim once it has answered some and count what it holds from the consumer (no
+	// other replica consumes yet), then kill it at once: counted after the others started, the
+	// held requests could pass AckWait on a loaded machine and be answered before the kill.
 	deadline := time.Now().Add(30 * time.Second)
 	var answered float64
 	for answered < 1 {
@@ -236,6 +237,25 @@ func TestThreeComposersOneKilled(t *testing.T) {
 	if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(100 * time.Millisecond) // acks already sent reach the server
+	cons, err := e.js.Consumer(t.Context(), events.StreamRounds, events.ConsumerComposer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := info.NumAckPending
+	if held <= 0 {
+		t.Fatalf("the frozen victim held no request (it had answered %v); the test proves nothing", answered)
+	}
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = <-victim.done
+	victim.done <- err
+	t.Logf("the victim was killed holding %d unanswered requests", held)
 	replica()
 	replica()
 	promptsCount := func() uint64 {
@@ -245,23 +265,6 @@ func TestThreeComposersOneKilled(t *testing.T) {
 		}
 		return stream.CachedInfo().State.Msgs
 	}
-	last, stableSince := promptsCount(), time.Now()
-	for time.Since(stableSince) < 300*time.Millisecond {
-		time.Sleep(20 * time.Millisecond)
-		if n := promptsCount(); n != last {
-			last, stableSince = n, time.Now()
-		}
-	}
-	held := requests - int(last)
-	if held <= 0 {
-		t.Fatalf("everything was answered before the victim was killed (it had answered %v); the test proves nothing", answered)
-	}
-	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	err := <-victim.done
-	victim.done <- err
-	t.Logf("the victim was killed holding %d unanswered requests", held)
 
 	got := e.answers("prompt.*."+exec+".*", requests, 60*time.Second)
 	for i := range requests {
@@ -277,12 +280,7 @@ func TestThreeComposersOneKilled(t *testing.T) {
 	if n := promptsCount(); n != requests {
 		t.Errorf("PROMPTS holds %d messages, want exactly %d", n, requests)
 	}
-	cons, err := e.js.Consumer(t.Context(), events.StreamRounds, events.ConsumerComposer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cons.Info(t.Context())
-	if err != nil {
+	if info, err = cons.Info(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if info.NumAckPending != 0 || info.NumPending != 0 {
