@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if sub == "check-templates" {
 		return printTemplates(stdout, lib)
 	}
-	st, err := rank.Open(ctx, cfg.Store())
+	st, err := rank.Open(ctx, cfg.Store(log))
 	if err != nil {
 		return err
 	}
@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		base.Close()
 		return err
 	}
+	base.StoreMetrics(st)
 	c := newComposer(base, &cfg, st, lib)
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
 	return base.Run(ctx, service.Serving{

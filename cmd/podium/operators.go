@@ -37,6 +37,7 @@ func commands() map[string]command {
 		"publish evaluation":       {"--file F [--id ID]", "Publish an evaluation.completed: F holds its data object or a whole CloudEvent; it is validated first.", publish(events.TypeEvaluationCompleted)},
 		"publish round":            {"--file F [--id ID]", "Publish a round.requested: F holds its data object or a whole CloudEvent; it is validated first.", publish(events.TypeRoundRequested)},
 		"deadletters list":         {"[--subject S]", "List the DEADLETTER stream: sequence, original subject, reason, where the original is.", deadlettersList},
+		"store status":             {"[--json]", "Say which ClickHouse replicas (CLICKHOUSE_ADDR) answer, what each holds and how far it is behind; exit 1 when one does not answer.", storeStatus},
 		"deadletters replay":       {"SEQ | --all", "Republish dead-lettered originals that are valid now (after a fix), under a new message id; refuse, saying why, those still invalid.", deadlettersReplay},
 	}
 }

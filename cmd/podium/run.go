@@ -38,6 +38,7 @@ Operators:
   publish evaluation|round --file F publish an event (a data object, or a whole CloudEvent), validated first
   deadletters list [--subject S]    what was dead-lettered, with the reasons
   deadletters replay SEQ|--all      republish dead-lettered originals that are now valid, under a new message id
+  store status [--json]             which ClickHouse replicas answer and how far each is behind
 
   help, COMMAND --help              this text, or a command's flags
 
@@ -65,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	cmd, rest := args[1], args[2:]
-	if (cmd == "prompts" || cmd == "deadletters" || cmd == "publish" || cmd == "templates") && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+	if (cmd == "prompts" || cmd == "deadletters" || cmd == "publish" || cmd == "templates" || cmd == "store") && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		cmd, rest = cmd+" "+rest[0], rest[1:]
 	}
 	c, ok := commands()[cmd]
@@ -159,7 +160,7 @@ func (e *env) rank(ctx context.Context) (*rank.Store, error) {
 	if e.store != nil {
 		return e.store, nil
 	}
-	st, err := rank.Open(ctx, e.cfg.Store())
+	st, err := rank.Open(ctx, e.cfg.Store(nil))
 	if err != nil {
 		return nil, err
 	}

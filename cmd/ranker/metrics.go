@@ -12,6 +12,7 @@ type metrics struct {
 	batchSize        prometheus.Histogram
 	insertDuration   prometheus.Histogram
 	clickhouseErrors *prometheus.CounterVec
+	quorumFailures   prometheus.Counter
 	leaderboardQuery prometheus.Histogram
 	leaderboardsSent prometheus.Counter
 	pending          prometheus.Gauge
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ranker_clickhouse_errors_total",
 			Help: "ClickHouse failures by kind: insert, query, unavailable (ping).",
 		}, []string{"kind"}),
+		quorumFailures: f.NewCounter(prometheus.CounterOpts{
+			Name: "ranker_insert_quorum_failures_total",
+			Help: "Inserts that a quorum of ClickHouse replicas did not confirm (too few alive, an earlier write unconfirmed, or the quorum timeout); the batch is held and retried.",
+		}),
 		leaderboardQuery: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ranker_leaderboard_query_duration_seconds",
 			Help:    "Latency of leaderboard reads (API and leaderboard.updated).",

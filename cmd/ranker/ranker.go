@@ -46,6 +46,7 @@ type ranker struct {
 	now              func() time.Time
 
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
+	quorumLost  atomic.Bool // set while a batch is waiting for a quorum of replicas
 }
 
 // consume reads batches until stop is done, then drains what the client already holds and
@@ -210,6 +211,7 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 		if err == nil {
 			r.m.insertDuration.Observe(time.Since(start).Seconds())
 			r.m.batchSize.Observe(float64(len(recs)))
+			r.quorumLost.Store(false)
 			if r.insertFails.Swap(false) {
 				r.log.Info("clickhouse insert recovered", "attempts", attempt)
 			}
@@ -218,7 +220,15 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 		r.insertFails.Store(true)
 		r.m.clickhouseErrors.WithLabelValues("insert").Inc()
 		delay := settle.Backoff(attempt)
-		r.log.Warn("clickhouse insert failed, will retry", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
+		if rank.IsQuorumError(err) {
+			// The rows may already be on some replicas; they count once the quorum has them, and
+			// the retry is harmless (block deduplication, and reads collapse copies of an id).
+			r.quorumLost.Store(true)
+			r.m.quorumFailures.Inc()
+			r.log.Warn("clickhouse replicas did not confirm the insert; holding the batch unacknowledged", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
+		} else {
+			r.log.Warn("clickhouse insert failed, will retry", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

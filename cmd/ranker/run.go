@@ -29,7 +29,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := service.NewLogger(stderr, cfg.LogLevel, "ranker")
-	st, err := openStore(ctx, cfg.Store())
+	st, err := openStore(ctx, cfg.Store(log))
 	if err != nil {
 		return err
 	}
@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		base.Close()
 		return err
 	}
+	base.StoreMetrics(st)
 	r := newRanker(base, &cfg, st)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
@@ -103,6 +104,9 @@ func openStore(ctx context.Context, cfg rank.Config) (*rank.Store, error) {
 
 // storeReady fails while inserts are failing or ClickHouse does not answer a ping.
 func (r *ranker) storeReady(ctx context.Context) error {
+	if r.quorumLost.Load() {
+		return errors.New("inserts wait for a quorum of ClickHouse replicas; evaluations are held, not lost")
+	}
 	if r.insertFails.Load() {
 		return errors.New("inserts are failing")
 	}

@@ -32,6 +32,13 @@ type Common struct {
 	ClickHouseUser     string   `envconfig:"CLICKHOUSE_USER" default:"default" desc:"ClickHouse user"`
 	ClickHousePassword string   `envconfig:"CLICKHOUSE_PASSWORD" desc:"ClickHouse password"`
 
+	ClickHouseReplicated          bool          `envconfig:"CLICKHOUSE_REPLICATED" default:"false" desc:"every CLICKHOUSE_ADDR is a replica of one shard: replicated tables, quorum writes, reads from any replica that has every quorum write"`
+	ClickHouseCluster             string        `envconfig:"CLICKHOUSE_CLUSTER" desc:"with CLICKHOUSE_REPLICATED: run the migrations ON CLUSTER of this remote_servers name instead of on each address"`
+	ClickHouseZooKeeperPath       string        `envconfig:"CLICKHOUSE_ZOOKEEPER_PATH" default:"/clickhouse/tables/{shard}" desc:"ZooKeeper path prefix of replicated tables (database and table names are appended; macros are the servers')"`
+	ClickHouseReplicaName         string        `envconfig:"CLICKHOUSE_REPLICA_NAME" default:"{replica}" desc:"replica name of replicated tables, normally the servers' {replica} macro"`
+	ClickHouseInsertQuorum        int           `envconfig:"CLICKHOUSE_INSERT_QUORUM" default:"0" desc:"replicas that must have an evaluation before the ranker acks it; 0 = a majority of CLICKHOUSE_ADDR"`
+	ClickHouseInsertQuorumTimeout time.Duration `envconfig:"CLICKHOUSE_INSERT_QUORUM_TIMEOUT" default:"10s" desc:"longest wait for the quorum of one insert; the ranker then retries it (writes are idempotent)"`
+
 	ManageStreams  bool          `envconfig:"MANAGE_STREAMS" default:"true" desc:"create or update the streams at start (false where an operator owns them)"`
 	StreamReplicas int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas of every stream (3 in a cluster)"`
 	PromptsMaxAge  time.Duration `envconfig:"PROMPTS_MAX_AGE" default:"0" desc:"retention of the PROMPTS audit stream, 0 = forever"`
@@ -73,6 +80,7 @@ func (c *Common) ValidateShared(prefix string) error {
 			errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR): %q is not host:port", prefix, a))
 		}
 	}
+	errs = append(errs, c.validateReplication(prefix)...)
 	if err := checkNATSURLs(c.NATSURL); err != nil {
 		errs = append(errs, fmt.Errorf("NATS_URL (or %s_NATS_URL): %w", prefix, err))
 	}
@@ -84,14 +92,48 @@ func (c *Common) ValidateShared(prefix string) error {
 	return errors.Join(errs...)
 }
 
+func (c *Common) validateReplication(prefix string) []error {
+	var errs []error
+	if !c.ClickHouseReplicated {
+		if c.ClickHouseCluster != "" {
+			errs = append(errs, fmt.Errorf("CLICKHOUSE_CLUSTER (or %s_CLICKHOUSE_CLUSTER) needs CLICKHOUSE_REPLICATED=true", prefix))
+		}
+		return errs
+	}
+	if q := c.ClickHouseInsertQuorum; q < 0 || c.ClickHouseCluster == "" && q > len(c.ClickHouseAddr) {
+		errs = append(errs, fmt.Errorf("CLICKHOUSE_INSERT_QUORUM (or %s_CLICKHOUSE_INSERT_QUORUM) must be 0 (a majority) to the %d replicas of CLICKHOUSE_ADDR, got %d", prefix, len(c.ClickHouseAddr), q))
+	}
+	if c.ClickHouseInsertQuorumTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("CLICKHOUSE_INSERT_QUORUM_TIMEOUT (or %s_CLICKHOUSE_INSERT_QUORUM_TIMEOUT) must be at least 1s, got %s", prefix, c.ClickHouseInsertQuorumTimeout))
+	}
+	if !strings.HasPrefix(c.ClickHouseZooKeeperPath, "/") {
+		errs = append(errs, fmt.Errorf("CLICKHOUSE_ZOOKEEPER_PATH (or %s_CLICKHOUSE_ZOOKEEPER_PATH) must be an absolute ZooKeeper path, got %q", prefix, c.ClickHouseZooKeeperPath))
+	}
+	if c.ClickHouseReplicaName == "" {
+		errs = append(errs, fmt.Errorf("CLICKHOUSE_REPLICA_NAME (or %s_CLICKHOUSE_REPLICA_NAME) must not be empty", prefix))
+	}
+	return errs
+}
+
 // Streams returns the stream options the configuration asks for.
 func (c *Common) Streams() events.StreamOptions {
 	return events.StreamOptions{Replicas: c.StreamReplicas, PromptsMaxAge: c.PromptsMaxAge}
 }
 
-// Store returns where ClickHouse is.
-func (c *Common) Store() rank.Config {
-	return rank.Config{Addrs: c.ClickHouseAddr, Database: c.ClickHouseDatabase, User: c.ClickHouseUser, Password: c.ClickHousePassword}
+// Store returns where ClickHouse is and how it replicates; log hears of replicas failing over.
+func (c *Common) Store(log *slog.Logger) rank.Config {
+	return rank.Config{
+		Addrs: c.ClickHouseAddr, Database: c.ClickHouseDatabase, User: c.ClickHouseUser, Password: c.ClickHousePassword,
+		Replication: rank.Replication{
+			Enabled:             c.ClickHouseReplicated,
+			Cluster:             c.ClickHouseCluster,
+			ZooKeeperPath:       c.ClickHouseZooKeeperPath,
+			ReplicaName:         c.ClickHouseReplicaName,
+			InsertQuorum:        c.ClickHouseInsertQuorum,
+			InsertQuorumTimeout: c.ClickHouseInsertQuorumTimeout,
+		},
+		Log: log,
+	}
 }
 
 // LogLevel is a slog level read from the environment by name.

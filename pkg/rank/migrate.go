@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/podium-llm/podium/schemas"
 )
@@ -71,18 +74,58 @@ func splitStatements(src string) []string {
 
 // Migrate applies the migrations not yet recorded in schema_migrations and returns their names.
 // Every statement is idempotent (IF NOT EXISTS), so two rankers migrating at once are harmless.
+//
+// On a cluster each replica keeps its own schema_migrations and is migrated in turn (names are
+// then "0001_x.sql on host:port"); a replica that does not answer is skipped with a warning and
+// migrated by the next `ranker migrate` (at least one must answer). With a cluster name the DDL
+// runs once, ON CLUSTER, through whichever replica answers.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	const ddl = `CREATE TABLE IF NOT EXISTS schema_migrations (
+	if !s.replication.Enabled || s.replication.Cluster != "" {
+		var applied []string
+		err := s.rs.write(ctx, func(conn driver.Conn) error {
+			var err error
+			applied, err = s.migrate(ctx, conn)
+			return err
+		})
+		if err != nil {
+			return applied, err
+		}
+		return applied, s.checkEngines(ctx)
+	}
+	var applied []string
+	errs := s.rs.each(func(_ int, r *replica) error {
+		return r.do(func(conn driver.Conn) error {
+			names, err := s.migrate(ctx, conn)
+			for _, n := range names {
+				applied = append(applied, n+" on "+r.addr)
+			}
+			return err
+		})
+	})
+	for i, err := range errs {
+		if err != nil {
+			s.rs.log.Warn("clickhouse replica not migrated now; run `ranker migrate` when it is back", "replica", s.rs.replicas[i].addr, "error", err)
+		}
+	}
+	if err := reachable(errs); err != nil {
+		return applied, err
+	}
+	return applied, s.checkEngines(ctx)
+}
+
+// migrate applies the missing migrations through one connection.
+func (s *Store) migrate(ctx context.Context, conn driver.Conn) ([]string, error) {
+	ddl := s.replication.onCluster(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version UInt32, name String, checksum String, applied_at DateTime
-) ENGINE = ReplacingMergeTree() ORDER BY version`
-	if err := s.conn.Exec(ctx, ddl); err != nil {
+) ENGINE = ReplacingMergeTree() ORDER BY version`)
+	if err := conn.Exec(ctx, ddl); err != nil {
 		return nil, fmt.Errorf("rank: migrations table: %w", err)
 	}
 	migs, err := Migrations()
 	if err != nil {
 		return nil, err
 	}
-	done, err := s.appliedVersions(ctx)
+	done, err := appliedVersions(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +135,15 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 			continue
 		}
 		for _, st := range m.Statements {
-			if err := s.conn.Exec(ctx, st); err != nil {
+			st, err := s.replication.statement(st, s.db)
+			if err != nil {
+				return applied, fmt.Errorf("rank: migration %s: %w", m.Name, err)
+			}
+			if err := conn.Exec(ctx, st); err != nil {
 				return applied, fmt.Errorf("rank: migration %s: %w", m.Name, err)
 			}
 		}
-		batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO schema_migrations (version, name, checksum, applied_at)")
+		batch, err := conn.PrepareBatch(ctx, "INSERT INTO schema_migrations (version, name, checksum, applied_at)")
 		if err != nil {
 			return applied, fmt.Errorf("rank: record migration %s: %w", m.Name, err)
 		}
@@ -111,8 +158,8 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	return applied, nil
 }
 
-func (s *Store) appliedVersions(ctx context.Context) (map[int]bool, error) {
-	rows, err := s.conn.Query(ctx, "SELECT DISTINCT version FROM schema_migrations")
+func appliedVersions(ctx context.Context, conn driver.Conn) (map[int]bool, error) {
+	rows, err := conn.Query(ctx, "SELECT DISTINCT version FROM schema_migrations")
 	if err != nil {
 		return nil, fmt.Errorf("rank: read migrations: %w", err)
 	}
@@ -127,3 +174,37 @@ func (s *Store) appliedVersions(ctx context.Context) (map[int]bool, error) {
 	}
 	return done, rows.Err()
 }
+
+// checkEngines refuses a replicated configuration over tables that are not replicated (made
+// before CLICKHOUSE_REPLICATED was set): quorum writes and consistent reads would silently mean
+// nothing on them.
+func (s *Store) checkEngines(ctx context.Context) error {
+	if !s.replication.Enabled {
+		return nil
+	}
+	errs := s.rs.each(func(_ int, r *replica) error {
+		return r.do(func(conn driver.Conn) error {
+			var engine string
+			row := conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = ? AND name = 'evaluations'", s.db)
+			if err := row.Scan(&engine); err != nil {
+				return err
+			}
+			if !strings.HasPrefix(engine, "Replicated") {
+				return fmt.Errorf("%w: table %s.evaluations is %s", errNotReplicated, s.db, engine)
+			}
+			return nil
+		})
+	})
+	var bad []error
+	for _, err := range errs {
+		if errors.Is(err, errNotReplicated) {
+			bad = append(bad, err)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("rank: %w (CLICKHOUSE_REPLICATED needs replicated tables: see the README, \"Running on a ClickHouse cluster\")", errors.Join(bad...))
+	}
+	return nil
+}
+
+var errNotReplicated = errors.New("not replicated")

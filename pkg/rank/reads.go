@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -57,28 +58,32 @@ func (s *Store) Scores(ctx context.Context, executionIDs []string) (map[string]*
 }
 
 func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string, args ...any) (map[string]*Evaluations, error) {
-	out := make(map[string]*Evaluations, len(executionIDs))
-	for _, id := range executionIDs {
-		out[id] = newEvaluations()
-	}
-	rows, err := s.conn.Query(ctx, q, args...)
+	var out map[string]*Evaluations
+	err := s.rs.read(ctx, func(conn driver.Conn) error {
+		out = make(map[string]*Evaluations, len(executionIDs))
+		for _, id := range executionIDs {
+			out[id] = newEvaluations()
+		}
+		rows, err := conn.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var exec string
+			var r Stored
+			var round uint32
+			if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
+				return err
+			}
+			r.Round = int(round)
+			if ev := out[exec]; ev != nil {
+				ev.rows = append(ev.rows, r)
+			}
+		}
+		return rows.Err()
+	})
 	if err != nil {
-		return nil, fmt.Errorf("rank: scores: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var exec string
-		var r Stored
-		var round uint32
-		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
-			return nil, fmt.Errorf("rank: scores: %w", err)
-		}
-		r.Round = int(round)
-		if ev := out[exec]; ev != nil {
-			ev.rows = append(ev.rows, r)
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("rank: scores: %w", err)
 	}
 	return out, nil
@@ -106,7 +111,6 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 	out := make(map[TeamKey]*Content, len(keys))
 	args := make([]any, 0, 2*len(keys)+2)
 	for _, k := range keys {
-		out[k] = newContent()
 		args = append(args, k.ExecutionID, k.TeamID)
 	}
 	args = append(args, uint32(max(fromRound, 0)), roundLimit(beforeRound))
@@ -114,35 +118,41 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 	q := `SELECT execution_id, team_id, event_id, round_number, overall_score, stream_seq, metrics, feedback, submission, submission_format, evaluated_at
 FROM evaluations WHERE (execution_id, team_id) IN (` + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(keys)), ", ") + `)
 AND round_number >= ? AND round_number < ?`
-	rows, err := s.conn.Query(ctx, q, args...)
+	err := s.rs.read(ctx, func(conn driver.Conn) error {
+		for _, k := range keys {
+			out[k] = newContent()
+		}
+		rows, err := conn.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k TeamKey
+			var d events.TeamRound
+			var round uint32
+			var seq uint64
+			var metrics string
+			if err := rows.Scan(&k.ExecutionID, &k.TeamID, &d.EvaluationID, &round, &d.OverallScore, &seq, &metrics, &d.Feedback,
+				&d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
+				return err
+			}
+			c := out[k]
+			if c == nil {
+				continue // cannot happen: the filter names these keys only
+			}
+			if have, ok := c.byEvent[d.EvaluationID]; ok && have.seq <= seq {
+				continue // a later copy of an event already read: not worth decoding its metrics
+			}
+			d.RoundNumber = int(round)
+			if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
+				return fmt.Errorf("%s/%s: metrics of %s: %w", k.ExecutionID, k.TeamID, d.EvaluationID, err)
+			}
+			c.add(d.EvaluationID, seq, d)
+		}
+		return rows.Err()
+	})
 	if err != nil {
-		return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k TeamKey
-		var d events.TeamRound
-		var round uint32
-		var seq uint64
-		var metrics string
-		if err := rows.Scan(&k.ExecutionID, &k.TeamID, &d.EvaluationID, &round, &d.OverallScore, &seq, &metrics, &d.Feedback,
-			&d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
-			return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
-		}
-		c := out[k]
-		if c == nil {
-			continue // cannot happen: the filter names these keys only
-		}
-		if have, ok := c.byEvent[d.EvaluationID]; ok && have.seq <= seq {
-			continue // a later copy of an event already read: not worth decoding its metrics
-		}
-		d.RoundNumber = int(round)
-		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
-			return nil, fmt.Errorf("rank: content of %s/%s: metrics of %s: %w", k.ExecutionID, k.TeamID, d.EvaluationID, err)
-		}
-		c.add(d.EvaluationID, seq, d)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
 	}
 	return out, nil

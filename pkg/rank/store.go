@@ -3,7 +3,9 @@ package rank
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -20,12 +22,18 @@ type Config struct {
 	Password    string
 	DialTimeout time.Duration
 	ReadTimeout time.Duration
+	// Replication is the cluster mode; the zero value is one node.
+	Replication Replication
+	// Log hears of replicas failing over (optional).
+	Log *slog.Logger
 }
 
-// Store reads and writes evaluations in one ClickHouse database.
+// Store reads and writes evaluations in one ClickHouse database, on one node or on the
+// replicas of a cluster (replicas.go says which query goes where).
 type Store struct {
-	conn driver.Conn
-	db   string
+	rs          *replicaSet
+	db          string
+	replication Replication
 }
 
 func (c Config) options(database string) *clickhouse.Options {
@@ -48,37 +56,74 @@ func orDefault(d, def time.Duration) time.Duration {
 	return def
 }
 
-// CreateDatabase creates cfg.Database if it is missing.
+// CreateDatabase creates cfg.Database if it is missing: on every replica that answers (at least
+// one must), or once ON CLUSTER.
 func CreateDatabase(ctx context.Context, cfg Config) error {
-	conn, err := clickhouse.Open(cfg.options("default"))
+	rs, err := openReplicas(cfg, "default")
 	if err != nil {
-		return fmt.Errorf("rank: connect: %w", err)
+		return err
 	}
-	defer conn.Close()
-	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(cfg.Database)); err != nil {
+	defer rs.close()
+	ddl := "CREATE DATABASE IF NOT EXISTS " + quoteIdent(cfg.Database)
+	if c := cfg.Replication.Cluster; cfg.Replication.Enabled && c != "" {
+		ddl += " ON CLUSTER " + quoteIdent(c)
+		err = rs.write(ctx, func(conn driver.Conn) error { return conn.Exec(ctx, ddl) })
+	} else {
+		err = reachable(rs.each(func(_ int, r *replica) error {
+			return r.do(func(conn driver.Conn) error { return conn.Exec(ctx, ddl) })
+		}))
+	}
+	if err != nil {
 		return fmt.Errorf("rank: create database %s: %w", cfg.Database, err)
 	}
 	return nil
 }
 
-// Open connects to cfg.Database and checks the connection.
+// reachable is nil when at least one replica succeeded, else every replica's error.
+func reachable(errs []error) error {
+	for _, err := range errs {
+		if err == nil {
+			return nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Open connects to cfg.Database and checks that ClickHouse answers: the node, or at least one
+// replica (the others may be down now and serve later).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	conn, err := clickhouse.Open(cfg.options(cfg.Database))
+	rs, err := openReplicas(cfg, cfg.Database)
 	if err != nil {
-		return nil, fmt.Errorf("rank: connect: %w", err)
+		return nil, err
 	}
-	if err := conn.Ping(ctx); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("rank: ping %v: %w", cfg.Addrs, err)
+	s := &Store{rs: rs, db: cfg.Database, replication: cfg.Replication}
+	if err := s.Ping(ctx); err != nil {
+		rs.close()
+		return nil, fmt.Errorf("rank: %w", err)
 	}
-	return &Store{conn: conn, db: cfg.Database}, nil
+	return s, nil
 }
 
 // Close releases the connections.
-func (s *Store) Close() error { return s.conn.Close() }
+func (s *Store) Close() error { return s.rs.close() }
 
-// Ping checks that ClickHouse answers.
-func (s *Store) Ping(ctx context.Context) error { return s.conn.Ping(ctx) }
+// Ping checks that ClickHouse answers: the node, or any replica.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.rs.read(ctx, func(conn driver.Conn) error { return conn.Ping(ctx) })
+}
+
+// ReadFailovers counts, per replica address, the reads that failed there and were given to
+// another replica (always empty on one node).
+func (s *Store) ReadFailovers() map[string]func() uint64 {
+	out := map[string]func() uint64{}
+	if len(s.rs.replicas) < 2 {
+		return out
+	}
+	for _, r := range s.rs.replicas {
+		out[r.addr] = r.failovers.Load
+	}
+	return out
+}
 
 // Record is one accepted evaluation with where it came from.
 type Record struct {
@@ -94,31 +139,38 @@ func (s *Store) Insert(ctx context.Context, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	// 18.16 needs the explicit column list for a native-protocol batch.
-	batch, err := s.conn.PrepareBatch(ctx, `INSERT INTO evaluations (execution_id, team_id, round_number, event_id,
-		team_name, overall_score, metrics, feedback, submission, submission_format, evaluated_at,
-		evaluated_at_us, event_source, stream_seq)`)
-	if err != nil {
-		return fmt.Errorf("rank: prepare insert: %w", err)
-	}
-	defer batch.Abort()
-	for _, r := range recs {
-		metrics := r.Evaluation.Metrics
-		if metrics == nil {
-			metrics = []events.Metric{}
+	metrics := make([]string, len(recs))
+	for i, r := range recs {
+		ms := r.Evaluation.Metrics
+		if ms == nil {
+			ms = []events.Metric{}
 		}
-		mj, err := json.Marshal(metrics)
+		mj, err := json.Marshal(ms)
 		if err != nil {
 			return fmt.Errorf("rank: encode metrics of %s: %w", r.EventID, err)
 		}
-		if err := batch.Append(r.ExecutionID, r.TeamID, uint32(r.RoundNumber), r.EventID,
-			r.TeamName, r.Evaluation.OverallScore, string(mj), r.Evaluation.Feedback,
-			r.Submission.Content, r.Submission.Format, r.EvaluatedAt.Format(time.RFC3339Nano),
-			r.EvaluatedAt.UnixMicro(), r.Source, r.Seq); err != nil {
-			return fmt.Errorf("rank: append %s: %w", r.EventID, err)
-		}
+		metrics[i] = string(mj)
 	}
-	if err := batch.Send(); err != nil {
+	err := s.rs.write(ctx, func(conn driver.Conn) error {
+		// 18.16 needs the explicit column list for a native-protocol batch.
+		batch, err := conn.PrepareBatch(ctx, `INSERT INTO evaluations (execution_id, team_id, round_number, event_id,
+		team_name, overall_score, metrics, feedback, submission, submission_format, evaluated_at,
+		evaluated_at_us, event_source, stream_seq)`)
+		if err != nil {
+			return err
+		}
+		defer batch.Abort()
+		for i, r := range recs {
+			if err := batch.Append(r.ExecutionID, r.TeamID, uint32(r.RoundNumber), r.EventID,
+				r.TeamName, r.Evaluation.OverallScore, metrics[i], r.Evaluation.Feedback,
+				r.Submission.Content, r.Submission.Format, r.EvaluatedAt.Format(time.RFC3339Nano),
+				r.EvaluatedAt.UnixMicro(), r.Source, r.Seq); err != nil {
+				return fmt.Errorf("append %s: %w", r.EventID, err)
+			}
+		}
+		return batch.Send()
+	})
+	if err != nil {
 		return fmt.Errorf("rank: insert %d evaluations: %w", len(recs), err)
 	}
 	return nil
