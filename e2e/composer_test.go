@@ -26,6 +26,7 @@ type answer struct {
 	composed events.PromptComposed
 	failed   events.PromptFailed
 	eventID  string
+	at       time.Time // when PROMPTS stored it
 }
 
 func (a answer) ok() bool { return strings.HasPrefix(a.subject, "prompt.composed.") }
@@ -39,7 +40,7 @@ func (e *env) answers(filter string, n int, limit time.Duration) map[string]answ
 		if err := events.Validate(m.Subject, m.Body, 0); err != nil {
 			e.t.Errorf("%s breaks the contract: %v\n%s", m.Subject, err, m.Body)
 		}
-		a := answer{subject: m.Subject}
+		a := answer{subject: m.Subject, at: m.Time}
 		var requestID string
 		if a.ok() {
 			a.eventID = dataOf(e.t, m.Body, &a.composed).ID
@@ -92,6 +93,87 @@ func (p *proc) render(t testing.TB, body any) (int, []byte) {
 	return resp.StatusCode, out
 }
 
+// rywLoad is the read-your-writes workload: each team's evaluation of round r, then, right after
+// its publish ack, the team's request of round r+1. Every prompt must hold the evaluation
+// published just before its request, and its board exactly the evaluations up to its
+// evaluations_seq.
+type rywLoad struct {
+	exec          string
+	teams, rounds int
+	seqs          map[string][]uint64 // the stream sequence of each team's evaluations, by round
+	sent          []published
+	requested     map[string]time.Time // request id -> when it was published
+}
+
+func newRYWLoad(exec string, teams, rounds int) *rywLoad {
+	return &rywLoad{exec: exec, teams: teams, rounds: rounds, seqs: map[string][]uint64{}, requested: map[string]time.Time{}}
+}
+
+func (l *rywLoad) pairs() int { return l.teams * l.rounds }
+
+// publish sends pair i: team i%teams, round i/teams+1.
+func (l *rywLoad) publish(e *env, i int) {
+	r, k := i/l.teams+1, i%l.teams
+	team := fmt.Sprintf("team-%d", k)
+	ev := evaluation(l.exec, team, "Team "+team, r, float64(10*r+k), fmt.Sprintf("RYW-%s-R%d", team, r), t0.Add(time.Duration(r)*time.Minute))
+	id := fmt.Sprintf("ev-%s-%d", team, r)
+	l.seqs[team] = append(l.seqs[team], e.publishEvaluation(id, ev))
+	l.sent = append(l.sent, published{id: id, ev: ev})
+	req := fmt.Sprintf("req-%s-%d", team, r+1)
+	l.requested[req] = time.Now()
+	e.requestRound(req, events.RoundRequested{ExecutionID: l.exec, TeamID: team, TeamName: "Team " + team,
+		RoundNumber: r + 1, UserPrompt: "Improve.", MaxRounds: l.rounds + 1}, t0.Add(time.Duration(r)*time.Minute+time.Second))
+}
+
+// check reads the answers to the first n pairs and checks each prompt; it returns the answers
+// by request id.
+func (l *rywLoad) check(t *testing.T, e *env, n int, limit time.Duration) map[string]answer {
+	t.Helper()
+	got := e.answers("prompt.*."+l.exec+".*", n, limit)
+	for i := range n {
+		r, k := i/l.teams+1, i%l.teams
+		team := fmt.Sprintf("team-%d", k)
+		a := got[fmt.Sprintf("req-%s-%d", team, r+1)]
+		if !a.ok() {
+			t.Errorf("%s round %d: %s %+v", team, r+1, a.subject, a.failed)
+			continue
+		}
+		in := a.composed.Inputs
+		if !strings.Contains(a.composed.Prompt, fmt.Sprintf("RYW-%s-R%d", team, r)) ||
+			!slices.Contains(in.EvaluationIDs, fmt.Sprintf("ev-%s-%d", team, r)) ||
+			len(in.HistoryRounds) == 0 || in.HistoryRounds[len(in.HistoryRounds)-1] != r {
+			t.Errorf("%s round %d: the evaluation of round %d published just before is missing: history %v, ids %v",
+				team, r+1, r, in.HistoryRounds, in.EvaluationIDs)
+		}
+		// Live standings count exactly the evaluations up to evaluations_seq, whatever their
+		// round: at least the team's own round r, published just before the request.
+		if in.EvaluationsSeq < l.seqs[team][r-1] {
+			t.Errorf("%s round %d: evaluations_seq %d is before the evaluation of round %d (%d)", team, r+1, in.EvaluationsSeq, r, l.seqs[team][r-1])
+		}
+		for _, row := range in.Leaderboard {
+			want := 0
+			for _, s := range l.seqs[row.TeamID] {
+				if s <= in.EvaluationsSeq {
+					want++
+				}
+			}
+			if row.Rounds != want {
+				t.Errorf("%s round %d: %s has %d rounds on the board, want %d (evaluations up to sequence %d)", team, r+1, row.TeamID, row.Rounds, want, in.EvaluationsSeq)
+			}
+		}
+		ranked := 0 // teams with an evaluation up to evaluations_seq
+		for _, s := range l.seqs {
+			if s[0] <= in.EvaluationsSeq {
+				ranked++
+			}
+		}
+		if len(in.Leaderboard) != ranked {
+			t.Errorf("%s round %d: %d teams on the board, want %d", team, r+1, len(in.Leaderboard), ranked)
+		}
+	}
+	return got
+}
+
 // TestReadYourWrites publishes 60 pairs of an evaluation and, right after its publish ack, the
 // request of the next round of the same team, all back to back. Every prompt must hold the
 // evaluation published just before its request.
@@ -100,60 +182,11 @@ func TestReadYourWrites(t *testing.T) {
 	e := newEnv(t)
 	e.start("ranker")
 	e.start("composer")
-	const exec, teams, rounds = "ryw", 6, 10
-	seqs := map[string][]uint64{} // the stream sequence of each team's evaluations, by round
-	for r := 1; r <= rounds; r++ {
-		for k := range teams {
-			team := fmt.Sprintf("team-%d", k)
-			ev := evaluation(exec, team, "Team "+team, r, float64(10*r+k), fmt.Sprintf("RYW-%s-R%d", team, r), t0.Add(time.Duration(r)*time.Minute))
-			seqs[team] = append(seqs[team], e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, r), ev))
-			e.requestRound(fmt.Sprintf("req-%s-%d", team, r+1), events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team,
-				RoundNumber: r + 1, UserPrompt: "Improve.", MaxRounds: rounds + 1}, t0.Add(time.Duration(r)*time.Minute+time.Second))
-		}
+	load := newRYWLoad("ryw", 6, 10)
+	for i := range load.pairs() {
+		load.publish(e, i)
 	}
-	got := e.answers("prompt.*."+exec+".*", teams*rounds, 60*time.Second)
-	for r := 1; r <= rounds; r++ {
-		for k := range teams {
-			team := fmt.Sprintf("team-%d", k)
-			a := got[fmt.Sprintf("req-%s-%d", team, r+1)]
-			if !a.ok() {
-				t.Errorf("%s round %d: %s %+v", team, r+1, a.subject, a.failed)
-				continue
-			}
-			in := a.composed.Inputs
-			if !strings.Contains(a.composed.Prompt, fmt.Sprintf("RYW-%s-R%d", team, r)) ||
-				!slices.Contains(in.EvaluationIDs, fmt.Sprintf("ev-%s-%d", team, r)) ||
-				len(in.HistoryRounds) == 0 || in.HistoryRounds[len(in.HistoryRounds)-1] != r {
-				t.Errorf("%s round %d: the evaluation of round %d published just before is missing: history %v, ids %v",
-					team, r+1, r, in.HistoryRounds, in.EvaluationIDs)
-			}
-			// Live standings count exactly the evaluations up to evaluations_seq, whatever their
-			// round: at least the team's own round r, published just before the request.
-			if in.EvaluationsSeq < seqs[team][r-1] {
-				t.Errorf("%s round %d: evaluations_seq %d is before the evaluation of round %d (%d)", team, r+1, in.EvaluationsSeq, r, seqs[team][r-1])
-			}
-			for _, row := range in.Leaderboard {
-				want := 0
-				for _, s := range seqs[row.TeamID] {
-					if s <= in.EvaluationsSeq {
-						want++
-					}
-				}
-				if row.Rounds != want {
-					t.Errorf("%s round %d: %s has %d rounds on the board, want %d (evaluations up to sequence %d)", team, r+1, row.TeamID, row.Rounds, want, in.EvaluationsSeq)
-				}
-			}
-			ranked := 0 // teams with an evaluation up to evaluations_seq
-			for _, s := range seqs {
-				if s[0] <= in.EvaluationsSeq {
-					ranked++
-				}
-			}
-			if len(in.Leaderboard) != ranked {
-				t.Errorf("%s round %d: %d teams on the board, want %d", team, r+1, len(in.Leaderboard), ranked)
-			}
-		}
-	}
+	load.check(t, e, load.pairs(), 60*time.Second)
 }
 
 // TestInputsNotReady: with no ranker committing, a request after an evaluation fails with

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,7 @@ type env struct {
 	js       jetstream.JetStream
 	chAddr   string
 	database string
+	extra    []string // settings every service of this env gets (a replicated store)
 }
 
 func newEnv(t testing.TB) *env {
@@ -131,7 +133,7 @@ func (e *env) baseEnv(extra ...string) []string {
 		"CLICKHOUSE_ADDR=" + e.chAddr,
 		"CLICKHOUSE_DATABASE=" + e.database,
 		"LOG_LEVEL=debug",
-	}, extra...)
+	}, append(slices.Clone(e.extra), extra...)...)
 }
 
 // start runs a service binary and waits until /readyz says 200.
@@ -290,6 +292,7 @@ type received struct {
 	Header  nats.Header
 	Body    []byte
 	Seq     uint64
+	Time    time.Time // when the stream stored it
 }
 
 // collect reads every message of stream matching filter until n arrived or the limit passed.
@@ -317,7 +320,7 @@ func (e *env) collect(stream, filter string, n int, limit time.Duration) []recei
 		}
 		for msg := range batch.Messages() {
 			md, _ := msg.Metadata()
-			out = append(out, received{Subject: msg.Subject(), Header: msg.Headers(), Body: msg.Data(), Seq: md.Sequence.Stream})
+			out = append(out, received{Subject: msg.Subject(), Header: msg.Headers(), Body: msg.Data(), Seq: md.Sequence.Stream, Time: md.Timestamp})
 		}
 		if ctx.Err() != nil {
 			break

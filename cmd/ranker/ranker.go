@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -202,12 +203,34 @@ func (r *ranker) commit(ctx context.Context, b batch) bool {
 	return true
 }
 
+// A quorum insert refused because another one is still being confirmed is retried this often,
+// this far apart on average, before it counts as a quorum failure (about 2 s).
+const (
+	quorumBusyTries = 100
+	quorumBusyDelay = 20 * time.Millisecond
+)
+
 // insert writes recs, retrying with the shared backoff while ClickHouse is unavailable (the
 // caller keeps the messages in progress meanwhile). It returns ctx's error when ctx ends first.
 func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
+	busy := 0
 	for attempt := uint64(1); ; attempt++ {
 		start := time.Now()
 		err := r.store.Insert(ctx, recs)
+		if rank.IsQuorumBusy(err) && busy < quorumBusyTries {
+			// ClickHouse confirms one quorum insert at a time across the cluster, so rankers
+			// writing together take turns: wait for the other's confirmation briefly (jittered,
+			// so two rankers do not retry in step) instead of backing off for seconds.
+			busy++
+			attempt--
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(quorumBusyDelay/2 + rand.N(quorumBusyDelay)):
+			}
+			continue
+		}
+		busy = 0
 		if err == nil {
 			r.m.insertDuration.Observe(time.Since(start).Seconds())
 			r.m.batchSize.Observe(float64(len(recs)))

@@ -1,13 +1,13 @@
 // Package servers starts the real servers the pipeline needs on this machine: an in-process
-// JetStream server and a private clickhouse-server process with its own ports and data. Tests,
-// benchmarks and the demo use it; production deployments never do.
+// JetStream server, a private clickhouse-server process with its own ports and data, and a
+// replicated ClickHouse cluster (one ZooKeeper, N replicas of one shard) for tests of replica
+// loss. Tests, benchmarks and the demo use it; production deployments never do.
 package servers
 
 import (
 	"context"
 	"errors"
 	"fmt"
-
 	"net"
 	"os"
 	"os/exec"
@@ -49,8 +49,10 @@ type ClickHouse struct {
 	Dir  string // config, data and logs
 	bin  string
 	args []string
-	cmd  *exec.Cmd
-	done chan error
+	// zookeeper marks a cluster replica: it is ready only once its ZooKeeper session works, or
+	// the first replicated DDL after a start would fail.
+	zookeeper bool
+	proc      *process // the current run; nil before the first
 }
 
 // ErrNoClickHouse says the server binary is missing and how to get it.
@@ -60,15 +62,24 @@ var ErrNoClickHouse = errors.New("clickhouse-server is not installed: run `apt-g
 // ports, data and logs in dir) and waits until it answers queries. The process is killed if this
 // process dies, so an aborted test run leaves nothing behind.
 func StartClickHouse(ctx context.Context, dir string) (*ClickHouse, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := newClickHouse(dir, ports[0], ports[1], "")
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Start(ctx); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// newClickHouse writes the config of a server on the given ports into dir, with extra XML
+// (cluster settings) inside the root element, and returns it not yet running.
+func newClickHouse(dir string, tcpPort, httpPort int, extra string) (*ClickHouse, error) {
 	bin, args, err := clickhouseCommand()
-	if err != nil {
-		return nil, err
-	}
-	tcpPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	httpPort, err := freePort()
 	if err != nil {
 		return nil, err
 	}
@@ -77,36 +88,27 @@ func StartClickHouse(ctx context.Context, dir string) (*ClickHouse, error) {
 			return nil, fmt.Errorf("servers: clickhouse: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "config.xml"), []byte(clickhouseConfig(dir, tcpPort, httpPort)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "config.xml"), []byte(clickhouseConfig(dir, tcpPort, httpPort, extra)), 0o644); err != nil {
 		return nil, fmt.Errorf("servers: clickhouse: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(clickhouseUsers), 0o644); err != nil {
 		return nil, fmt.Errorf("servers: clickhouse: %w", err)
 	}
 	args = append(args, "--config-file="+filepath.Join(dir, "config.xml"))
-	ch := &ClickHouse{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tcpPort)), Dir: dir, bin: bin, args: args}
-	if err := ch.launch(ctx); err != nil {
-		return nil, err
-	}
-	return ch, nil
+	return &ClickHouse{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tcpPort)), Dir: dir, bin: bin, args: args}, nil
 }
 
-// launch starts the process and waits until it answers.
-func (c *ClickHouse) launch(ctx context.Context) error {
-	out, err := os.OpenFile(filepath.Join(c.Dir, "stdout.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+// Start launches the server with its config, data and ports (again, after Stop or Kill) and waits
+// until it answers queries; a cluster replica also waits for its ZooKeeper session.
+func (c *ClickHouse) Start(ctx context.Context) error {
+	if c.proc != nil && !c.proc.exited() {
+		return fmt.Errorf("servers: clickhouse-server at %s is already running", c.Addr)
+	}
+	p, err := startProcess(c.Dir, "stdout.log", c.bin, c.args)
 	if err != nil {
 		return fmt.Errorf("servers: clickhouse: %w", err)
 	}
-	cmd := exec.Command(c.bin, c.args...)
-	cmd.Dir = c.Dir
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return fmt.Errorf("servers: start %s: %w", c.bin, err)
-	}
-	c.cmd, c.done = cmd, make(chan error, 1)
-	go func() { c.done <- cmd.Wait(); out.Close() }()
+	c.proc = p
 	if err := c.waitReady(ctx, 60*time.Second); err != nil {
 		c.Stop()
 		return err
@@ -118,7 +120,7 @@ func (c *ClickHouse) launch(ctx context.Context) error {
 // operator's restart or a crash-and-recover would.
 func (c *ClickHouse) Restart(ctx context.Context) error {
 	c.Stop()
-	return c.launch(ctx)
+	return c.Start(ctx)
 }
 
 func clickhouseCommand() (string, []string, error) {
@@ -137,14 +139,16 @@ func (c *ClickHouse) waitReady(ctx context.Context, limit time.Duration) error {
 	var last error
 	for {
 		select {
-		case err := <-c.done:
-			c.done <- err
-			return fmt.Errorf("servers: clickhouse-server exited at start (%v); see %s", err, filepath.Join(c.Dir, "clickhouse-server.err.log"))
+		case <-c.proc.done:
+			return fmt.Errorf("servers: clickhouse-server exited at start (%v); see %s", c.proc.err, filepath.Join(c.Dir, "clickhouse-server.err.log"))
 		case <-ctx.Done():
 			return fmt.Errorf("servers: clickhouse-server at %s not ready after %s: %v", c.Addr, limit, last)
 		case <-time.After(100 * time.Millisecond):
 		}
-		if last = c.Ping(ctx); last == nil {
+		if last = c.Ping(ctx); last == nil && c.zookeeper {
+			last = c.pingZooKeeper(ctx)
+		}
+		if last == nil {
 			return nil
 		}
 	}
@@ -160,24 +164,47 @@ func (c *ClickHouse) Ping(ctx context.Context) error {
 	return conn.Ping(ctx)
 }
 
+// pingZooKeeper reads the ZooKeeper root through the server, which works only once the server's
+// ZooKeeper session is up.
+func (c *ClickHouse) pingZooKeeper(ctx context.Context) error {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.Addr}, DialTimeout: time.Second})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.zookeeper WHERE path = '/'").Scan(&n); err != nil {
+		return fmt.Errorf("zookeeper session: %w", err)
+	}
+	return nil
+}
+
 // Pause freezes the server (SIGSTOP), as a hung or overloaded ClickHouse would look to clients.
-func (c *ClickHouse) Pause() error { return c.cmd.Process.Signal(syscall.SIGSTOP) }
+func (c *ClickHouse) Pause() error { return c.proc.cmd.Process.Signal(syscall.SIGSTOP) }
 
 // Pid is the server's process id, for reading its resource use.
-func (c *ClickHouse) Pid() int { return c.cmd.Process.Pid }
+func (c *ClickHouse) Pid() int { return c.proc.cmd.Process.Pid }
 
 // Resume undoes Pause.
-func (c *ClickHouse) Resume() error { return c.cmd.Process.Signal(syscall.SIGCONT) }
+func (c *ClickHouse) Resume() error { return c.proc.cmd.Process.Signal(syscall.SIGCONT) }
 
-// Stop terminates the server, killing it if it does not exit within 10 seconds.
+// Stop terminates the server, killing it if it does not exit within 10 seconds. Stopping a
+// server that is not running does nothing.
 func (c *ClickHouse) Stop() error {
-	_ = c.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot act on SIGTERM
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
+	if c.proc != nil {
+		c.proc.stop(10 * time.Second)
+	}
+	return nil
+}
+
+// Kill ends the server with SIGKILL and waits for it to exit, as a crash would: no shutdown, so
+// its ZooKeeper session stays open until it times out. Start brings it back on the same data.
+func (c *ClickHouse) Kill() error {
+	if c.proc == nil {
+		return nil
+	}
+	if err := c.proc.kill(); err != nil {
+		return fmt.Errorf("servers: kill clickhouse-server at %s: %w", c.Addr, err)
 	}
 	return nil
 }
@@ -191,18 +218,92 @@ func (c *ClickHouse) Logs() string {
 	return string(b)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("servers: free port: %w", err)
+// freePorts finds n distinct free loopback ports. It holds them all open until it has them all,
+// so a cluster's servers never get the same port twice.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("servers: free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
+}
+
+// process is one run of a server binary, its output appended to a log in its directory.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited and err is set
+	err  error         // what Wait returned
+}
+
+// startProcess starts bin in dir. The child gets SIGKILL if this process dies (Pdeathsig), so an
+// aborted test run leaves no server behind.
+func startProcess(dir, logName, bin string, args []string) (*process, error) {
+	out, err := os.OpenFile(filepath.Join(dir, logName), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		out.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop asks the process to exit (SIGTERM) and kills it after grace.
+func (p *process) stop(grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot act on SIGTERM
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (p *process) kill() error {
+	if p.exited() {
+		return nil
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-p.done
+	return nil
 }
 
 // clickhouseConfig is a minimal server config that 18.16 and current releases both read; the
-// <yandex> root is the one 18.16 knows and newer servers still accept.
-func clickhouseConfig(dir string, tcpPort, httpPort int) string {
+// <yandex> root is the one 18.16 knows and newer servers still accept. extra goes inside the root
+// as it is.
+func clickhouseConfig(dir string, tcpPort, httpPort int, extra string) string {
 	return fmt.Sprintf(`<?xml version="1.0"?>
 <yandex>
   <logger>
@@ -226,8 +327,8 @@ func clickhouseConfig(dir string, tcpPort, httpPort int) string {
   <mark_cache_size>268435456</mark_cache_size>
   <uncompressed_cache_size>268435456</uncompressed_cache_size>
   <mlock_executable>false</mlock_executable>
-</yandex>
-`, dir, tcpPort, httpPort)
+%[4]s</yandex>
+`, dir, tcpPort, httpPort, extra)
 }
 
 // clickhouseUsers is the stock single "default" user without password, reachable from loopback.

@@ -133,6 +133,22 @@ func PrivateClickHouse(t testing.TB) *servers.ClickHouse {
 	return ch
 }
 
+// Cluster starts ZooKeeper and n ClickHouse replicas of one shard for this test alone, stopped
+// when it ends: replicas are killed, stopped and lagged on purpose in such tests.
+func Cluster(t testing.TB, n int) *servers.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	start := time.Now()
+	cl, err := servers.StartClickHouseCluster(ctx, t.TempDir(), n)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Logf("testenv: ZooKeeper and %d ClickHouse replicas started in %s", n, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() { _ = cl.Stop() })
+	return cl
+}
+
 // NATS starts an in-process JetStream server for this test, shut down when the test ends.
 func NATS(t testing.TB) *server.Server {
 	t.Helper()

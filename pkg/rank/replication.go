@@ -149,6 +149,10 @@ func IsQuorumError(err error) bool {
 	return false
 }
 
+// IsQuorumBusy reports whether a quorum insert was refused because an earlier one is still
+// being confirmed: 18.16 confirms one at a time, so writers sharing the cluster take turns.
+func IsQuorumBusy(err error) bool { return exceptionCode(err) == codeUnsatisfiedQuorum }
+
 // IsLagging reports whether a replica refused a read because it has not fetched everything a
 // quorum wrote.
 func IsLagging(err error) bool { return exceptionCode(err) == codeReplicaNotInQuorum }
