@@ -14,10 +14,15 @@ help: ## list the targets
 build: ## build ranker, composer and demo into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-clickhouse: ## install Debian's clickhouse-server if no ClickHouse binary is on PATH
-	@command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || { \
-		echo "clickhouse-server not found: installing Debian's package"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clickhouse-server clickhouse-client; }
+clickhouse: ## install what the tests run for real, from Debian, when missing: ClickHouse, ZooKeeper, Jinja2
+	@missing=""; \
+	command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || missing="$$missing clickhouse-server clickhouse-client"; \
+	[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1 || missing="$$missing zookeeper"; \
+	/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$$missing python3-jinja2"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian's$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
 
 demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse
 	$(BIN)/demo --bin $(BIN)

@@ -11,9 +11,19 @@ import (
 // blocks {% if round_number > 1 %}, {% if ranking_table %}, {% else %} and {% endif %}. Anything
 // else is refused with its line and construct: a silent approximation would change prompts.
 //
-// Whitespace follows Mustache: a line that holds only a block tag disappears with its newline,
-// as Jinja2 renders with trim_blocks and lstrip_blocks.
+// The result renders byte for byte what Jinja2 renders with mixseek-core's Environment
+// (autoescape=False, undefined=StrictUndefined, otherwise Jinja2's defaults: trim_blocks,
+// lstrip_blocks and keep_trailing_newline all False). Three rules differ from Mustache's:
+//   - Jinja2 reads every line end of the template (\r\n, \r, \n) as \n and drops one final
+//     newline: the converted source is written that way;
+//   - a block tag alone on its line leaves the line's indentation and newline in Jinja2, where
+//     Mustache's standalone rule removes the whole line: such an if or endif is preceded by an
+//     empty comment {{!}}, since a tag that is not the first on its line is never standalone
+//     (an else becomes two tags already);
+//   - whitespace around inline tags is kept by both.
 func FromJinja(src string) (string, error) {
+	src = jinjaNewline.Replace(src)
+	src = strings.TrimSuffix(src, "\n")
 	if loc := jinjaComment.FindStringIndex(src); loc != nil {
 		return "", fmt.Errorf("line %d: Jinja2 comments {# #} are not converted", strings.Count(src[:loc[0]], "\n")+1)
 	}
@@ -40,6 +50,11 @@ func FromJinja(src string) (string, error) {
 			}
 			fmt.Fprintf(&out, "{{%s}}", inner)
 			continue
+		}
+		// An else becomes two tags, never standalone; an if or endif alone on its line must
+		// keep the line as Jinja2 does.
+		if inner != "else" && standalone(out.String(), src[m[1]:]) {
+			out.WriteString(keepLine)
 		}
 		switch fields := strings.Fields(inner); {
 		case inner == "if round_number > 1":
@@ -72,6 +87,22 @@ func FromJinja(src string) (string, error) {
 	out.WriteString(src[last:])
 	return out.String(), nil
 }
+
+// keepLine, before a block tag, keeps Mustache from treating the tag's line as standalone: the
+// comment is the line's first tag, followed by another, so neither is alone on the line.
+const keepLine = "{{!}}"
+
+// standalone reports whether a block tag written after out, and followed by rest, would be
+// alone on its line for Mustache: only spaces and tabs before it on its line, and after it up
+// to the line's end.
+func standalone(out, rest string) bool {
+	before := out[strings.LastIndexByte(out, '\n')+1:]
+	after, _, _ := strings.Cut(rest, "\n")
+	return strings.Trim(before, " \t") == "" && strings.Trim(after, " \t") == ""
+}
+
+// jinjaNewline is how Jinja2's lexer reads line ends: all of them as \n.
+var jinjaNewline = strings.NewReplacer("\r\n", "\n", "\r", "\n")
 
 var (
 	jinjaTag      = regexp.MustCompile(`(?s)\{\{(.*?)\}\}|\{%(.*?)%\}`)

@@ -45,12 +45,12 @@ func TestFromJinja(t *testing.T) {
 
 # 現在のラウンド
 ラウンド {{round_number}}
-{{^is_first_round}}
+{{!}}{{^is_first_round}}
 
 # リーダーボード
-{{#ranking_table}}
+{{!}}{{#ranking_table}}
 {{ranking_table}}
-{{/ranking_table}}
+{{!}}{{/ranking_table}}
 
 {{team_position_message}}
 
@@ -59,8 +59,7 @@ func TestFromJinja(t *testing.T) {
 {{/is_first_round}}{{#is_first_round}}
 
 初回のラウンドです。
-{{/is_first_round}}
-`
+{{!}}{{/is_first_round}}`
 	if got != want {
 		t.Fatalf("converted:\n%s\nwant:\n%s", got, want)
 	}
