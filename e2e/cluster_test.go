@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os/exec"
@@ -167,6 +168,24 @@ func testLaggingReplica(t *testing.T, cl *servers.Cluster) {
 	if behind == rowsOn(t, cl.Addrs()[0], db) {
 		t.Fatalf("replica %s did not lag (it holds %s like the others): the test proves nothing", lagging, behind)
 	}
+	// The operator's view: every replica answers, the lagging one is behind with fetches waiting.
+	out, code := e.podium(t, nil, "store", "status", "--json")
+	var status []struct {
+		Replica        string `json:"replica"`
+		Answers        bool   `json:"answers"`
+		Behind         uint64 `json:"behind"`
+		InsertsInQueue uint64 `json:"inserts_in_queue"`
+	}
+	if err := json.Unmarshal([]byte(out), &status); err != nil || code != 0 || len(status) != 3 {
+		t.Fatalf("podium store status --json: exit %d, %v:\n%s", code, err, out)
+	}
+	for _, st := range status {
+		if lags := st.Replica == lagging; !st.Answers || lags != (st.Behind > 0) || lags != (st.InsertsInQueue > 0) {
+			t.Errorf("podium store status: %+v (lagging replica: %s)", st, lagging)
+		}
+	}
+	table, _ := e.podium(t, nil, "store", "status")
+	t.Logf("podium store status while %s lags:\n%s", lagging, table)
 	failovers := composer.metric(t, fmt.Sprintf(`composer_store_read_failovers_total{replica=%q}`, lagging))
 	if failovers == 0 {
 		t.Errorf("no read failed over from the lagging replica %s", lagging)
@@ -273,6 +292,9 @@ func testQuorumLost(t *testing.T, cl *servers.Cluster) {
 		}
 	}
 	killedAt := time.Now()
+	if out, code := e.podium(t, nil, "store", "status"); code != 1 || !strings.Contains(out, "2 of 3 ClickHouse replicas do not answer") {
+		t.Errorf("podium store status with two replicas down: exit %d, want 1 and the count:\n%s", code, out)
+	}
 	// Nothing pending: reads need only one replica that has every quorum write.
 	e.requestRound("req-alone", events.RoundRequested{ExecutionID: "quorum", TeamID: "team-0", TeamName: "Team team-0",
 		RoundNumber: 2, UserPrompt: "Improve."}, t0.Add(time.Hour))

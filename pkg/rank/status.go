@@ -54,9 +54,11 @@ func (s *Store) status(ctx context.Context, conn driver.Conn, st *ReplicaStatus)
 	for rows.Next() {
 		var readOnly uint8
 		var queue, inserts uint32
-		if err := rows.Scan(&readOnly, &queue, &inserts, &st.LogLag, &st.AbsoluteDelay, &st.ActiveReplicas, &st.TotalReplicas); err != nil {
+		var logLag int64 // a difference of two UInt64: Int64
+		if err := rows.Scan(&readOnly, &queue, &inserts, &logLag, &st.AbsoluteDelay, &st.ActiveReplicas, &st.TotalReplicas); err != nil {
 			return err
 		}
+		st.LogLag = uint64(max(logLag, 0))
 		st.Replicated, st.ReadOnly = true, readOnly != 0
 		st.QueueSize, st.InsertsInQueue = uint64(queue), uint64(inserts)
 	}
