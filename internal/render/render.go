@@ -48,6 +48,7 @@ func Inputs(ctx context.Context, lib *compose.Library, r Reader, requestID strin
 		Time:           at,
 		History:        in.History,
 		Leaderboard:    in.Board.Rows,
+		PreviousRanks:  in.PreviousRanks,
 		EvaluationsSeq: seq,
 	}, nil
 }

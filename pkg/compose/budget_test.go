@@ -24,19 +24,28 @@ func longTournament(template string, maxTokens int) Inputs {
 			events.Metric{MetricName: "Clarity", Score: 60, EvaluatorComment: "ok"}, events.Metric{MetricName: "Depth", Score: 55.5, EvaluatorComment: "thin"}))
 	}
 	var board []events.LeaderboardRow
+	previous := map[string]int{} // Alpha climbed from 7th to 5th, 6 and 7 fell, 12 is new
 	for i := 1; i <= 12; i++ {
 		team, name := fmt.Sprintf("team-%02d", i), fmt.Sprintf("Team %02d", i)
 		if i == 5 {
 			team, name = "team-alpha", "Alpha"
 		}
 		board = append(board, lb(i, i, team, name, 100-float64(i), 3, 8))
+		switch {
+		case i == 5:
+			previous[team] = 7
+		case i == 6 || i == 7:
+			previous[team] = i - 1
+		case i < 12:
+			previous[team] = i
+		}
 	}
 	req := request(9, template)
 	req.MaxRounds = 10
 	req.Limits.MaxPromptTokens = &maxTokens
 	hr := 10
 	req.Limits.HistoryRounds = &hr
-	return Inputs{RequestID: "req-long", Request: req, Time: roundTime, History: hist, Leaderboard: board, EvaluationsSeq: 96}
+	return Inputs{RequestID: "req-long", Request: req, Time: roundTime, History: hist, Leaderboard: board, PreviousRanks: previous, EvaluationsSeq: 96}
 }
 
 func TestBudgetCutsInOrderAndKeepsLevelOne(t *testing.T) {

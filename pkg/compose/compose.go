@@ -28,7 +28,10 @@ type Inputs struct {
 	// History is the requesting team's latest evaluation of each earlier round, ascending.
 	History []events.TeamRound
 	// Leaderboard ranks the execution's evaluations of earlier rounds in the request's order.
-	Leaderboard    []events.LeaderboardRow
+	Leaderboard []events.LeaderboardRow
+	// PreviousRanks are the teams' ranks on the previous board (rank.PromptInputs): movement is
+	// measured from them; a team without one is new.
+	PreviousRanks  map[string]int
 	EvaluationsSeq uint64
 }
 

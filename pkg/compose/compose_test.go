@@ -213,14 +213,17 @@ func goldenCases() map[string]Inputs {
 		lb(1, 1, "team-beta", "Beta", 90, 2, 2), lb(2, 2, "team-alpha", "Alpha", 80.5, 2, 2),
 		lb(3, 2, "team-gamma", "Γάμμα チーム", 80.5, 1, 2), lb(4, 4, "team-delta", "Delta", 12.25, 2, 2),
 	}
+	// Ranks after round 1: Beta rose, Alpha fell, Γάμμα held its rank, Delta is new.
+	previous := map[string]int{"team-alpha": 1, "team-beta": 2, "team-gamma": 2}
 	return map[string]Inputs{
 		"round1": {RequestID: "req-1", Request: request(1, ""), Time: roundTime},
 		"round3-history-ties": {RequestID: "req-3", Request: request(3, ""), Time: roundTime,
-			History: history, Leaderboard: board, EvaluationsSeq: 8},
+			History: history, Leaderboard: board, PreviousRanks: previous, EvaluationsSeq: 8},
 		"round2-unranked-empty-leaderboard": {RequestID: "req-2", Request: request(2, ""), Time: roundTime},
 		// The team sent nothing yet, others did: a leaderboard without the team.
 		"round3-unranked": {RequestID: "req-5", Request: request(3, ""), Time: roundTime, Leaderboard: []events.LeaderboardRow{
-			lb(1, 1, "team-beta", "Beta", 90, 2, 2), lb(2, 2, "team-gamma", "Γάμμα チーム", 80.5, 1, 2)}, EvaluationsSeq: 4},
+			lb(1, 1, "team-beta", "Beta", 90, 2, 2), lb(2, 2, "team-gamma", "Γάμμα チーム", 80.5, 1, 2)},
+			PreviousRanks: map[string]int{"team-beta": 1}, EvaluationsSeq: 4},
 		// A long Japanese submission with emoji and combining marks: previews cut on characters.
 		"round2-long-unicode": {RequestID: "req-6", Request: request(2, ""), Time: roundTime, History: []events.TeamRound{
 			tr(1, 64.25, strings.Repeat("分散合意は難しい。🚀 café ", 120)+"終わり", "長すぎます。要点を絞ってください。",
@@ -234,7 +237,7 @@ func goldenCases() map[string]Inputs {
 			r.MaxRounds = 0
 			r.Timezone = ""
 			return r
-		}(), Time: roundTime, History: history, Leaderboard: board, EvaluationsSeq: 8},
+		}(), Time: roundTime, History: history, Leaderboard: board, PreviousRanks: previous, EvaluationsSeq: 8},
 	}
 }
 

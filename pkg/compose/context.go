@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +17,7 @@ func buildContext(in Inputs, lim Limits, loc *time.Location, c cuts, uses func(s
 	kept := keptRounds(in.History, lim, c)
 	ctx["trend"] = trend(in.History, c)
 	ctx["history"] = historyItems(in.History, kept, lim)
-	ctx["leaderboard"] = leaderboardItems(c.leaderboardRows(in.Leaderboard, in.Request.TeamID, lim.LeaderboardTeams), in.Request.TeamID)
+	ctx["leaderboard"] = leaderboardItems(c.leaderboardRows(in.Leaderboard, in.Request.TeamID, lim.LeaderboardTeams), in.Request.TeamID, in.PreviousRanks)
 	position := 0
 	if self, ok := selfRow(in.Leaderboard, in.Request.TeamID); ok {
 		position = self.Position
@@ -129,16 +130,39 @@ func previousRound(hist []events.TeamRound, round int) (events.TeamRound, bool) 
 }
 
 // leaderboardItems is the structured leaderboard of the rows the limits and the budget kept.
-func leaderboardItems(rows []events.LeaderboardRow, teamID string) []any {
+func leaderboardItems(rows []events.LeaderboardRow, teamID string, previous map[string]int) []any {
 	items := make([]any, 0, len(rows))
 	for _, r := range rows {
-		items = append(items, map[string]any{
+		item := map[string]any{
 			"position": r.Position, "rank": r.Rank, "team_id": r.TeamID, "team_name": r.TeamName,
 			"best_score": r.BestScore, "best_score_text": score2(r.BestScore), "best_round": r.BestRound,
 			"rounds": r.Rounds, "is_self": r.TeamID == teamID,
-		})
+		}
+		addMovement(item, r, previous)
+		items = append(items, item)
 	}
 	return items
+}
+
+// addMovement adds a row's change of rank since the previous board: movement is "▲N" (up N
+// ranks), "▼N" (down N), "=" (unchanged) or "new" (not on the previous board), movement_places
+// is N (0 when unchanged or new), and one of moved_up, moved_down, unchanged, is_new is true.
+func addMovement(item map[string]any, r events.LeaderboardRow, previous map[string]int) {
+	before, ranked := previous[r.TeamID]
+	up := before - r.Rank
+	text, places := "new", 0
+	switch {
+	case !ranked:
+	case up > 0:
+		text, places = "▲"+strconv.Itoa(up), up
+	case up < 0:
+		text, places = "▼"+strconv.Itoa(-up), -up
+	default:
+		text = "="
+	}
+	item["movement"], item["movement_places"] = text, places
+	item["moved_up"], item["moved_down"] = ranked && up > 0, ranked && up < 0
+	item["unchanged"], item["is_new"] = ranked && up == 0, !ranked
 }
 
 // selfValue is the requesting team's standing, with its gap to the leader in the request's order.
@@ -147,8 +171,10 @@ func selfValue(in Inputs, self events.LeaderboardRow) map[string]any {
 	if in.Request.ScoreOrder == events.Asc {
 		gap = -gap
 	}
-	return map[string]any{
+	v := map[string]any{
 		"position": self.Position, "rank": self.Rank, "best_score_text": score2(self.BestScore),
 		"gap_to_leader_text": score2(gap), "team_count": len(in.Leaderboard),
 	}
+	addMovement(v, self, in.PreviousRanks)
+	return v
 }

@@ -37,13 +37,14 @@ func variables() *node {
 	root["max_rounds"] = optionalOf(leaf())
 	root["rounds_remaining"] = optionalOf(leaf())
 	root["team"] = object(leaves("id", "name"))
-	root["self"] = optionalOf(object(leaves("position", "rank", "best_score_text", "gap_to_leader_text", "team_count")))
+	movement := []string{"movement", "movement_places", "moved_up", "moved_down", "unchanged", "is_new"}
+	root["self"] = optionalOf(object(leaves(append([]string{"position", "rank", "best_score_text", "gap_to_leader_text", "team_count"}, movement...)...)))
 	history := leaves("round_number", "score", "score_text", "feedback", "submission", "preview",
 		"preview_truncated", "delta", "has_delta")
 	history["metrics"] = listOf(leaves("metric_name", "score", "score_text", "evaluator_comment"))
 	root["history"] = listOf(history)
-	root["leaderboard"] = listOf(leaves("position", "rank", "team_id", "team_name", "best_score",
-		"best_score_text", "best_round", "rounds", "is_self"))
+	root["leaderboard"] = listOf(leaves(append([]string{"position", "rank", "team_id", "team_name", "best_score",
+		"best_score_text", "best_round", "rounds", "is_self"}, movement...)...))
 	root["vars"] = &node{open: true}
 	return object(root)
 }
