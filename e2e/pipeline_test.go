@@ -232,6 +232,7 @@ func TestHelpAndBadConfiguration(t *testing.T) {
 		{"ranker", "RANKER_NATS_URL=garbage", `NATS_URL (or RANKER_NATS_URL): "garbage" is neither a nats://, tls://, ws:// or wss:// URL nor host:port`},
 		{"composer", "COMPOSER_NATS_URL=http://user:s3cret@host:4222", `"http://user:xxxxx@host:4222" is not a nats://`},
 		{"ranker", "HTTP_READ_TIMEOUT=0s", "HTTP_READ_TIMEOUT (or RANKER_HTTP_READ_TIMEOUT) must be positive"},
+		{"ranker", "CLICKHOUSE_CLUSTER=podium", "CLICKHOUSE_CLUSTER (or RANKER_CLICKHOUSE_CLUSTER) needs CLICKHOUSE_REPLICATED=true"},
 	}
 	for _, tt := range tests {
 		cmd := exec.Command(bins.dir + "/" + tt.bin)
@@ -239,6 +240,24 @@ func TestHelpAndBadConfiguration(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), tt.want) || strings.Contains(string(out), "s3cret") {
 			t.Errorf("%s with %s: err %v, output %q; want an error naming %s", tt.bin, tt.env, err, out, tt.want)
+		}
+	}
+}
+
+// TestClickHouseCredentialsNamed: a wrong ClickHouse user or password stops a service at start
+// with an error that says it is ClickHouse, at which address, and what it answered.
+func TestClickHouseCredentialsNamed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tt := range []struct{ bin, env, want string }{
+		{"ranker", "CLICKHOUSE_PASSWORD=wrong", "Wrong password for user default"},
+		{"composer", "CLICKHOUSE_USER=podium", "podium"},
+	} {
+		cmd := exec.Command(bins.dir + "/" + tt.bin)
+		cmd.Env = e.baseEnv(tt.env, "HTTP_ADDR="+freeAddr(t))
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "clickhouse at "+e.chAddr+": ") || !strings.Contains(string(out), tt.want) {
+			t.Errorf("%s with %s: err %v, output %s; want the address %s and %q", tt.bin, tt.env, err, out, e.chAddr, tt.want)
 		}
 	}
 }

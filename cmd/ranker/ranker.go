@@ -203,34 +203,40 @@ func (r *ranker) commit(ctx context.Context, b batch) bool {
 	return true
 }
 
-// A quorum insert refused because another one is still being confirmed is retried this often,
-// this far apart on average, before it counts as a quorum failure (about 2 s).
+// A quorum insert refused because another one is still being confirmed is retried after a
+// short wait that doubles up to quorumBusyMax (each try sends the batch again), for about
+// quorumBusyFor, before it counts as a quorum failure.
 const (
-	quorumBusyTries = 100
-	quorumBusyDelay = 20 * time.Millisecond
+	quorumBusyFirst = 10 * time.Millisecond
+	quorumBusyMax   = 320 * time.Millisecond
+	quorumBusyFor   = 3 * time.Second
 )
 
 // insert writes recs, retrying with the shared backoff while ClickHouse is unavailable (the
 // caller keeps the messages in progress meanwhile). It returns ctx's error when ctx ends first.
 func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
-	busy := 0
+	var busySince time.Time
+	busyWait := quorumBusyFirst
 	for attempt := uint64(1); ; attempt++ {
 		start := time.Now()
 		err := r.store.Insert(ctx, recs)
-		if rank.IsQuorumBusy(err) && busy < quorumBusyTries {
+		if rank.IsQuorumBusy(err) && (busySince.IsZero() || time.Since(busySince) < quorumBusyFor) {
 			// ClickHouse confirms one quorum insert at a time across the cluster, so rankers
 			// writing together take turns: wait for the other's confirmation briefly (jittered,
 			// so two rankers do not retry in step) instead of backing off for seconds.
-			busy++
+			if busySince.IsZero() {
+				busySince = start
+			}
 			attempt--
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(quorumBusyDelay/2 + rand.N(quorumBusyDelay)):
+			case <-time.After(busyWait/2 + rand.N(busyWait)):
 			}
+			busyWait = min(2*busyWait, quorumBusyMax)
 			continue
 		}
-		busy = 0
+		busySince, busyWait = time.Time{}, quorumBusyFirst
 		if err == nil {
 			r.m.insertDuration.Observe(time.Since(start).Seconds())
 			r.m.batchSize.Observe(float64(len(recs)))

@@ -65,7 +65,7 @@ func StartClickHouseCluster(ctx context.Context, dir string, n int) (*Cluster, e
 	return c, nil
 }
 
-// replicaConfig is the cluster part of a replica's config. A 4 s ZooKeeper session lets a killed
+// replicaConfig is the cluster part of a replica's config. A 2 s ZooKeeper session lets a killed
 // replica's session, and with it its claim to be active, expire soon.
 func replicaConfig(zkPort int, replica string, interserverPort int, tcpPorts []int) string {
 	var replicas strings.Builder
@@ -76,7 +76,7 @@ func replicaConfig(zkPort int, replica string, interserverPort int, tcpPorts []i
   <interserver_http_port>%d</interserver_http_port>
   <zookeeper>
     <node index="1"><host>127.0.0.1</host><port>%d</port></node>
-    <session_timeout_ms>4000</session_timeout_ms>
+    <session_timeout_ms>2000</session_timeout_ms>
   </zookeeper>
   <macros><shard>01</shard><replica>%s</replica></macros>
   <remote_servers>

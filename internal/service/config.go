@@ -32,7 +32,7 @@ type Common struct {
 	ClickHouseUser     string   `envconfig:"CLICKHOUSE_USER" default:"default" desc:"ClickHouse user"`
 	ClickHousePassword string   `envconfig:"CLICKHOUSE_PASSWORD" desc:"ClickHouse password"`
 
-	ClickHouseReplicated          bool          `envconfig:"CLICKHOUSE_REPLICATED" default:"false" desc:"every CLICKHOUSE_ADDR is a replica of one shard: replicated tables, quorum writes, reads from any replica that has every quorum write"`
+	ClickHouseReplicated          bool          `envconfig:"CLICKHOUSE_REPLICATED" default:"false" desc:"CLICKHOUSE_ADDR lists every replica of one shard: replicated tables, quorum writes, quorum reads"`
 	ClickHouseCluster             string        `envconfig:"CLICKHOUSE_CLUSTER" desc:"with CLICKHOUSE_REPLICATED: run the migrations ON CLUSTER of this remote_servers name instead of on each address"`
 	ClickHouseZooKeeperPath       string        `envconfig:"CLICKHOUSE_ZOOKEEPER_PATH" default:"/clickhouse/tables/{shard}" desc:"ZooKeeper path prefix of replicated tables (database and table names are appended; macros are the servers')"`
 	ClickHouseReplicaName         string        `envconfig:"CLICKHOUSE_REPLICA_NAME" default:"{replica}" desc:"replica name of replicated tables, normally the servers' {replica} macro"`
@@ -100,7 +100,7 @@ func (c *Common) validateReplication(prefix string) []error {
 		}
 		return errs
 	}
-	if q := c.ClickHouseInsertQuorum; q < 0 || c.ClickHouseCluster == "" && q > len(c.ClickHouseAddr) {
+	if q := c.ClickHouseInsertQuorum; q < 0 || q > len(c.ClickHouseAddr) {
 		errs = append(errs, fmt.Errorf("CLICKHOUSE_INSERT_QUORUM (or %s_CLICKHOUSE_INSERT_QUORUM) must be 0 (a majority) to the %d replicas of CLICKHOUSE_ADDR, got %d", prefix, len(c.ClickHouseAddr), q))
 	}
 	if c.ClickHouseInsertQuorumTimeout < time.Second {

@@ -7,15 +7,19 @@ import (
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// StoreMetrics exports how the store's replicas serve reads, as
-// <service>_store_read_failovers_total{replica}: reads that failed on a replica (down, without
-// ZooKeeper, or lagging behind the quorum) and were served by another. One node has none.
+// StoreMetrics exports how the store's replicas serve reads (on a cluster; one node has none):
+// <service>_store_replica_reads_total{replica}, reads each replica answered (a read asks a
+// quorum of them), and <service>_store_read_failovers_total{replica}, reads that failed on a
+// replica (down, cut off from ZooKeeper, table missing) and went to another.
 func (b *Base) StoreMetrics(st *rank.Store) {
 	f := promauto.With(b.Reg)
-	for addr, n := range st.ReadFailovers() {
+	for _, r := range st.ReplicaCounters() {
+		labels := prometheus.Labels{"replica": r.Addr}
+		f.NewCounterFunc(prometheus.CounterOpts{Namespace: b.Name, Name: "store_replica_reads_total",
+			Help: "Reads this ClickHouse replica answered.", ConstLabels: labels},
+			func() float64 { return float64(r.Reads()) })
 		f.NewCounterFunc(prometheus.CounterOpts{Namespace: b.Name, Name: "store_read_failovers_total",
-			Help:        "Reads that failed on this ClickHouse replica and were given to another.",
-			ConstLabels: prometheus.Labels{"replica": addr}},
-			func() float64 { return float64(n()) })
+			Help: "Reads that failed on this ClickHouse replica and were given to another.", ConstLabels: labels},
+			func() float64 { return float64(r.Failovers()) })
 	}
 }

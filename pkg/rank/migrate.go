@@ -3,6 +3,7 @@ package rank
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -90,7 +91,7 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return applied, err
 		}
-		return applied, s.checkEngines(ctx)
+		return applied, s.checkReplication(ctx)
 	}
 	var applied []string
 	errs := s.rs.each(func(_ int, r *replica) error {
@@ -110,16 +111,34 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	if err := reachable(errs); err != nil {
 		return applied, err
 	}
-	return applied, s.checkEngines(ctx)
+	return applied, s.checkReplication(ctx)
 }
 
-// migrate applies the missing migrations through one connection.
-func (s *Store) migrate(ctx context.Context, conn driver.Conn) ([]string, error) {
-	ddl := s.replication.onCluster(`CREATE TABLE IF NOT EXISTS schema_migrations (
+// migrationsTable records what was applied: on each node its own, or on a cluster (ON CLUSTER)
+// replicated, so a later run through any replica knows what was applied.
+const migrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
     version UInt32, name String, checksum String, applied_at DateTime
-) ENGINE = ReplacingMergeTree() ORDER BY version`)
-	if err := conn.Exec(ctx, ddl); err != nil {
+) ENGINE = ReplacingMergeTree() ORDER BY version`
+
+// migrate applies the missing migrations through one connection. Nothing that exists is
+// created again: ON CLUSTER DDL waits for every host, and a start must not wait for one that
+// is down when there is nothing to do.
+func (s *Store) migrate(ctx context.Context, conn driver.Conn) ([]string, error) {
+	var have uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = 'schema_migrations'", s.db).Scan(&have); err != nil {
 		return nil, fmt.Errorf("rank: migrations table: %w", err)
+	}
+	if have == 0 {
+		ddl := migrationsTable
+		if s.replication.Cluster != "" {
+			var err error
+			if ddl, err = s.replication.statement(ddl, s.db); err != nil {
+				return nil, err
+			}
+		}
+		if err := conn.Exec(s.replication.ddlContext(ctx), ddl); err != nil {
+			return nil, fmt.Errorf("rank: migrations table: %w", err)
+		}
 	}
 	migs, err := Migrations()
 	if err != nil {
@@ -139,7 +158,7 @@ func (s *Store) migrate(ctx context.Context, conn driver.Conn) ([]string, error)
 			if err != nil {
 				return applied, fmt.Errorf("rank: migration %s: %w", m.Name, err)
 			}
-			if err := conn.Exec(ctx, st); err != nil {
+			if err := conn.Exec(s.replication.ddlContext(ctx), st); err != nil {
 				return applied, fmt.Errorf("rank: migration %s: %w", m.Name, err)
 			}
 		}
@@ -175,36 +194,48 @@ func appliedVersions(ctx context.Context, conn driver.Conn) (map[int]bool, error
 	return done, rows.Err()
 }
 
-// checkEngines refuses a replicated configuration over tables that are not replicated (made
-// before CLICKHOUSE_REPLICATED was set): quorum writes and consistent reads would silently mean
-// nothing on them.
-func (s *Store) checkEngines(ctx context.Context) error {
-	if !s.replication.Enabled {
-		return nil
-	}
-	errs := s.rs.each(func(_ int, r *replica) error {
-		return r.do(func(conn driver.Conn) error {
+// checkReplication refuses a configuration that does not match the tables: replicated tables
+// read as one node (reads would not be quorum reads), tables made for one node under
+// CLICKHOUSE_REPLICATED (quorum writes would mean nothing), or replicas CLICKHOUSE_ADDR does not
+// list (a quorum read would not cover them). A table not created yet is fine: the ranker makes it.
+func (s *Store) checkReplication(ctx context.Context) error {
+	var errs []error
+	s.rs.each(func(_ int, r *replica) error {
+		err := r.do(func(conn driver.Conn) error {
 			var engine string
 			row := conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = ? AND name = 'evaluations'", s.db)
-			if err := row.Scan(&engine); err != nil {
+			if err := row.Scan(&engine); errors.Is(err, sql.ErrNoRows) {
+				return nil
+			} else if err != nil {
 				return err
 			}
-			if !strings.HasPrefix(engine, "Replicated") {
-				return fmt.Errorf("%w: table %s.evaluations is %s", errNotReplicated, s.db, engine)
+			replicated := strings.HasPrefix(engine, "Replicated")
+			switch {
+			case s.replication.Enabled && !replicated:
+				return fmt.Errorf("%w: table %s.evaluations is %s, not replicated", errMismatch, s.db, engine)
+			case !s.replication.Enabled && replicated:
+				return fmt.Errorf("%w: table %s.evaluations is %s: set CLICKHOUSE_REPLICATED=true and list every replica in CLICKHOUSE_ADDR", errMismatch, s.db, engine)
+			case !replicated:
+				return nil
+			}
+			var total uint8
+			if err := conn.QueryRow(ctx, "SELECT total_replicas FROM system.replicas WHERE database = ? AND table = 'evaluations'", s.db).Scan(&total); err != nil {
+				return err
+			}
+			if int(total) > len(s.rs.replicas) {
+				return fmt.Errorf("%w: table %s.evaluations has %d replicas, CLICKHOUSE_ADDR lists %d: list every replica (quorum reads count on it)", errMismatch, s.db, total, len(s.rs.replicas))
 			}
 			return nil
 		})
-	})
-	var bad []error
-	for _, err := range errs {
-		if errors.Is(err, errNotReplicated) {
-			bad = append(bad, err)
+		if errors.Is(err, errMismatch) {
+			errs = append(errs, err)
 		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("rank: %w (CLICKHOUSE_REPLICATED needs replicated tables: see the README, \"Running on a ClickHouse cluster\")", errors.Join(bad...))
+		return nil // a replica that does not answer is checked when it does
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("rank: %w (see the README, \"Running on a ClickHouse cluster\")", errors.Join(errs...))
 	}
 	return nil
 }
 
-var errNotReplicated = errors.New("not replicated")
+var errMismatch = errors.New("the ClickHouse settings do not match the tables")

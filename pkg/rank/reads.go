@@ -58,12 +58,12 @@ func (s *Store) Scores(ctx context.Context, executionIDs []string) (map[string]*
 }
 
 func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string, args ...any) (map[string]*Evaluations, error) {
-	var out map[string]*Evaluations
+	out := make(map[string]*Evaluations, len(executionIDs))
+	for _, id := range executionIDs {
+		out[id] = newEvaluations()
+	}
+	// On a cluster the rows of several replicas are gathered: Latest collapses copies of an id.
 	err := s.rs.read(ctx, func(conn driver.Conn) error {
-		out = make(map[string]*Evaluations, len(executionIDs))
-		for _, id := range executionIDs {
-			out[id] = newEvaluations()
-		}
 		rows, err := conn.Query(ctx, q, args...)
 		if err != nil {
 			return err
@@ -111,6 +111,7 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 	out := make(map[TeamKey]*Content, len(keys))
 	args := make([]any, 0, 2*len(keys)+2)
 	for _, k := range keys {
+		out[k] = newContent()
 		args = append(args, k.ExecutionID, k.TeamID)
 	}
 	args = append(args, uint32(max(fromRound, 0)), roundLimit(beforeRound))
@@ -118,10 +119,8 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 	q := `SELECT execution_id, team_id, event_id, round_number, overall_score, stream_seq, metrics, feedback, submission, submission_format, evaluated_at
 FROM evaluations WHERE (execution_id, team_id) IN (` + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(keys)), ", ") + `)
 AND round_number >= ? AND round_number < ?`
+	// On a cluster the rows of several replicas are gathered: add keeps one copy of an id.
 	err := s.rs.read(ctx, func(conn driver.Conn) error {
-		for _, k := range keys {
-			out[k] = newContent()
-		}
 		rows, err := conn.Query(ctx, q, args...)
 		if err != nil {
 			return err

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -19,15 +22,26 @@ type replica struct {
 	conn driver.Conn
 
 	// downUntil (unix nanoseconds) keeps reads away from a replica that just failed, so a dead
-	// or lagging one costs one failed attempt per interval, not one per read.
+	// one costs one failed attempt per interval, not one per read.
 	downUntil atomic.Int64
-	failovers atomic.Uint64 // reads that failed here and moved on
+	reads     atomic.Uint64 // reads this replica answered
+	failovers atomic.Uint64 // reads that failed here and went to another replica
 }
 
-// replicaSet spreads reads over the replicas and sends writes to one at a time, moving on when
-// a replica fails.
+// replicaSet says which replicas a query goes to.
+//
+// Reads are quorum reads. Every write the ranker acknowledged is on at least Q of the N
+// replicas (its insert quorum), so any N-Q+1 replicas hold it between them: a read asks that
+// many and takes the union of their rows, which the reductions collapse by event id (copies of
+// an id are harmless). No replica has to be caught up, and none is trusted to be: a lagging
+// one, or one that fetched parts out of order, only adds fewer rows to the union. (ClickHouse's
+// select_sequential_consistency is not enough: it checks that a replica has the newest quorum
+// part, not the ones before it.) Reads start at a different replica each time, spreading them.
+//
+// Writes go to one replica at a time and move to the next when it fails.
 type replicaSet struct {
 	replicas []*replica
+	need     int           // replicas a read must hear from: N-Q+1, 1 on one node
 	next     atomic.Uint64 // round-robin start of the next read
 	writer   atomic.Uint64 // index of the replica writes go to
 	log      *slog.Logger
@@ -40,13 +54,15 @@ const downFor = 2 * time.Second
 // openReplicas connects one pool per address (replicated) or one over all of them.
 func openReplicas(cfg Config, database string) (*replicaSet, error) {
 	groups := [][]string{cfg.Addrs}
+	need := 1
 	if cfg.Replication.Enabled {
 		groups = groups[:0]
 		for _, a := range cfg.Addrs {
 			groups = append(groups, []string{a})
 		}
+		need = len(cfg.Addrs) - cfg.Replication.quorum(len(cfg.Addrs)) + 1
 	}
-	rs := &replicaSet{log: cfg.Log, now: time.Now}
+	rs := &replicaSet{need: need, log: cfg.Log, now: time.Now}
 	if rs.log == nil {
 		rs.log = slog.New(slog.DiscardHandler)
 	}
@@ -97,32 +113,46 @@ func (rs *replicaSet) order(start uint64) []*replica {
 	return append(out, down...)
 }
 
-// read runs q on one replica, the next in turn, and on the next ones while it fails: a replica
-// that is down, lost ZooKeeper or lags behind the quorum (code 289) gives the read to another.
-// q must start from scratch on each call. The error of the last replica is returned when none
-// answered, naming it.
+// read runs q on rs.need replicas, the next ones in turn, skipping those that fail as a replica
+// fails (down, unreachable, without ZooKeeper, table missing). q adds the rows it scans to what
+// earlier calls gathered: rows of a replica that failed midway are real rows too, so nothing is
+// undone. An error that any replica would give (a bad query) is returned at once.
 func (rs *replicaSet) read(ctx context.Context, q func(driver.Conn) error) error {
-	if len(rs.replicas) == 1 {
-		return rs.replicas[0].do(q)
-	}
-	var err error
-	for _, r := range rs.order(rs.next.Add(1)) {
-		if err = r.do(q); err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		r.failovers.Add(1)
-		r.downUntil.Store(rs.now().Add(downFor).UnixNano())
-		rs.log.Warn("clickhouse read failed on a replica, trying another", "replica", r.addr, "lagging", IsLagging(err), "error", err)
-	}
-	return err
+	return rs.readFrom(ctx, rs.need, q)
 }
 
-// write runs w on the replica writes go to, moving to the next one when it cannot be reached
-// or refuses. Quorum errors are returned at once: every replica shares the quorum's state, so
-// another one would answer the same, and the caller retries later.
+// readFrom is read from need replicas.
+func (rs *replicaSet) readFrom(ctx context.Context, need int, q func(driver.Conn) error) error {
+	got := 0
+	var errs []error
+	for _, r := range rs.order(rs.next.Add(1)) {
+		err := r.do(q)
+		if err == nil {
+			r.reads.Add(1)
+			if got++; got == need {
+				return nil
+			}
+			continue
+		}
+		if ctx.Err() != nil || !replicaFault(err) {
+			return err
+		}
+		errs = append(errs, err)
+		if len(rs.replicas) > 1 {
+			r.failovers.Add(1)
+			r.downUntil.Store(rs.now().Add(downFor).UnixNano())
+			rs.log.Warn("clickhouse read failed on a replica, trying another", "replica", r.addr, "error", err)
+		}
+	}
+	if len(rs.replicas) == 1 {
+		return errs[0]
+	}
+	return fmt.Errorf("a quorum read needs %d of the %d replicas, %d answered: %w", need, len(rs.replicas), got, errors.Join(errs...))
+}
+
+// write runs w on the replica writes go to, moving to the next one when it fails as a replica
+// fails. Other errors, quorum errors among them, are returned at once: every replica shares the
+// quorum's state, so another one would answer the same, and the caller retries later.
 func (rs *replicaSet) write(ctx context.Context, w func(driver.Conn) error) error {
 	n := uint64(len(rs.replicas))
 	start := rs.writer.Load()
@@ -134,7 +164,7 @@ func (rs *replicaSet) write(ctx context.Context, w func(driver.Conn) error) erro
 			rs.writer.Store(idx)
 			return nil
 		}
-		if ctx.Err() != nil || IsQuorumError(err) {
+		if ctx.Err() != nil || !replicaFault(err) {
 			return err
 		}
 		if n > 1 {
@@ -170,3 +200,28 @@ type ReplicaError struct {
 
 func (e *ReplicaError) Error() string { return fmt.Sprintf("clickhouse at %s: %v", e.Addr, e.Err) }
 func (e *ReplicaError) Unwrap() error { return e.Err }
+
+// replicaFaults are the ClickHouse errors of one replica rather than of the query: another
+// replica may well answer.
+var replicaFaults = []int32{
+	60,  // UNKNOWN_TABLE: a replica not migrated yet
+	81,  // UNKNOWN_DATABASE
+	159, // TIMEOUT_EXCEEDED
+	209, // SOCKET_TIMEOUT
+	210, // NETWORK_ERROR
+	225, // NO_ZOOKEEPER
+	242, // TABLE_IS_READ_ONLY: the replica lost ZooKeeper
+	999, // KEEPER_EXCEPTION
+}
+
+// replicaFault reports whether err is a failure of the replica (it is down, unreachable, cut
+// off from ZooKeeper, or lacks the table) rather than one every replica would give.
+func replicaFault(err error) bool {
+	var ex *clickhouse.Exception
+	if errors.As(err, &ex) {
+		return slices.Contains(replicaFaults, ex.Code)
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, clickhouse.ErrAcquireConnTimeout)
+}

@@ -15,14 +15,11 @@ import (
 // before: plain MergeTree tables, no quorum, reads from whatever address answers.
 //
 // With Enabled, tables are Replicated*MergeTree, coordinated by ZooKeeper (or ClickHouse
-// Keeper), and every address of Config.Addrs is a replica of the one shard:
-//   - writes are quorum inserts: ClickHouse answers only when InsertQuorum replicas have the
-//     rows, so the ranker acks an evaluation only when a replica's loss cannot lose it;
-//   - reads run with select_sequential_consistency: a replica that has not fetched the last
-//     quorum-written part refuses (code 289) instead of answering stale rows, and the read moves
-//     to another replica. Together they keep read-your-writes (CONTRACT section 5) on any replica:
-//     the composer waits for the ranker's ack, the ack follows the quorum, and no replica serves
-//     a read without what the quorum wrote.
+// Keeper), and every address of Config.Addrs is a replica of the one shard (all of them must be
+// listed: reads count on it). Writes are quorum inserts: ClickHouse answers only when
+// InsertQuorum replicas have the rows, so the ranker acks an evaluation only when losing a
+// replica cannot lose it. Reads are quorum reads (replicas.go): together with the quorum writes
+// they keep read-your-writes (CONTRACT section 5) on any replicas, lagging or not.
 type Replication struct {
 	Enabled bool
 	// Cluster, when set, names the remote_servers cluster the DDL runs on (ON CLUSTER) instead of
@@ -49,8 +46,8 @@ func (r Replication) quorum(n int) int {
 	return n/2 + 1
 }
 
-// settings are the query settings of every connection of a replicated store. Both apply to
-// their own kind of query only (inserts, selects of replicated tables), so one set serves all.
+// settings are the query settings of every connection of a replicated store; they apply to
+// inserts only, so one set serves all queries.
 func (r Replication) settings(addrs int) clickhouse.Settings {
 	if !r.Enabled {
 		return nil
@@ -62,15 +59,9 @@ func (r Replication) settings(addrs int) clickhouse.Settings {
 	// Plain ints: servers before 19.x take settings as varints, and the driver encodes only int
 	// and bool that way.
 	return clickhouse.Settings{
-		"insert_quorum":                 r.quorum(addrs),
-		"insert_quorum_timeout":         int(timeout.Milliseconds()),
-		"select_sequential_consistency": 1,
+		"insert_quorum":         r.quorum(addrs),
+		"insert_quorum_timeout": int(timeout.Milliseconds()),
 	}
-}
-
-// withoutConsistency lets a read see what this replica has, lagging or not: for status only.
-func withoutConsistency(ctx context.Context) context.Context {
-	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"select_sequential_consistency": 0}))
 }
 
 var (
@@ -107,6 +98,15 @@ func (r Replication) statement(st, database string) (string, error) {
 	return engine.ReplaceAllLiteralString(st, repl), nil
 }
 
+// ddlContext bounds how long ON CLUSTER DDL waits for every host (180 s by default): a host that
+// is down fails the migration in 30 s, saying which.
+func (r Replication) ddlContext(ctx context.Context) context.Context {
+	if !r.Enabled || r.Cluster == "" {
+		return ctx
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"distributed_ddl_task_timeout": 30}))
+}
+
 // onCluster makes a CREATE TABLE run on every node of the cluster, when one is named.
 func (r Replication) onCluster(st string) string {
 	if !r.Enabled || r.Cluster == "" {
@@ -134,7 +134,6 @@ func (r Replication) replicaName() string {
 const (
 	codeTooFewLiveReplicas    = 285 // fewer live replicas than the quorum
 	codeUnsatisfiedQuorum     = 286 // an earlier quorum insert is not satisfied yet
-	codeReplicaNotInQuorum    = 289 // select_sequential_consistency: this replica lags
 	codeUnknownStatusOfInsert = 319 // the quorum was not reached in time; the rows may land
 )
 
@@ -152,10 +151,6 @@ func IsQuorumError(err error) bool {
 // IsQuorumBusy reports whether a quorum insert was refused because an earlier one is still
 // being confirmed: 18.16 confirms one at a time, so writers sharing the cluster take turns.
 func IsQuorumBusy(err error) bool { return exceptionCode(err) == codeUnsatisfiedQuorum }
-
-// IsLagging reports whether a replica refused a read because it has not fetched everything a
-// quorum wrote.
-func IsLagging(err error) bool { return exceptionCode(err) == codeReplicaNotInQuorum }
 
 func exceptionCode(err error) int32 {
 	var ex *clickhouse.Exception

@@ -26,9 +26,8 @@ type ReplicaStatus struct {
 	TotalReplicas  uint8
 }
 
-// Status asks every replica (or the one node) about itself. It reads with the node's own
-// settings, not sequential consistency: a lagging replica must say how far behind it is, not
-// refuse.
+// Status asks every replica (or the one node) about itself, each on its own: a lagging replica
+// says how far behind it is.
 func (s *Store) Status(ctx context.Context) []ReplicaStatus {
 	out := make([]ReplicaStatus, len(s.rs.replicas))
 	s.rs.each(func(i int, r *replica) error {
@@ -41,11 +40,10 @@ func (s *Store) Status(ctx context.Context) []ReplicaStatus {
 }
 
 func (s *Store) status(ctx context.Context, conn driver.Conn, st *ReplicaStatus) error {
-	local := withoutConsistency(ctx)
-	if err := conn.QueryRow(local, "SELECT count(), max(stream_seq) FROM evaluations").Scan(&st.Rows, &st.MaxSeq); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT count(), max(stream_seq) FROM evaluations").Scan(&st.Rows, &st.MaxSeq); err != nil {
 		return err
 	}
-	rows, err := conn.Query(local, `SELECT is_readonly, queue_size, inserts_in_queue, log_max_index - log_pointer,
+	rows, err := conn.Query(ctx, `SELECT is_readonly, queue_size, inserts_in_queue, log_max_index - log_pointer,
 	absolute_delay, active_replicas, total_replicas FROM system.replicas WHERE database = ? AND table = 'evaluations'`, s.db)
 	if err != nil {
 		return err

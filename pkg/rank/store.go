@@ -57,7 +57,8 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // CreateDatabase creates cfg.Database if it is missing: on every replica that answers (at least
-// one must), or once ON CLUSTER.
+// one must), or once ON CLUSTER. A database that exists is left alone, so a start with a replica
+// down does not wait for it (ON CLUSTER DDL waits for every host).
 func CreateDatabase(ctx context.Context, cfg Config) error {
 	rs, err := openReplicas(cfg, "default")
 	if err != nil {
@@ -65,13 +66,18 @@ func CreateDatabase(ctx context.Context, cfg Config) error {
 	}
 	defer rs.close()
 	ddl := "CREATE DATABASE IF NOT EXISTS " + quoteIdent(cfg.Database)
+	create := func(conn driver.Conn) error {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM system.databases WHERE name = ?", cfg.Database).Scan(&n); err != nil || n > 0 {
+			return err
+		}
+		return conn.Exec(cfg.Replication.ddlContext(ctx), ddl)
+	}
 	if c := cfg.Replication.Cluster; cfg.Replication.Enabled && c != "" {
 		ddl += " ON CLUSTER " + quoteIdent(c)
-		err = rs.write(ctx, func(conn driver.Conn) error { return conn.Exec(ctx, ddl) })
+		err = rs.write(ctx, create)
 	} else {
-		err = reachable(rs.each(func(_ int, r *replica) error {
-			return r.do(func(conn driver.Conn) error { return conn.Exec(ctx, ddl) })
-		}))
+		err = reachable(rs.each(func(_ int, r *replica) error { return r.do(create) }))
 	}
 	if err != nil {
 		return fmt.Errorf("rank: create database %s: %w", cfg.Database, err)
@@ -90,16 +96,20 @@ func reachable(errs []error) error {
 }
 
 // Open connects to cfg.Database and checks that ClickHouse answers: the node, or at least one
-// replica (the others may be down now and serve later).
+// replica (the others may be down now and serve later; Ping says when reads can be served).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	rs, err := openReplicas(cfg, cfg.Database)
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{rs: rs, db: cfg.Database, replication: cfg.Replication}
-	if err := s.Ping(ctx); err != nil {
+	if err := rs.readFrom(ctx, 1, func(conn driver.Conn) error { return conn.Ping(ctx) }); err != nil {
 		rs.close()
 		return nil, fmt.Errorf("rank: %w", err)
+	}
+	if err := s.checkReplication(ctx); err != nil {
+		rs.close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -107,20 +117,26 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // Close releases the connections.
 func (s *Store) Close() error { return s.rs.close() }
 
-// Ping checks that ClickHouse answers: the node, or any replica.
+// Ping checks that ClickHouse answers: the node, or as many replicas as a read needs.
 func (s *Store) Ping(ctx context.Context) error {
 	return s.rs.read(ctx, func(conn driver.Conn) error { return conn.Ping(ctx) })
 }
 
-// ReadFailovers counts, per replica address, the reads that failed there and were given to
-// another replica (always empty on one node).
-func (s *Store) ReadFailovers() map[string]func() uint64 {
-	out := map[string]func() uint64{}
-	if len(s.rs.replicas) < 2 {
-		return out
+// ReplicaCounter is how one replica served reads.
+type ReplicaCounter struct {
+	Addr      string
+	Reads     func() uint64 // reads it answered
+	Failovers func() uint64 // reads that failed on it and went to another replica
+}
+
+// ReplicaCounters are the read counters of every replica (none on one node).
+func (s *Store) ReplicaCounters() []ReplicaCounter {
+	if !s.replication.Enabled {
+		return nil
 	}
+	out := make([]ReplicaCounter, 0, len(s.rs.replicas))
 	for _, r := range s.rs.replicas {
-		out[r.addr] = r.failovers.Load
+		out = append(out, ReplicaCounter{Addr: r.addr, Reads: r.reads.Load, Failovers: r.failovers.Load})
 	}
 	return out
 }
