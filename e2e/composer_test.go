@@ -469,10 +469,10 @@ func TestEveryFailureCodeIsAnswered(t *testing.T) {
 	}{
 		{"bad-tz", func(r *events.RoundRequested) { r.Timezone = "Mars/Olympus" }, events.CodeInvalidRequest,
 			`timezone "Mars/Olympus" is not an IANA time zone name (for example "UTC", "Asia/Tokyo", "Europe/Berlin", "America/New_York")`},
-		{"unknown", func(r *events.RoundRequested) { r.Template = "team-round@99" }, events.CodeUnknownTemplate, `template "team-round" has no version 99 (loaded: version 3)`},
+		{"unknown", func(r *events.RoundRequested) { r.Template = "team-round@99" }, events.CodeUnknownTemplate, `template "team-round" has no version 99 (loaded: version 4)`},
 		{"no-vars", func(r *events.RoundRequested) { r.Template = "needs-vars" }, events.CodeTemplateError, `template "needs-vars" uses "vars.task.title", which this request does not provide`},
 		{"budget", func(r *events.RoundRequested) { r.Limits.MaxPromptTokens = &tiny }, events.CodeBudgetExceeded,
-			`template "team-round" needs 206 tokens (o200k_base) with only the task, the team's position and its latest score, over max_prompt_tokens 20`},
+			`template "team-round" needs 207 tokens (o200k_base) with only the task, the team's position and its latest score, over max_prompt_tokens 20`},
 	}
 	for _, c := range cases {
 		rr := base

@@ -69,7 +69,7 @@ func TestRoundTwoPromptCarriesRoundOneAndTheLeaderboard(t *testing.T) {
 		`SUBMISSION OF team-alpha <a href="x">&</a>`, // raw, not HTML-escaped
 		"Evaluator feedback: feedback for team-alpha round 1",
 		"1. Beta: best 90.00 in round 1",
-		"2. Alpha: best 72.25 in round 1 (rounds evaluated: 1) <- your team",
+		"2. Alpha: best 72.25 in round 1 (rounds evaluated: 1) new <- your team",
 		"3. Gamma: best 72.25",
 		"Your team is in position 2 of 3 (rank 2), best score 72.25, 17.75 behind the leader.",
 	} {

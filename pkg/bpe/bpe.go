@@ -45,8 +45,8 @@ func Load(name string) (*Encoding, error) {
 // Name is the encoding's name.
 func (e *Encoding) Name() string { return e.name }
 
-// checkEvery is how many merges run between two looks at the context: a few hundred
-// microseconds of work.
+// checkEvery is how many units of work (pieces, steps of a long piece's setup, merges) run
+// between two looks at the context: a few hundred microseconds.
 const checkEvery = 1 << 12
 
 // Count returns the number of tokens of s, or ctx's error once ctx ends, however long s is.
@@ -54,10 +54,11 @@ const checkEvery = 1 << 12
 func (e *Encoding) Count(ctx context.Context, s string) (int, error) {
 	m := mergerPool.Get().(*merger)
 	defer mergerPool.Put(m)
-	total, pieces := 0, 0
+	m.work = 0
+	total := 0
 	var err error
 	e.split(s, func(piece string) bool {
-		if pieces++; pieces%checkEvery == 0 && ctx.Err() != nil {
+		if m.tick(ctx) != nil {
 			return false // Count returns ctx's error below
 		}
 		n, cerr := e.pieceTokens(ctx, m, piece)
@@ -103,6 +104,17 @@ type merger struct {
 	next, prev []int32 // by a part's start offset: where the next part starts, where the previous one does
 	rank       []int32 // by a part's start offset: rank of the pair it starts, -1 for none
 	heap       []uint64
+	work       int // units of work of this Count: one meter for pieces and merges alike
+}
+
+// tick counts one unit of work and looks at ctx every checkEvery units. One meter for the whole
+// Count, so ctx is seen every checkEvery units however the work splits into many short pieces or
+// one long one, its setup included: a cancelled count stops within checkEvery units.
+func (m *merger) tick(ctx context.Context) error {
+	if m.work++; m.work%checkEvery == 0 {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // noRank marks a part whose pair with the next one is not a token.
@@ -135,18 +147,24 @@ func (m *merger) merge(ctx context.Context, piece string, ranks map[string]int) 
 		return noRank
 	}
 	for i := range int32(n) {
+		if err := m.tick(ctx); err != nil {
+			return 0, err
+		}
 		m.rank[i] = pairRank(i)
 		if m.rank[i] != noRank {
 			m.heap = append(m.heap, uint64(m.rank[i])<<32|uint64(i))
 		}
 	}
 	for i := len(m.heap)/2 - 1; i >= 0; i-- { // heapify: O(n), where n pushes are O(n log n)
+		if err := m.tick(ctx); err != nil {
+			return 0, err
+		}
 		m.down(i)
 	}
 	parts := n
-	for pops := 0; len(m.heap) > 0; pops++ {
-		if pops%checkEvery == checkEvery-1 && ctx.Err() != nil {
-			return 0, ctx.Err()
+	for len(m.heap) > 0 {
+		if err := m.tick(ctx); err != nil {
+			return 0, err
 		}
 		key := m.pop()
 		r, i := int32(key>>32), int32(key&0xffffffff)
