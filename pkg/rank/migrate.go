@@ -79,7 +79,7 @@ func splitStatements(src string) []string {
 // On a cluster each replica keeps its own schema_migrations and is migrated in turn (names are
 // then "0001_x.sql on host:port"); a replica that does not answer is skipped with a warning and
 // migrated by the next `ranker migrate` (at least one must answer). With a cluster name the DDL
-// runs once, ON CLUSTER, through whichever replica answers.
+// runs once, ON CLUSTER, through whichever replica answers, and schema_migrations is replicated.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	if !s.replication.Enabled || s.replication.Cluster != "" {
 		var applied []string
