@@ -24,7 +24,7 @@ type composer struct {
 	settler       *settle.Settler
 	probes        *commitProbes
 	reads         *storeReads
-	contents      *contentReads
+	contents      *streamContent
 	templates     *templates
 	m             *metrics
 	source        string
@@ -46,8 +46,8 @@ func (r sharedReads) Scores(ctx context.Context, executionID string, seq uint64)
 	return r.c.reads.get(ctx, executionID, seq)
 }
 
-func (r sharedReads) Content(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error) {
-	return r.c.contents.get(ctx, key, from, before)
+func (r sharedReads) Content(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error) {
+	return r.c.contents.get(ctx, key, from, before, refs)
 }
 
 // storeError marks a failed read as errStore, unless the caller went away.

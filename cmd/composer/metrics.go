@@ -14,6 +14,7 @@ type metrics struct {
 	storeRead         prometheus.Histogram
 	storeReads        *prometheus.CounterVec
 	contentRead       prometheus.Histogram
+	contentReads      *prometheus.CounterVec
 	promptTokens      prometheus.Histogram
 	truncations       *prometheus.CounterVec
 	templatesLoaded   *prometheus.GaugeVec
@@ -44,9 +45,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		contentRead: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_content_read_duration_seconds",
-			Help:    "Time of one ClickHouse read of teams' own submissions and feedback (one query serves the teams that asked meanwhile), of the rounds their templates print.",
+			Help:    "Time of one ClickHouse read of teams' own submissions and feedback (one query serves the teams that asked meanwhile), of the rounds their templates print: the fallback when the EVALUATIONS stream cannot give them.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		contentReads: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "composer_content_reads_total",
+			Help: "Where each request's own content came from: stream (EVALUATIONS messages by sequence) or clickhouse (the stream no longer held one of them).",
+		}, []string{"source"}),
 		storeReads: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "composer_store_reads_total",
 			Help: "How each request got its inputs: queried (a ClickHouse read started for it), shared (joined a read of its execution) or cached (a kept read covering its sequence).",

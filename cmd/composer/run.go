@@ -99,7 +99,7 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		settler:       settle.New(base.JS, base.Log, base.Reg, "composer"),
 		probes:        &commitProbes{js: base.JS, timeout: 5 * time.Second},
 		reads:         newStoreReads(st.Scores, cfg.ReadCacheTTL, maxKeptBytes, m),
-		contents:      newContentReads(st.Contents, m),
+		contents:      &streamContent{js: base.JS, maxBytes: cfg.MaxEventBytes, fallback: newContentReads(st.Contents, m).get, m: m},
 		templates:     newTemplates(lib, base.Log, m),
 		m:             m,
 		source:        base.Source,

@@ -386,6 +386,6 @@ func (o offline) Scores(context.Context, string, uint64) (*rank.Evaluations, err
 	return o.evs, nil
 }
 
-func (o offline) Content(_ context.Context, key rank.TeamKey, _, _ int) (*rank.Content, error) {
+func (o offline) Content(_ context.Context, key rank.TeamKey, _, _ int, _ []rank.ContentRef) (*rank.Content, error) {
 	return o.contents[key], nil
 }

@@ -17,8 +17,9 @@ import (
 type Reader interface {
 	// Scores are an execution's score rows, read after the ranker committed sequence seq.
 	Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error)
-	// Content is a team's content in rounds from to before-1.
-	Content(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error)
+	// Content is a team's content in rounds from to before-1: at least the evaluations refs
+	// names, the ones the prompt counts, each the first stored copy at its sequence.
+	Content(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error)
 }
 
 // Inputs reads what the prompt of req shows as of the EVALUATIONS sequence seq: every team's
@@ -29,10 +30,12 @@ func Inputs(ctx context.Context, lib *compose.Library, r Reader, requestID strin
 	if err != nil {
 		return compose.Inputs{}, err
 	}
-	rounds := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpToSeq: seq}).History(req.TeamID, nil)
+	before := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpToSeq: seq})
+	rounds := before.History(req.TeamID, nil)
 	var content *rank.Content
 	if from := lib.ContentFrom(req, rounds); from < req.RoundNumber {
-		content, err = r.Content(ctx, rank.TeamKey{ExecutionID: req.ExecutionID, TeamID: req.TeamID}, from, req.RoundNumber)
+		refs := before.ContentRefs(req.TeamID, from, req.RoundNumber)
+		content, err = r.Content(ctx, rank.TeamKey{ExecutionID: req.ExecutionID, TeamID: req.TeamID}, from, req.RoundNumber, refs)
 		if err != nil {
 			return compose.Inputs{}, err
 		}
@@ -65,7 +68,7 @@ func (s Store) Scores(ctx context.Context, executionID string, _ uint64) (*rank.
 	return evs[executionID], nil
 }
 
-// Content reads one team's content.
-func (s Store) Content(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error) {
+// Content reads one team's content from ClickHouse.
+func (s Store) Content(ctx context.Context, key rank.TeamKey, from, before int, _ []rank.ContentRef) (*rank.Content, error) {
 	return s.St.Content(ctx, key.ExecutionID, key.TeamID, from, before)
 }

@@ -43,6 +43,9 @@ func StreamConfig(name string, o StreamOptions) (jetstream.StreamConfig, error) 
 	case StreamEvaluations:
 		cfg.Description = "evaluation.completed events: the ranker's input and the replay source of every leaderboard"
 		cfg.Subjects = []string{TypeEvaluationCompleted + ".>"}
+		// Composers read each evaluation's content here by sequence; a direct get is answered
+		// by any replica of the stream, without its leader.
+		cfg.AllowDirect = true
 	case StreamRounds:
 		cfg.Description = "round.requested events: the composer's input"
 		cfg.Subjects = []string{TypeRoundRequested + ".>"}

@@ -52,6 +52,7 @@ func (c *Content) add(eventID string, seq uint64, d events.TeamRound) {
 // and every team's rounds.
 type Reduction struct {
 	rounds []RoundScore // the latest evaluation of each (team, round), by team then round
+	firsts []uint64     // rounds[i]'s first stored copy: its EVALUATIONS sequence
 	seq    uint64
 }
 
@@ -62,13 +63,38 @@ func (ev *Evaluations) Reduce(b Bound) *Reduction {
 	if r, ok := ev.reduced[b]; ok {
 		return r
 	}
-	rounds, seq := Latest(ev.rows, b)
-	slices.SortFunc(rounds, func(a, b RoundScore) int {
+	copies, seq := latestCopies(ev.rows, b)
+	slices.SortFunc(copies, func(a, b Stored) int {
 		return cmp.Or(cmp.Compare(a.TeamID, b.TeamID), cmp.Compare(a.Round, b.Round))
 	})
-	r := &Reduction{rounds: rounds, seq: seq}
+	r := &Reduction{rounds: make([]RoundScore, len(copies)), firsts: make([]uint64, len(copies)), seq: seq}
+	for i, c := range copies {
+		r.rounds[i], r.firsts[i] = c.RoundScore, c.Seq
+	}
 	ev.reduced[b] = r
 	return r
+}
+
+// ContentRef names where an evaluation's content is: its event id and the EVALUATIONS sequence
+// of its first stored copy, the copy whose content counts (Content keeps the same one).
+type ContentRef struct {
+	EventID string
+	Round   int
+	Seq     uint64
+}
+
+// ContentRefs are the team's counted evaluations of rounds from to before-1 (before 0: every
+// round), ascending.
+func (r *Reduction) ContentRefs(teamID string, from, before int) []ContentRef {
+	byTeam := func(rs RoundScore, team string) int { return cmp.Compare(rs.TeamID, team) }
+	i, _ := slices.BinarySearchFunc(r.rounds, teamID, byTeam)
+	var refs []ContentRef
+	for ; i < len(r.rounds) && r.rounds[i].TeamID == teamID; i++ {
+		if rs := r.rounds[i]; rs.Round >= from && (before <= 0 || rs.Round < before) {
+			refs = append(refs, ContentRef{EventID: rs.EventID, Round: rs.Round, Seq: r.firsts[i]})
+		}
+	}
+	return refs
 }
 
 // Leaderboard ranks the reduction (CONTRACT section 4).
@@ -113,13 +139,23 @@ func FromRecords(recs []Record) (*Evaluations, map[TeamKey]*Content) {
 		if contents[k] == nil {
 			contents[k] = newContent()
 		}
-		metrics := r.Evaluation.Metrics
-		if metrics == nil {
-			metrics = []events.Metric{}
-		}
-		contents[k].add(r.EventID, r.Seq, events.TeamRound{RoundNumber: r.RoundNumber, EvaluationID: r.EventID,
-			OverallScore: r.Evaluation.OverallScore, Metrics: metrics, Feedback: r.Evaluation.Feedback,
-			Submission: r.Submission, EvaluatedAt: r.EvaluatedAt.Format(time.RFC3339Nano)})
+		contents[k].Add(r)
 	}
 	return ev, contents
+}
+
+// NewContent is an empty Content, for content read elsewhere than ClickHouse (the EVALUATIONS
+// stream): Add fills it.
+func NewContent() *Content { return newContent() }
+
+// Add keeps what the evaluation r says, exactly as a read of its stored row would (the first
+// copy of an event id wins): the stored columns are made from the same record.
+func (c *Content) Add(r Record) {
+	metrics := r.Evaluation.Metrics
+	if metrics == nil {
+		metrics = []events.Metric{}
+	}
+	c.add(r.EventID, r.Seq, events.TeamRound{RoundNumber: r.RoundNumber, EvaluationID: r.EventID,
+		OverallScore: r.Evaluation.OverallScore, Metrics: metrics, Feedback: r.Evaluation.Feedback,
+		Submission: r.Submission, EvaluatedAt: r.EvaluatedAt.Format(time.RFC3339Nano)})
 }

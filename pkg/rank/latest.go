@@ -40,6 +40,17 @@ type eventKey struct{ team, id string }
 // then the latest evaluation of a round wins: later evaluated_at, then the greater id. The result
 // does not depend on the order of rows, so it does not depend on ClickHouse's merge state either.
 func Latest(rows []Stored, b Bound) ([]RoundScore, uint64) {
+	copies, seq := latestCopies(rows, b)
+	out := make([]RoundScore, len(copies))
+	for i, c := range copies {
+		out[i] = c.RoundScore
+	}
+	return out, seq
+}
+
+// latestCopies is Latest keeping each evaluation's first stored copy, whose sequence says where
+// its content is in the EVALUATIONS stream.
+func latestCopies(rows []Stored, b Bound) ([]Stored, uint64) {
 	first := make(map[eventKey]Stored, len(rows))
 	for _, r := range rows {
 		if r.Seq > b.UpToSeq {
@@ -54,7 +65,7 @@ func Latest(rows []Stored, b Bound) ([]RoundScore, uint64) {
 		team  string
 		round int
 	}
-	latest := make(map[roundKey]RoundScore, len(first))
+	latest := make(map[roundKey]Stored, len(first))
 	var seq uint64
 	for _, r := range first {
 		if !b.counts(r) {
@@ -62,11 +73,11 @@ func Latest(rows []Stored, b Bound) ([]RoundScore, uint64) {
 		}
 		seq = max(seq, r.Seq)
 		k := roundKey{r.TeamID, r.Round}
-		if have, ok := latest[k]; !ok || later(r.RoundScore, have) {
-			latest[k] = r.RoundScore
+		if have, ok := latest[k]; !ok || later(r.RoundScore, have.RoundScore) {
+			latest[k] = r
 		}
 	}
-	out := make([]RoundScore, 0, len(latest))
+	out := make([]Stored, 0, len(latest))
 	for _, r := range latest {
 		out = append(out, r)
 	}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// streamContent reads a team's content (submissions, feedback, metrics) from the EVALUATIONS
+// stream, one message per evaluation the prompt counts, by the sequence its score row already
+// holds (a direct get, which any stream replica serves). ClickHouse then reads score rows only:
+// a content query decoded whole granules of other executions' submissions to return five rows,
+// and cost ClickHouse more CPU than the prompt it served.
+//
+// The message is the evaluation as the ranker received it; parsed the same way, it gives
+// exactly the row the ranker stored (rank.Content.Add). A message the stream no longer holds
+// (an operator's retention or deletion), or one that is not the evaluation the row names, sends
+// the whole team to ClickHouse instead (fallback), so a prompt is never short of content.
+type streamContent struct {
+	js       jetstream.JetStream
+	maxBytes int
+	fallback func(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error)
+	m        *metrics
+
+	mu     sync.Mutex
+	stream jetstream.Stream // looked up once; its cached config says whether direct gets work
+}
+
+// errNotInStream says the stream cannot give an evaluation's content; ClickHouse can.
+var errNotInStream = errors.New("not in the EVALUATIONS stream")
+
+func (s *streamContent) get(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error) {
+	c, err := s.read(ctx, key, refs)
+	if errors.Is(err, errNotInStream) {
+		s.m.contentReads.WithLabelValues("clickhouse").Inc()
+		return s.fallback(ctx, key, from, before)
+	}
+	if err == nil {
+		s.m.contentReads.WithLabelValues("stream").Inc()
+	}
+	return c, err
+}
+
+// read gets every ref's message at once and adds each evaluation to the content.
+func (s *streamContent) read(ctx context.Context, key rank.TeamKey, refs []rank.ContentRef) (*rank.Content, error) {
+	st, err := s.evaluations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]rank.Record, len(refs))
+	errs := make([]error, len(refs))
+	var wg sync.WaitGroup
+	for i, ref := range refs {
+		wg.Go(func() { recs[i], errs[i] = s.record(ctx, st, key, ref) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c := rank.NewContent()
+	for _, r := range recs {
+		c.Add(r)
+	}
+	return c, nil
+}
+
+// record is the evaluation at ref's sequence, checked to be the one the score row names.
+func (s *streamContent) record(ctx context.Context, st jetstream.Stream, key rank.TeamKey, ref rank.ContentRef) (rank.Record, error) {
+	msg, err := st.GetMsg(ctx, ref.Seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return rank.Record{}, fmt.Errorf("%w: sequence %d (%s)", errNotInStream, ref.Seq, ref.EventID)
+	}
+	if err != nil {
+		return rank.Record{}, fmt.Errorf("EVALUATIONS sequence %d: %w", ref.Seq, err)
+	}
+	ev, err := events.ParseEvaluation(msg.Subject, msg.Data, s.maxBytes)
+	if err != nil || ev.ID != ref.EventID || ev.Data.ExecutionID != key.ExecutionID || ev.Data.TeamID != key.TeamID {
+		return rank.Record{}, fmt.Errorf("%w: sequence %d is not evaluation %s of %s/%s", errNotInStream, ref.Seq, ref.EventID, key.ExecutionID, key.TeamID)
+	}
+	return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: ref.Seq, EvaluationCompleted: ev.Data}, nil
+}
+
+func (s *streamContent) evaluations(ctx context.Context) (jetstream.Stream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stream == nil {
+		st, err := s.js.Stream(ctx, events.StreamEvaluations)
+		if err != nil {
+			return nil, fmt.Errorf("EVALUATIONS stream: %w", err)
+		}
+		s.stream = st
+	}
+	return s.stream, nil
+}
