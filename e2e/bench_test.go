@@ -175,9 +175,29 @@ func evaluationMessage(tb testing.TB, p published) outgoing {
 // every ack.
 func publishAcked(tb testing.TB, js jetstream.JetStream, msgs []outgoing) {
 	tb.Helper()
-	for start := 0; start < len(msgs); start += 1000 {
-		var futures []jetstream.PubAckFuture
-		for _, m := range msgs[start:min(start+1000, len(msgs))] {
+	publishStream(tb, js, func() (outgoing, bool) {
+		if len(msgs) == 0 {
+			return outgoing{}, false
+		}
+		m := msgs[0]
+		msgs = msgs[1:]
+		return m, true
+	})
+}
+
+// publishStream publishes the messages next yields until it returns false, as publishAcked does:
+// 1,000 at a time, waiting for their acks before taking more, so a setup too large for memory
+// can be read as it goes.
+func publishStream(tb testing.TB, js jetstream.JetStream, next func() (outgoing, bool)) {
+	tb.Helper()
+	for more := true; more; {
+		futures := make([]jetstream.PubAckFuture, 0, 1000)
+		for len(futures) < cap(futures) {
+			m, ok := next()
+			if !ok {
+				more = false
+				break
+			}
 			f, err := js.PublishAsync(m.subject, m.body, jetstream.WithMsgID(m.id))
 			if err != nil {
 				tb.Fatal(err)

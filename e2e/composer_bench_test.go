@@ -1,16 +1,22 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -195,60 +201,148 @@ func coldText(seed uint64, n int) string {
 	return b.String()[:n]
 }
 
-// BenchmarkComposerPipeline measures the real composer binary (round request in, read-your-writes
-// check, ClickHouse reads, render, publish to PROMPTS) on 2,000 requests: 200 executions of 10
-// teams asking for round 6 after 5 evaluated rounds, on the default template, with a freshly
-// started composer. cold: every submission and feedback distinct (1,700 characters), as a real
-// tournament makes them; warm: one repeated text, which the line cache of token counts hides.
+// BenchmarkComposerPipeline measures a tournament through the real ranker and composer binaries:
+// the ingest of its evaluations, then round 6 asked by 10 teams of 200 executions (2,000
+// requests: read-your-writes check, ClickHouse reads, render, publish to PROMPTS) of a freshly
+// started composer on the default template. The store holds more executions than are composed
+// for, as a real one does: cold ingests 400 executions x 10 teams x 5 evaluated rounds (20k
+// evaluations), cold-10x 4,000 (200k), every submission and feedback a distinct 1,700-character
+// text, as a real tournament makes them; warm (information) ingests only the 200 executions it
+// composes for, with one repeated text, which the line cache of token counts hides. BENCH_SCALE=n
+// divides the execution counts, for a quick check that the benchmark works.
 //
 // The unit is CPU, from /proc/<pid>/stat, because the broker, ClickHouse and the services share
-// two cores: CPU per prompt of the composer and of ClickHouse, divided by the CPU per message of
-// a broker-only loop (a client consuming, republishing 2 KiB and acking, on the same server) in
-// the same run. Wall-clock rates are reported too, as information. One iteration is one burst.
+// two cores; each figure is a ratio to a baseline measured in the same run, on the same servers:
+//   - the broker loop's CPU per message: a client consuming, republishing 2 KiB and acking, plus
+//     the in-process server (measured after the ingest: the same server);
+//   - ClickHouse's own CPU per `SELECT 1`, 2,000 of them over one native connection;
+//   - per prompt, over the whole burst phase: ClickHouse's CPU (x its SELECT 1; in cold-10x also x
+//     cold's, when both run in one process) and the composer's (x the broker loop);
+//   - per evaluation ingested, from the first publish until the ranker committed the last: the
+//     ranker's and ClickHouse's CPU (x the broker loop), and the in-process broker and publishing
+//     client's beside them;
+//   - one execution's 10 teams asking together on an idle pipeline: p50 latency;
+//   - the tournament's total CPU, every process (ranker, composer, ClickHouse, this process with
+//     the in-process NATS server): the ingest, the merges it leaves ClickHouse, and the prompts.
+//
+// Wall-clock rates are reported too, as information. One iteration is one burst.
 func BenchmarkComposerPipeline(b *testing.B) {
-	for _, cold := range []bool{true, false} {
-		name := "warm"
-		if cold {
-			name = "cold"
+	scale := 1
+	if s := os.Getenv("BENCH_SCALE"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("BENCH_SCALE=%q: want a whole number of 1 or more", s)
 		}
-		b.Run(name, func(b *testing.B) { benchmarkPipeline(b, cold) })
+		scale = n
+	}
+	// cold-10x's ClickHouse CPU per prompt is compared with cold's of the same process run: the
+	// question is whether a ten times larger store costs a prompt more.
+	var coldClickHouse float64
+	for _, w := range []workload{
+		{name: "cold", stored: 400, composed: 200, cold: true},
+		{name: "cold-10x", stored: 4000, composed: 200, cold: true},
+		{name: "warm", stored: 200, composed: 200},
+	} {
+		w.stored, w.composed = max(1, w.stored/scale), max(1, w.composed/scale)
+		b.Run(w.name, func(b *testing.B) {
+			ref := 0.0
+			if w.name == "cold-10x" {
+				ref = coldClickHouse
+			}
+			perPrompt := benchmarkPipeline(b, w, ref)
+			if w.name == "cold" {
+				coldClickHouse = perPrompt
+			}
+		})
 	}
 }
 
-func benchmarkPipeline(b *testing.B, cold bool) {
+// workload is one tournament of the benchmark: stored executions of 10 teams and 5 evaluated
+// rounds in the store, composed of them asking for round 6.
+type workload struct {
+	name             string
+	stored, composed int
+	cold             bool // a distinct text for every submission and feedback
+}
+
+// benchmarkPipeline runs one workload and returns ClickHouse's CPU seconds per prompt. Given
+// coldClickHouse (cold's figure), it reports this one as a multiple of it.
+func benchmarkPipeline(b *testing.B, w workload, coldClickHouse float64) float64 {
 	e := newEnv(b)
 	ctx := context.Background()
-	const executions, teams, rounds, workers = 200, 10, 5, 32
-	e.start("ranker", "LOG_LEVEL=warn")
+	const teams, rounds, workers, selects = 10, 5, 32, 2000
+	chPid, self := testenv.ClickHouse(b).Pid(), os.Getpid()
 
-	// Setup, not measured: 10,000 evaluations committed by the ranker.
-	var msgs []outgoing
-	execs := make([]string, executions)
-	for x := range executions {
-		execs[x] = fmt.Sprintf("exec-%03d", x)
-		for k := range teams {
-			team := fmt.Sprintf("team-%02d", k)
-			for r := 1; r <= rounds; r++ {
-				content, feedback := strings.Repeat("submission text ", 106), strings.Repeat("feedback text ", 121)
-				if cold {
-					seed := uint64((x*teams+k)*rounds + r)
-					content, feedback = coldText(2*seed, 1700), coldText(2*seed+1, 1700)
-				}
-				ev := evaluation(execs[x], team, "Team "+team, r, float64((x*7+k*13+r*29)%100)+0.25, content, t0.Add(time.Duration(r)*time.Minute))
-				ev.Evaluation.Feedback = feedback
-				msgs = append(msgs, evaluationMessage(b, published{id: fmt.Sprintf("ev-%s-%s-%d", execs[x], team, r), ev: ev}))
-			}
+	// The executions asking for round 6 are spread over the store, so their rows lie among other
+	// executions' as in a store that keeps finished tournaments; the rest serve the idle 10-team
+	// requests, which no read of the burst has warmed.
+	stored := make([]string, w.stored)
+	var execs, others []string
+	for x := range stored {
+		stored[x] = fmt.Sprintf("exec-%04d", x)
+		if x*w.composed%w.stored < w.composed {
+			execs = append(execs, stored[x])
+		} else {
+			others = append(others, stored[x])
 		}
 	}
-	publishAcked(b, e.js, msgs)
-	waitCommitted(b, e, executions*teams*rounds)
+
+	// Setup: every evaluation of the store, generated before the ingest is measured and spooled
+	// to a file rather than held in memory (200k of them are some 750 MB).
+	total := w.stored * teams * rounds
+	text := "one repeated text"
+	if w.cold {
+		text = "distinct 1,700-character texts"
+	}
+	next := spool(b, total, func(i int) outgoing {
+		x, k, r := i/(teams*rounds), i/rounds%teams, i%rounds+1
+		team := fmt.Sprintf("team-%02d", k)
+		content, feedback := strings.Repeat("submission text ", 106), strings.Repeat("feedback text ", 121)
+		if w.cold {
+			seed := uint64((x*teams+k)*rounds + r)
+			content, feedback = coldText(2*seed, 1700), coldText(2*seed+1, 1700)
+		}
+		ev := evaluation(stored[x], team, "Team "+team, r, float64((x*7+k*13+r*29)%100)+0.25, content, t0.Add(time.Duration(r)*time.Minute))
+		ev.Evaluation.Feedback = feedback
+		return evaluationMessage(b, published{id: fmt.Sprintf("ev-%s-%s-%d", stored[x], team, r), ev: ev})
+	})
+
+	// The ingest, from the first publish until the ranker committed the last evaluation. This
+	// process holds the in-process server and the publishing client: their CPU is a figure of its
+	// own beside the ranker's and ClickHouse's.
+	ranker := e.start("ranker", "LOG_LEVEL=warn")
+	rankerPid := ranker.cmd.Process.Pid
+	ingested := cpuSince(rankerPid, chPid, self)
+	start := time.Now()
+	publishStream(b, e.js, next)
+	waitIngested(b, e, total)
+	ingestWall := time.Since(start)
+	ingest := ingested()
+	// ClickHouse goes on merging the parts the ingest wrote, and a tick's one-row part can start
+	// the merge of large ones. Wait until no merge runs, so that merges count in the tournament's
+	// total, with every process's CPU meanwhile, and not in the baselines or the prompts.
+	var merges float64
+	var mergeWall time.Duration
+	settle := func() {
+		merged := cpuSince(rankerPid, chPid, self)
+		mergeWall += waitMerges(b, e, 2*time.Minute)
+		merges += sum(merged())
+	}
+	settle()
+
 	composer := e.start("composer", "LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true", os.Getenv("BENCH_COMPOSER_ENV"))
-	chPid, self := testenv.ClickHouse(b).Pid(), os.Getpid()
+	composerPid := composer.cmd.Process.Pid
+	composerStart := cpuSeconds(composerPid)
 
 	// Baseline: a broker-only loop over the same server, the same workers, 2 KiB answers. Its
 	// CPU (this process: the in-process server and the loop's client) per message is the unit.
+	// It always runs 2,000 messages, BENCH_SCALE or not: fewer would be a few ticks of the clock.
 	stop := republish(ctx, b, e.js, workers, 2048)
-	base := roundRequests(b, "base", execs, teams, rounds+1)
+	loopExecs := make([]string, 200)
+	for x := range loopExecs {
+		loopExecs[x] = fmt.Sprintf("loop-%03d", x)
+	}
+	base := roundRequests(b, "base", loopExecs, teams, rounds+1)
 	for i := range base {
 		base[i].subject = "baseline.in." + strings.TrimPrefix(base[i].subject, events.TypeRoundRequested+".")
 	}
@@ -258,6 +352,9 @@ func benchmarkPipeline(b *testing.B, cold bool) {
 	stop()
 	brokerRate := float64(len(base)) / baseElapsed.Seconds()
 
+	// Baseline: ClickHouse's CPU for a query that reads nothing, on the same server.
+	selectOne := selectOneCPU(b, e, chPid, selects)
+
 	if out := os.Getenv("BENCH_COMPOSER_PROFILE"); out != "" {
 		go saveProfile(b, composer, out) // two seconds of the measured bursts
 	}
@@ -265,7 +362,7 @@ func benchmarkPipeline(b *testing.B, cold bool) {
 	idle0 := cpuSeconds(chPid)
 	time.Sleep(time.Second)
 	chIdle := cpuSeconds(chPid) - idle0
-	var cpuComposer, cpuClickHouse, cpuSelf float64
+	var cpuComposer, cpuClickHouse, cpuSelf, cpuRanker float64
 	b.ResetTimer()
 	var elapsed time.Duration
 	var lat []time.Duration
@@ -275,48 +372,254 @@ func benchmarkPipeline(b *testing.B, cold bool) {
 		// serves this one: in a tournament, evaluations arrive between rounds.
 		reqs := roundRequests(b, fmt.Sprintf("run%d", i), execs, teams, rounds+1)
 		b.StopTimer()
-		tick := evaluationMessage(b, published{id: fmt.Sprintf("tick-%d", i), ev: evaluation("tick", "team-00", "Tick", i+1, 1, "tick", t0)})
-		e.publishRaw(tick.subject, tick.id, tick.body)
-		waitCommitted(b, e, executions*teams*rounds+i+1)
+		tick(b, e, fmt.Sprintf("tick-%d", i), i+1, total+i+1)
+		settle()
 		b.StartTimer()
-		c0, h0, s0 := cpuSeconds(composer.cmd.Process.Pid), cpuSeconds(chPid), cpuSeconds(self)
+		burstCPU := cpuSince(composerPid, chPid, self, rankerPid)
 		d, l, _ := burst(b, e, reqs, "prompt.>")
-		cpuComposer += cpuSeconds(composer.cmd.Process.Pid) - c0
-		cpuClickHouse += cpuSeconds(chPid) - h0
-		cpuSelf += cpuSeconds(self) - s0
+		c := burstCPU()
+		cpuComposer, cpuClickHouse, cpuSelf, cpuRanker = cpuComposer+c[0], cpuClickHouse+c[1], cpuSelf+c[2], cpuRanker+c[3]
 		elapsed += d
 		lat = append(lat, l...)
 	}
 	b.StopTimer()
 
 	// Ten teams of one execution asking together on an idle pipeline: the latency of a round.
+	// The executions are ones the burst did not compose for when the store has them, and a tick
+	// first moves the sequence, so no read kept from the burst serves them.
+	tick(b, e, "tick-ten", b.N+1, total+b.N+1)
+	ten := others
+	if len(ten) == 0 {
+		ten = execs
+	}
 	var tenTeams []time.Duration
-	for _, exec := range execs[:20] {
+	for _, exec := range ten[:min(20, len(ten))] {
 		d, _, _ := burst(b, e, roundRequests(b, "ten", []string{exec}, teams, rounds+1), "prompt.>")
 		tenTeams = append(tenTeams, d)
 	}
 
-	n := float64(b.N * executions * teams)
-	rate := float64(b.N*executions*teams) / elapsed.Seconds()
+	n := float64(b.N * len(execs) * teams)
+	evals := float64(total)
+	rankerEval, chEval, selfEval := ingest[0]/evals, ingest[1]/evals, ingest[2]/evals
+	chPrompt, composerPrompt := cpuClickHouse/n, cpuComposer/n
+	tournament := sum(ingest) + merges + cpuComposer + cpuClickHouse + cpuSelf + cpuRanker
+	rate := n / elapsed.Seconds()
+	b.ReportMetric(evals, "stored-evaluations")
 	b.ReportMetric(brokerCPU*1e6, "broker-cpu-µs/msg")
-	b.ReportMetric(cpuComposer/n*1e6, "composer-cpu-µs/prompt")
-	b.ReportMetric(cpuClickHouse/n*1e6, "clickhouse-cpu-µs/prompt")
-	b.ReportMetric(cpuComposer/n/brokerCPU, "composer-x-broker")
-	b.ReportMetric(cpuClickHouse/n/brokerCPU, "clickhouse-x-broker")
+	b.ReportMetric(selectOne*1e6, "clickhouse-cpu-µs/select1")
+	b.ReportMetric(chPrompt*1e6, "clickhouse-cpu-µs/prompt")
+	b.ReportMetric(chPrompt/selectOne, "clickhouse-prompt-x-select1")
+	b.ReportMetric(chPrompt/brokerCPU, "clickhouse-x-broker")
+	if coldClickHouse > 0 {
+		b.ReportMetric(chPrompt/coldClickHouse, "clickhouse-prompt-x-cold")
+	}
+	b.ReportMetric(composerPrompt*1e6, "composer-cpu-µs/prompt")
+	b.ReportMetric(composerPrompt/brokerCPU, "composer-x-broker")
+	b.ReportMetric(rankerEval*1e6, "ranker-cpu-µs/eval")
+	b.ReportMetric(chEval*1e6, "clickhouse-cpu-µs/eval")
+	b.ReportMetric(selfEval*1e6, "ingest-broker-cpu-µs/eval")
+	b.ReportMetric(rankerEval/brokerCPU, "ranker-x-broker")
+	b.ReportMetric(chEval/brokerCPU, "clickhouse-eval-x-broker")
+	b.ReportMetric(float64(percentile(tenTeams, 0.5).Microseconds())/1000, "10-teams-p50-ms")
+	b.ReportMetric(tournament, "tournament-cpu-s")
+	b.ReportMetric(tournament/n*1e6, "tournament-cpu-µs/prompt")
 	b.ReportMetric(rate, "prompts/s")
 	b.ReportMetric(rate/brokerRate, "rate-vs-broker")
 	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
-	b.ReportMetric(float64(percentile(tenTeams, 0.5).Microseconds())/1000, "10-teams-p50-ms")
-	b.ReportMetric(float64(rssHighWater(composer.cmd.Process.Pid))/1024, "composer-peak-rss-MiB")
+	b.ReportMetric(float64(rssHighWater(composerPid))/1024, "composer-peak-rss-MiB")
+
+	b.Logf("store: %d evaluations (%d executions x %d teams x %d rounds, %s); round %d for %d executions, %d prompts",
+		total, w.stored, teams, rounds, text, rounds+1, len(execs), int(n))
+	b.Logf("broker loop: %.1f µs CPU per message (consume, republish 2 KiB, ack: the in-process server and the loop's client), %.0f msgs/s, p50 %s",
+		brokerCPU*1e6, brokerRate, round(percentile(baseLat, 0.5)))
+	b.Logf("ClickHouse per SELECT 1: %.0f µs CPU (%d over one native connection); idle before the bursts: %.0f ms of CPU per second",
+		selectOne*1e6, selects, chIdle*1000)
+	vsCold := ""
+	if coldClickHouse > 0 {
+		vsCold = fmt.Sprintf("; %.2fx cold's in this run", chPrompt/coldClickHouse)
+	}
+	b.Logf("ClickHouse per prompt: %.0f µs CPU over the burst phase = %.2fx its SELECT 1 = %.1fx the broker loop%s",
+		chPrompt*1e6, chPrompt/selectOne, chPrompt/brokerCPU, vsCold)
+	b.Logf("composer per prompt: %.0f µs CPU = %.1fx the broker loop (beside it: NATS server and this client %.0f µs, ranker %.0f µs; the composer's start cost %.0f ms)",
+		composerPrompt*1e6, composerPrompt/brokerCPU, cpuSelf/n*1e6, cpuRanker/n*1e6, composerStart*1000)
+	b.Logf("ingest per evaluation: ranker %.1f µs CPU = %.2fx the broker loop, ClickHouse %.1f µs = %.2fx, in-process broker and publishing client %.1f µs = %.2fx; %.1f s, %.0f evaluations/s; merges after it and the ticks: %.1f s, %.2f CPU-s",
+		rankerEval*1e6, rankerEval/brokerCPU, chEval*1e6, chEval/brokerCPU, selfEval*1e6, selfEval/brokerCPU,
+		ingestWall.Seconds(), evals/ingestWall.Seconds(), mergeWall.Seconds(), merges)
+	b.Logf("one execution's 10 teams on an idle pipeline: p50 %s, p90 %s over %d executions",
+		round(percentile(tenTeams, 0.5)), round(percentile(tenTeams, 0.9)), len(tenTeams))
+	b.Logf("tournament: %.2f CPU-s, every process = ingest %.2f + merges %.2f + prompts %.2f; %.0f µs per prompt",
+		tournament, sum(ingest), merges, cpuComposer+cpuClickHouse+cpuSelf+cpuRanker, tournament/n*1e6)
+	b.Logf("burst: %.0f prompts/s = %.3f of the broker loop's rate; p50 %s, p99 %s; composer peak RSS %d MiB",
+		rate, rate/brokerRate, round(percentile(lat, 0.5)), round(percentile(lat, 0.99)), rssHighWater(composerPid)/1024)
 	if testing.Verbose() {
-		b.Logf("CPU per prompt: composer %.0fµs, ClickHouse %.0fµs, NATS server and this client %.0fµs; broker loop %.0fµs per message (%.0f msgs/s, p50 %s); ClickHouse idle: %.0f ms of CPU per second",
-			cpuComposer/n*1e6, cpuClickHouse/n*1e6, cpuSelf/n*1e6, brokerCPU*1e6, brokerRate, percentile(baseLat, 0.5), chIdle*1000)
-		b.Logf("store reads: queried %v, shared %v, cached %v; content reads %v", composer.metric(b, `composer_store_reads_total{result="queried"}`),
-			composer.metric(b, `composer_store_reads_total{result="shared"}`), composer.metric(b, `composer_store_reads_total{result="cached"}`),
-			composer.metric(b, "composer_content_read_duration_seconds_count"))
+		b.Logf("store reads: queried %v, shared %v, cached %v; content reads from ClickHouse %v (requests served from the stream %v, from ClickHouse %v)",
+			composer.metric(b, `composer_store_reads_total{result="queried"}`), composer.metric(b, `composer_store_reads_total{result="shared"}`),
+			composer.metric(b, `composer_store_reads_total{result="cached"}`), composer.metric(b, "composer_content_read_duration_seconds_count"),
+			composer.metric(b, `composer_content_reads_total{source="stream"}`), composer.metric(b, `composer_content_reads_total{source="clickhouse"}`))
 		for _, m := range []string{"composer_inputs_wait_seconds", "composer_store_read_duration_seconds", "composer_content_read_duration_seconds", "composer_render_duration_seconds"} {
-			b.Logf("%s mean %.3fms", m, 1000*composer.metric(b, m+"_sum")/composer.metric(b, m+"_count"))
+			if count := composer.metric(b, m+"_count"); count > 0 {
+				b.Logf("%s mean %.3fms", m, 1000*composer.metric(b, m+"_sum")/count)
+			}
 		}
+	}
+	return chPrompt
+}
+
+// tick publishes one evaluation of another execution and waits until the ranker committed it
+// (the committed-th): it moves the sequence every prompt waits for.
+func tick(b *testing.B, e *env, id string, round, committed int) {
+	m := evaluationMessage(b, published{id: id, ev: evaluation("tick", "team-00", "Tick", round, 1, "tick", t0)})
+	e.publishRaw(m.subject, m.id, m.body)
+	waitCommitted(b, e, committed)
+}
+
+// cpuSince starts measuring the CPU time of pids; the function it returns gives each one's CPU
+// seconds since then, in the same order.
+func cpuSince(pids ...int) func() []float64 {
+	before := make([]float64, len(pids))
+	for i, pid := range pids {
+		before[i] = cpuSeconds(pid)
+	}
+	return func() []float64 {
+		d := make([]float64, len(pids))
+		for i, pid := range pids {
+			d[i] = cpuSeconds(pid) - before[i]
+		}
+		return d
+	}
+}
+
+// round keeps a latency's figures that mean something in a log line.
+func round(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+
+func sum(s []float64) float64 {
+	t := 0.0
+	for _, v := range s {
+		t += v
+	}
+	return t
+}
+
+// selectOneCPU is ClickHouse's CPU seconds per `SELECT 1`, n of them one after another over one
+// native connection: what the server spends on a query that reads nothing.
+func selectOneCPU(b *testing.B, e *env, chPid, n int) float64 {
+	b.Helper()
+	ctx := context.Background()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{e.chAddr}, Auth: clickhouse.Auth{Database: e.database}, MaxOpenConns: 1, MaxIdleConns: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	var one uint8
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil { // the handshake, not measured
+		b.Fatal(err)
+	}
+	h0 := cpuSeconds(chPid)
+	for range n {
+		if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return (cpuSeconds(chPid) - h0) / float64(n)
+}
+
+// waitIngested waits until the ranker has committed n evaluations. A large store takes longer
+// than waitCommitted's minute, so it fails only when the ack floor stops moving for a minute.
+func waitIngested(b *testing.B, e *env, n int) {
+	b.Helper()
+	last, moved := uint64(0), time.Now()
+	for {
+		floor := ackFloor(b, e)
+		if floor >= uint64(n) {
+			return
+		}
+		if floor > last {
+			last, moved = floor, time.Now()
+		}
+		if time.Since(moved) > time.Minute {
+			b.Fatalf("ranker committed %d of %d evaluations and no more for a minute", floor, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitMerges waits until ClickHouse has run no merge of the test's database for half a second,
+// at most limit, and returns how long it waited.
+func waitMerges(b *testing.B, e *env, limit time.Duration) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{e.chAddr}, Auth: clickhouse.Auth{Database: e.database}, MaxOpenConns: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	start, quiet := time.Now(), 0
+	for quiet < 5 {
+		var running uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM system.merges WHERE database = '"+e.database+"'").Scan(&running); err != nil {
+			b.Fatal(err)
+		}
+		if quiet++; running > 0 {
+			quiet = 0
+		}
+		if time.Since(start) > limit {
+			b.Logf("ClickHouse still merging after %s; the merges left count in what follows", limit)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// spool writes n messages made by gen to a file and returns a function that yields them back in
+// order, then false. A setup of 200k evaluations (some 750 MB) is thus never held in memory, and
+// it is generated before the ingest is measured: an evaluation of two distinct texts costs this
+// process more CPU to make than the broker spends on a message.
+func spool(b *testing.B, n int, gen func(i int) outgoing) func() (outgoing, bool) {
+	b.Helper()
+	f, err := os.Create(filepath.Join(b.TempDir(), "spool"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	w := bufio.NewWriterSize(f, 1<<20)
+	var head []byte
+	for i := range n {
+		m := gen(i)
+		for _, field := range [][]byte{[]byte(m.id), []byte(m.subject), m.body} {
+			head = binary.AppendUvarint(head[:0], uint64(len(field)))
+			w.Write(head)
+			w.Write(field)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		b.Fatal(err)
+	}
+	r := bufio.NewReaderSize(f, 1<<20)
+	field := func() []byte {
+		size, err := binary.ReadUvarint(r)
+		if err == io.EOF {
+			return nil
+		}
+		p := make([]byte, size)
+		if err == nil {
+			_, err = io.ReadFull(r, p)
+		}
+		if err != nil {
+			b.Fatalf("spool: %v", err)
+		}
+		return p
+	}
+	return func() (outgoing, bool) {
+		id := field()
+		if id == nil {
+			return outgoing{}, false
+		}
+		subject := field()
+		return outgoing{id: string(id), subject: string(subject), body: field()}, true
 	}
 }
