@@ -4,6 +4,10 @@ import (
 	"context"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -11,13 +15,17 @@ import (
 // derived from the request's id alone, so the PROMPTS duplicate window keeps one of them
 // whichever replica answered and however often.
 
+// Each answer carries the trace context of the request's span, which produced it, in its
+// envelope and headers: the orchestrator's model call continues the trace.
+
 func (c *composer) publishComposed(ctx context.Context, out events.PromptComposed) error {
 	id := events.PromptEventID(out.RequestID)
-	body, err := events.Marshal(id, c.source, events.TypePromptComposed, c.now(), out)
+	tc := c.trace.Inject(ctx)
+	body, err := events.MarshalTraced(id, c.source, events.TypePromptComposed, c.now(), out, tc)
 	if err != nil {
 		return err
 	}
-	if _, err := events.Publish(ctx, c.js, events.PromptComposedSubject(out.ExecutionID, out.TeamID), id, body); err != nil {
+	if err := c.publish(ctx, events.PromptComposedSubject(out.ExecutionID, out.TeamID), id, body, tc); err != nil {
 		return err
 	}
 	// Counted for published prompts only, not for renders of POST /v1/render.
@@ -26,7 +34,7 @@ func (c *composer) publishComposed(ctx context.Context, out events.PromptCompose
 	for _, t := range out.Truncated {
 		c.m.truncations.WithLabelValues(t.Section).Inc()
 	}
-	c.log.Debug("prompt composed", "request_id", out.RequestID, "execution_id", out.ExecutionID, "team_id", out.TeamID, "round_number", out.RoundNumber, "tokens", out.TokenEstimate)
+	c.log.DebugContext(ctx, "prompt composed", "request_id", out.RequestID, "execution_id", out.ExecutionID, "team_id", out.TeamID, "round_number", out.RoundNumber, "tokens", out.TokenEstimate)
 	return nil
 }
 
@@ -42,14 +50,24 @@ func (c *composer) publishFailed(ctx context.Context, requestID, exec, team stri
 	}
 	data := events.PromptFailed{RequestID: requestID, ExecutionID: exec, TeamID: team, RoundNumber: round,
 		Code: f.Code, Message: msg, Retryable: f.Retryable}
-	body, err := events.Marshal(id, c.source, events.TypePromptFailed, c.now(), data)
+	tc := c.trace.Inject(ctx)
+	body, err := events.MarshalTraced(id, c.source, events.TypePromptFailed, c.now(), data, tc)
 	if err != nil {
 		return err
 	}
-	if _, err := events.Publish(ctx, c.js, events.PromptFailedSubject(exec, team), id, body); err != nil {
+	if err := c.publish(ctx, events.PromptFailedSubject(exec, team), id, body, tc); err != nil {
 		return err
 	}
 	c.m.requests.WithLabelValues("failed", string(f.Code)).Inc()
-	c.log.Info("prompt failed", "request_id", requestID, "execution_id", exec, "team_id", team, "round_number", round, "code", f.Code, "message", f.Message)
+	c.log.InfoContext(ctx, "prompt failed", "request_id", requestID, "execution_id", exec, "team_id", team, "round_number", round, "code", f.Code, "message", f.Message)
 	return nil
+}
+
+// publish stores an answer in PROMPTS, as a span of the request.
+func (c *composer) publish(ctx context.Context, subject, id string, body []byte, tc events.TraceContext) error {
+	ctx, span := c.trace.Start(ctx, "composer.publish", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.destination.name", subject), attribute.Int("messaging.message.body.size", len(body))))
+	_, err := events.PublishTraced(ctx, c.js, subject, id, body, tc)
+	tracing.End(span, err)
+	return err
 }

@@ -10,6 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/pkg/events"
@@ -40,10 +44,16 @@ func (r *renders) render(ctx context.Context, body []byte) (status int, answer a
 		return http.StatusTooManyRequests, service.Error{Code: "too_many_requests",
 			Message: fmt.Sprintf("%d renders are running (COMPOSER_RENDER_CONCURRENCY); retry shortly", cap(r.slots))}, true
 	}
+	// A render is a request span too, a child of the caller's context (traceparent header).
+	ctx, span := r.c.trace.Start(ctx, "composer.render_request", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
 	req, err := events.ParseRenderRequest(body, r.maxBytes)
 	if err != nil {
+		span.SetAttributes(attribute.String("podium.failure_code", string(events.CodeInvalidRequest)))
 		return failure(&events.Failure{Code: events.CodeInvalidRequest, Message: err.Error()})
 	}
+	span.SetAttributes(attribute.String("podium.execution_id", req.Data.ExecutionID), attribute.String("podium.team_id", req.Data.TeamID),
+		attribute.Int("podium.round_number", req.Data.RoundNumber))
 	at := req.Time
 	if at.IsZero() {
 		at = r.c.now() // the one non-deterministic case, as the contract says
@@ -57,7 +67,10 @@ func (r *renders) render(ctx context.Context, body []byte) (status int, answer a
 	case ctx.Err() != nil:
 		return 0, nil, false
 	case err != nil:
-		return failure(failureOf(err))
+		f := failureOf(err)
+		span.SetAttributes(attribute.String("podium.failure_code", string(f.Code)))
+		span.SetStatus(codes.Error, string(f.Code))
+		return failure(f)
 	}
 	return http.StatusOK, out, true
 }
@@ -83,7 +96,7 @@ func newAPI(rs *renders) http.Handler {
 			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: string(events.CodeInvalidRequest), Message: "read body: " + err.Error()})
 			return
 		}
-		status, answer, ok := rs.render(r.Context(), body)
+		status, answer, ok := rs.render(rs.c.trace.ExtractCarrier(r.Context(), propagation.HeaderCarrier(r.Header)), body)
 		if !ok {
 			return // the client went away (or the service stops): nobody reads an answer
 		}
@@ -105,7 +118,7 @@ const renderSubject = "podium.render"
 func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (micro.Service, error) {
 	handler := micro.HandlerFunc(func(req micro.Request) {
 		go func() { // a render may wait seconds for inputs: the subscription must not
-			status, answer, ok := rs.render(work, req.Data())
+			status, answer, ok := rs.render(rs.c.trace.Extract(work, events.TraceContext{}, nats.Header(req.Headers())), req.Data())
 			if !ok {
 				return
 			}

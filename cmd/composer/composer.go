@@ -10,9 +10,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -22,6 +26,7 @@ type composer struct {
 	log           *slog.Logger
 	js            jetstream.JetStream
 	settler       *settle.Settler
+	trace         *tracing.Tracing
 	probes        *commitProbes
 	reads         *storeReads
 	contents      *streamContent
@@ -43,11 +48,19 @@ var errStore = errors.New("store unavailable")
 type sharedReads struct{ c *composer }
 
 func (r sharedReads) Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
-	return r.c.reads.get(ctx, executionID, seq)
+	ctx, span := r.c.trace.Start(ctx, "composer.read_scores", trace.WithAttributes(attribute.String("podium.execution_id", executionID),
+		attribute.Int64("podium.evaluations_seq", int64(seq))))
+	evs, err := r.c.reads.get(ctx, executionID, seq)
+	tracing.End(span, err)
+	return evs, err
 }
 
 func (r sharedReads) Content(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error) {
-	return r.c.contents.get(ctx, key, from, before, refs)
+	ctx, span := r.c.trace.Start(ctx, "composer.read_content", trace.WithAttributes(attribute.Int("podium.evaluations", len(refs)),
+		attribute.Int("podium.from_round", from)))
+	c, err := r.c.contents.get(ctx, key, from, before, refs)
+	tracing.End(span, err)
+	return c, err
 }
 
 // storeError marks a failed read as errStore, unless the caller went away.
@@ -101,7 +114,15 @@ func (c *composer) handle(ctx context.Context, msg jetstream.Msg) settle.Outcome
 		return settle.Reject("message without JetStream metadata: " + err.Error())
 	}
 	req, err := events.ParseRoundRequest(msg.Subject(), msg.Data(), c.maxBytes)
+	// One span per request, a child of the orchestrator's: its trace continues to the model call.
+	ctx, span := c.trace.Start(c.trace.Extract(ctx, req.Trace, msg.Headers()), "composer.request", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("podium.request_id", req.ID), attribute.String("podium.execution_id", req.Data.ExecutionID),
+			attribute.String("podium.team_id", req.Data.TeamID), attribute.Int("podium.round_number", req.Data.RoundNumber),
+			attribute.Int64("podium.delivery", int64(md.NumDelivered))))
+	defer span.End()
 	if err != nil {
+		span.SetAttributes(attribute.String("podium.failure_code", string(events.CodeInvalidRequest)))
+		span.SetStatus(codes.Error, string(events.CodeInvalidRequest))
 		return c.reject(ctx, msg, md, req, err)
 	}
 	// Waiting and rendering may take long: the broker must not hand the request to another
@@ -126,6 +147,8 @@ func (c *composer) handle(ctx context.Context, msg jetstream.Msg) settle.Outcome
 		return settle.RetryLater(ctx.Err())
 	}
 	f := failureOf(err)
+	span.SetAttributes(attribute.String("podium.failure_code", string(f.Code)))
+	span.SetStatus(codes.Error, string(f.Code))
 	if f.Code == events.CodeStoreUnavailable && int(md.NumDelivered) < c.maxDeliver {
 		return settle.RetryLater(err) // the store may come back; the last delivery answers
 	}
@@ -171,11 +194,14 @@ func (c *composer) reject(ctx context.Context, msg jetstream.Msg, md *jetstream.
 // within renderTimeout. It returns ctx's error when ctx ends first.
 func (c *composer) compose(ctx context.Context, requestID string, req events.RoundRequested, at time.Time, asOf *uint64) (events.PromptComposed, error) {
 	waitStart := time.Now()
-	seq, err := c.waitForInputs(ctx, asOf)
+	wctx, wait := c.trace.Start(ctx, "composer.inputs_wait")
+	seq, err := c.waitForInputs(wctx, asOf)
+	wait.SetAttributes(attribute.Int64("podium.evaluations_seq", int64(seq)))
+	tracing.End(wait, err)
 	if err != nil {
 		return events.PromptComposed{}, err
 	}
-	c.m.inputsWait.Observe(time.Since(waitStart).Seconds())
+	tracing.Observe(ctx, c.m.inputsWait, time.Since(waitStart).Seconds())
 
 	// The reads are shared: one read of an execution's scores serves every team of a round, and
 	// the teams asking meanwhile have their own content read together (sharedReads).
@@ -185,10 +211,20 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 		return events.PromptComposed{}, storeError(ctx, err)
 	}
 	renderStart := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, c.renderTimeout)
+	sctx, span := c.trace.Start(ctx, "composer.render")
+	rctx, cancel := context.WithTimeout(sctx, c.renderTimeout)
 	defer cancel()
 	out, err := lib.Compose(rctx, in)
-	c.m.renderDuration.Observe(time.Since(renderStart).Seconds())
+	tracing.Observe(sctx, c.m.renderDuration, time.Since(renderStart).Seconds())
+	if err == nil {
+		// On the render and on the request: what an operator looks for first.
+		attrs := []attribute.KeyValue{attribute.String("podium.template", out.Template.Name+"@"+strconv.Itoa(out.Template.Version)),
+			attribute.Int("podium.token_estimate", out.TokenEstimate), attribute.String("podium.token_encoding", out.TokenEncoding),
+			attribute.Int("podium.truncations", len(out.Truncated)), attribute.StringSlice("podium.truncated_sections", truncatedSections(out))}
+		span.SetAttributes(attrs...)
+		trace.SpanFromContext(ctx).SetAttributes(attrs...)
+	}
+	tracing.End(span, err)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return events.PromptComposed{}, events.Failf(events.CodeBudgetExceeded, "rendering took longer than COMPOSER_RENDER_TIMEOUT (%s)", c.renderTimeout)
 	}
@@ -196,7 +232,15 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 		return events.PromptComposed{}, err
 	}
 	if out.Template.Fallback {
-		c.log.Warn("model variant failed; composed with the base template", "request_id", requestID, "template", out.Template.Name, "variant", out.Template.Variant, "model", req.Model)
+		c.log.WarnContext(ctx, "model variant failed; composed with the base template", "request_id", requestID, "template", out.Template.Name, "variant", out.Template.Variant, "model", req.Model)
 	}
 	return out, nil
+}
+
+func truncatedSections(out events.PromptComposed) []string {
+	s := make([]string, len(out.Truncated))
+	for i, t := range out.Truncated {
+		s[i] = t.Section
+	}
+	return s
 }

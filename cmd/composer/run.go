@@ -97,6 +97,7 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		log:           base.Log,
 		js:            base.JS,
 		settler:       settle.New(base.JS, base.Log, base.Reg, "composer"),
+		trace:         base.Trace,
 		probes:        &commitProbes{js: base.JS, timeout: 5 * time.Second},
 		reads:         newStoreReads(st.Scores, cfg.ReadCacheTTL, maxKeptBytes, m),
 		contents:      &streamContent{js: base.JS, maxBytes: cfg.MaxEventBytes, fallback: newContentReads(st.Contents, m).get, m: m},

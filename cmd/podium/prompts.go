@@ -26,8 +26,9 @@ import (
 
 // record is one prompt.composed read back from the PROMPTS audit stream.
 type record struct {
-	seq  uint64
-	data events.PromptComposed
+	seq   uint64
+	data  events.PromptComposed
+	trace string // the envelope's traceparent: the composer's span that made it
 }
 
 // records reads the prompt.composed records of a subject filter from the PROMPTS stream, oldest
@@ -62,7 +63,7 @@ func records(ctx context.Context, js jetstream.JetStream, filter string) ([]reco
 			if err := dec.Decode(&pc); err != nil {
 				return nil, fmt.Errorf("record %s: %w", msg.Subject(), err)
 			}
-			out = append(out, record{seq: md.Sequence.Stream, data: pc})
+			out = append(out, record{seq: md.Sequence.Stream, data: pc, trace: env.TraceParent})
 		}
 		if n == 0 {
 			break
@@ -79,6 +80,15 @@ func (e *env) records(ctx context.Context, filter string) ([]record, error) {
 		return nil, err
 	}
 	return records(ctx, js, filter)
+}
+
+// traceIDs are the trace and span ids of a W3C traceparent (version-trace-span-flags).
+func traceIDs(traceparent string) (trace, span string, ok bool) {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || len(parts[2]) != 16 {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
 }
 
 // teamRound reads EXEC TEAM ROUND.
@@ -131,6 +141,9 @@ func promptsShow(fs *flag.FlagSet) func(context.Context, *env) error {
 			d.RequestID, d.Template.Name, d.Template.Version, d.Template.SHA256, d.TokenEstimate, d.TokenEncoding, d.Inputs.EvaluationsSeq)
 		for _, t := range d.Truncated {
 			fmt.Fprintf(e.out, "cut: %s: %s\n", t.Section, t.Detail)
+		}
+		if id, span, ok := traceIDs(r.trace); ok {
+			fmt.Fprintf(e.out, "trace %s (composed by span %s)\n", id, span)
 		}
 		fmt.Fprintf(e.out, "sha256 %s\n\n%s\n", d.PromptSHA256, d.Prompt)
 		return nil

@@ -3,43 +3,51 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // announcer collects the executions committed batches touched until the announcer goroutine
 // takes them, so a burst of batches costs one leaderboard read per execution, not one per batch.
+// Each execution remembers the span of the last batch that committed it: its leaderboard.updated
+// continues that trace.
 type announcer struct {
 	mu      sync.Mutex
-	pending map[string]bool
+	pending map[string]trace.SpanContext
 	wake    chan struct{}
 	done    chan struct{} // closed by close, to cut the pause between rounds short
 	closed  bool
 }
 
 func newAnnouncer() *announcer {
-	return &announcer{pending: map[string]bool{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &announcer{pending: map[string]trace.SpanContext{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-func (a *announcer) add(recs []rank.Record) {
-	ids := make([]string, len(recs))
-	for i, rec := range recs {
-		ids[i] = rec.ExecutionID
+// add marks the executions of recs, committed by the batch whose span is sc.
+func (a *announcer) add(sc trace.SpanContext, recs []rank.Record) {
+	ids := make(map[string]trace.SpanContext, len(recs))
+	for _, rec := range recs {
+		ids[rec.ExecutionID] = sc
 	}
 	a.addIDs(ids)
 }
 
-func (a *announcer) addIDs(ids []string) {
+func (a *announcer) addIDs(ids map[string]trace.SpanContext) {
 	if len(ids) == 0 {
 		return
 	}
 	a.mu.Lock()
-	for _, id := range ids {
-		a.pending[id] = true
+	for id, sc := range ids {
+		a.pending[id] = sc
 	}
 	a.mu.Unlock()
 	select {
@@ -59,16 +67,13 @@ func (a *announcer) close() {
 	}
 }
 
-// take returns the executions to announce, sorted, and whether more may come.
-func (a *announcer) take() ([]string, bool) {
+// take returns the executions to announce with the span of the batch that committed each, and
+// whether more may come.
+func (a *announcer) take() (map[string]trace.SpanContext, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ids := make([]string, 0, len(a.pending))
-	for id := range a.pending {
-		ids = append(ids, id)
-	}
-	clear(a.pending)
-	slices.Sort(ids)
+	ids := a.pending
+	a.pending = map[string]trace.SpanContext{}
 	return ids, !a.closed
 }
 
@@ -83,16 +88,16 @@ func (r *ranker) announce(ctx context.Context, a *announcer) {
 	for {
 		<-a.wake
 		ids, open := a.take()
-		var failed []string
+		failed := map[string]trace.SpanContext{}
 		if len(ids) > 0 {
 			failed = r.publishBoards(ctx, ids)
 		}
 		if !open {
 			if ids, _ := a.take(); len(ids) > 0 {
-				failed = append(failed, r.publishBoards(ctx, ids)...)
+				maps.Copy(failed, r.publishBoards(ctx, ids))
 			}
 			if len(failed) > 0 {
-				r.log.Error("leaderboard.updated not published before stopping", "executions", failed)
+				r.log.Error("leaderboard.updated not published before stopping", "executions", slices.Sorted(maps.Keys(failed)))
 			}
 			return
 		}
@@ -111,26 +116,34 @@ func (r *ranker) announce(ctx context.Context, a *announcer) {
 }
 
 // publishBoards announces the executions' current leaderboards and returns those it could not.
-func (r *ranker) publishBoards(ctx context.Context, ids []string) (failed []string) {
+// Each announcement is a span, child of the batch that committed the execution last, and the
+// event carries its context.
+func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.SpanContext) (failed map[string]trace.SpanContext) {
+	ids := slices.Sorted(maps.Keys(batches))
+	failed = map[string]trace.SpanContext{}
 	start := time.Now()
 	boards, err := r.store.Leaderboards(ctx, ids, events.Desc, rank.Everything())
 	r.m.leaderboardQuery.Observe(time.Since(start).Seconds())
 	if err != nil {
 		r.m.clickhouseErrors.WithLabelValues("query").Inc()
 		r.log.Warn("leaderboard read for leaderboard.updated failed; will retry", "executions", len(ids), "error", err)
-		return ids
+		return batches
 	}
 	for _, id := range ids {
 		b := boards[id]
+		sctx, span := r.trace.Start(trace.ContextWithSpanContext(ctx, batches[id]), "ranker.announce", trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("podium.execution_id", id), attribute.Int64("podium.evaluations_seq", int64(b.Seq))))
 		data := events.LeaderboardUpdated{ExecutionID: id, Leaderboard: b.Rows, EvaluationsSeq: b.Seq}
 		evID := events.DerivedID("leaderboard", id, fmt.Sprint(b.Seq))
-		body, err := events.Marshal(evID, r.source, events.TypeLeaderboardUpdated, r.now(), data)
+		tc := r.trace.Inject(sctx)
+		body, err := events.MarshalTraced(evID, r.source, events.TypeLeaderboardUpdated, r.now(), data, tc)
 		if err == nil {
-			_, err = events.Publish(ctx, r.js, events.LeaderboardSubject(id), evID, body)
+			_, err = events.PublishTraced(sctx, r.js, events.LeaderboardSubject(id), evID, body, tc)
 		}
+		tracing.End(span, err)
 		if err != nil {
-			r.log.Warn("leaderboard.updated not published; will retry", "execution_id", id, "error", err)
-			failed = append(failed, id)
+			r.log.WarnContext(sctx, "leaderboard.updated not published; will retry", "execution_id", id, "error", err)
+			failed[id] = batches[id]
 			continue
 		}
 		r.m.leaderboardsSent.Inc()

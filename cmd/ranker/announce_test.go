@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -33,12 +37,16 @@ func TestAnnounceRetriesUntilPublished(t *testing.T) {
 
 	ns := testenv.NATS(t)
 	_, js := testenv.JetStream(t, ns)
+	tr, err := tracing.Setup(ctx, "ranker", prometheus.NewRegistry()) // no OTEL_ endpoint: a no-op tracer
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, store: st, m: newMetrics(prometheus.NewRegistry()),
-		source: "ranker/test", announceInterval: 10 * time.Millisecond, now: time.Now}
+		trace: tr, source: "ranker/test", announceInterval: 10 * time.Millisecond, now: time.Now}
 	ann := newAnnouncer()
 	done := make(chan struct{})
 	go func() { defer close(done); r.announce(context.Background(), ann) }()
-	ann.add(recs)
+	ann.add(trace.SpanContext{}, recs)
 
 	time.Sleep(1500 * time.Millisecond) // at least one failed round
 	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamLeaderboards); err != nil {
@@ -79,11 +87,11 @@ func TestAnnounceRetriesUntilPublished(t *testing.T) {
 // TestAnnouncerCoalesces: executions added between two takes are announced once, sorted.
 func TestAnnouncerCoalesces(t *testing.T) {
 	a := newAnnouncer()
-	a.addIDs([]string{"b", "a"})
-	a.addIDs([]string{"a", "c"})
+	a.addIDs(map[string]trace.SpanContext{"b": {}, "a": {}})
+	a.addIDs(map[string]trace.SpanContext{"a": {}, "c": {}})
 	ids, open := a.take()
-	if want := []string{"a", "b", "c"}; !open || len(ids) != 3 || ids[0] != want[0] || ids[1] != want[1] || ids[2] != want[2] {
-		t.Errorf("take = %v, %v; want %v, open", ids, open, want)
+	if got, want := slices.Sorted(maps.Keys(ids)), []string{"a", "b", "c"}; !open || !slices.Equal(got, want) {
+		t.Errorf("take = %v, %v; want %v, open", got, open, want)
 	}
 	a.close()
 	if ids, open := a.take(); open || len(ids) != 0 {

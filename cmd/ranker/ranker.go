@@ -11,8 +11,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -34,6 +38,7 @@ type ranker struct {
 	log           *slog.Logger
 	js            jetstream.JetStream
 	settler       *settle.Settler
+	trace         *tracing.Tracing
 	store         store
 	m             *metrics
 	source        string
@@ -77,8 +82,8 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, co
 	go func() {
 		defer close(committed)
 		for b := range batches {
-			if r.commit(work, b) {
-				ann.add(b.recs)
+			if sc, ok := r.commit(work, b); ok {
+				ann.add(sc, b.recs)
 			}
 		}
 	}()
@@ -146,10 +151,12 @@ func (r *ranker) fill(stop context.Context, it jetstream.MessagesContext, first 
 	return batch
 }
 
-// batch is a parsed batch: the rows to write and the messages to ack once they are written.
+// batch is a parsed batch: the rows to write, the messages to ack once they are written, and
+// the trace context of each evaluation that carried one, which the batch's span links to.
 type batch struct {
-	recs []rank.Record
-	keep []jetstream.Msg
+	recs  []rank.Record
+	keep  []jetstream.Msg
+	links []trace.Link
 }
 
 // parse reads a batch; invalid events go to the settler as poison at once, and repeats of an
@@ -170,6 +177,9 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg) batch {
 			continue
 		}
 		b.keep = append(b.keep, msg)
+		if sc := trace.SpanContextFromContext(r.trace.Extract(ctx, ev.Trace, msg.Headers())); sc.IsValid() {
+			b.links = append(b.links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("podium.evaluation_id", ev.ID)}})
+		}
 		if seen[ev.ID] {
 			r.m.events.WithLabelValues("duplicate").Inc()
 			continue
@@ -181,18 +191,25 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg) batch {
 }
 
 // commit writes a batch and acks its messages only after ClickHouse has the rows. It returns
-// false when the batch was given back for redelivery instead.
-func (r *ranker) commit(ctx context.Context, b batch) bool {
+// false when the batch was given back for redelivery instead. The batch is one span (a root:
+// it serves many traces), linked to every evaluation's context, the insert its child.
+func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) {
+	ctx, span := r.trace.Start(ctx, "ranker.commit", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(b.links...),
+		trace.WithAttributes(attribute.Int("podium.batch_size", len(b.recs)), attribute.Int("podium.messages", len(b.keep))))
+	defer span.End()
 	if len(b.recs) > 0 {
 		alive := settle.KeepAlive(r.ackWait/3, b.keep...) // an insert may wait on ClickHouse for long
-		err := r.insert(ctx, b.recs)
+		ictx, ispan := r.trace.Start(ctx, "clickhouse.insert", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.Int("db.rows", len(b.recs))))
+		err := r.insert(ictx, b.recs)
+		tracing.End(ispan, err)
 		alive()
 		if err != nil {
-			r.log.Warn("gave up a batch at shutdown; it will be redelivered", "rows", len(b.recs))
+			span.SetStatus(codes.Error, "given back for redelivery")
+			r.log.WarnContext(ctx, "gave up a batch at shutdown; it will be redelivered", "rows", len(b.recs))
 			for _, msg := range b.keep {
 				r.settler.Settle(ctx, msg, settle.RetryLater(err))
 			}
-			return false
+			return span.SpanContext(), false
 		}
 	}
 	// The rows are stored; a redelivery of an ack that is lost is harmless: writes are idempotent.
@@ -200,7 +217,7 @@ func (r *ranker) commit(ctx context.Context, b batch) bool {
 		r.settler.Settle(ctx, msg, settle.Ack())
 	}
 	r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
-	return true
+	return span.SpanContext(), true
 }
 
 // A quorum insert refused because another one is still being confirmed is retried after a
@@ -238,7 +255,7 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 		}
 		busySince, busyWait = time.Time{}, quorumBusyFirst
 		if err == nil {
-			r.m.insertDuration.Observe(time.Since(start).Seconds())
+			tracing.Observe(ctx, r.m.insertDuration, time.Since(start).Seconds())
 			r.m.batchSize.Observe(float64(len(recs)))
 			r.quorumLost.Store(false)
 			if r.insertFails.Swap(false) {
@@ -254,9 +271,9 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 			// the retry is harmless (block deduplication, and reads collapse copies of an id).
 			r.quorumLost.Store(true)
 			r.m.quorumFailures.Inc()
-			r.log.Warn("clickhouse replicas did not confirm the insert; holding the batch unacknowledged", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
+			r.log.WarnContext(ctx, "clickhouse replicas did not confirm the insert; holding the batch unacknowledged", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
 		} else {
-			r.log.Warn("clickhouse insert failed, will retry", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
+			r.log.WarnContext(ctx, "clickhouse insert failed, will retry", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
 		}
 		select {
 		case <-ctx.Done():

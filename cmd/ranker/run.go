@@ -79,6 +79,7 @@ func newRanker(base *service.Base, cfg *config, st *rank.Store) *ranker {
 		log:       base.Log,
 		js:        base.JS,
 		settler:   settle.New(base.JS, base.Log, base.Reg, "ranker"),
+		trace:     base.Trace,
 		store:     st,
 		m:         newMetrics(base.Reg),
 		source:    base.Source,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -195,7 +196,8 @@ const usageFormat = `VARIABLE	DEFAULT	MEANING
 {{end}}`
 
 // NewLogger returns the JSON logger every line of a service goes through.
+// Lines logged with a context inside a span carry its trace_id and span_id.
 func NewLogger(w io.Writer, level LogLevel, serviceName string) *slog.Logger {
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.Level(level)})
-	return slog.New(h).With("service", serviceName)
+	return slog.New(tracing.LogHandler(h)).With("service", serviceName)
 }

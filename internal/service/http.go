@@ -42,7 +42,8 @@ func Listen(base context.Context, addr string, lim HTTPLimits, api http.Handler,
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	// OpenMetrics when the scraper asks for it: only that format carries exemplars (trace ids).
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -68,6 +69,7 @@ type Base struct {
 	Reg    *prometheus.Registry
 	NC     *nats.Conn
 	JS     jetstream.JetStream
+	Trace  *tracing.Tracing // OTEL_*: spans joined to the orchestrator's trace, exported or not
 
 	common    *Common
 	consuming atomic.Bool
@@ -95,7 +97,12 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	host, _ := os.Hostname()
-	b := &Base{Name: name, Source: name + "/" + host, Log: log, Reg: reg, NC: nc, JS: js, common: c}
+	tr, err := tracing.Setup(ctx, name, reg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	b := &Base{Name: name, Source: name + "/" + host, Log: log, Reg: reg, NC: nc, JS: js, Trace: tr, common: c}
 	b.ready = promauto.With(reg).NewGauge(prometheus.GaugeOpts{Namespace: name, Name: "ready",
 		Help: "1 when the service is ready (the checks of /readyz pass), else 0."})
 	return b, nil
@@ -187,6 +194,9 @@ func (b *Base) Run(ctx context.Context, s Serving) error {
 	}
 	if err := <-httpErr; err != nil {
 		errs = append(errs, err)
+	}
+	if err := b.Trace.Shutdown(shutCtx); err != nil {
+		b.Log.Warn("trace export at shutdown failed", "error", err)
 	}
 	cancelWork()
 	b.Log.Info(b.Name + " stopped")

@@ -38,7 +38,10 @@ type envelope[D any] struct {
 	Type            string `json:"type"`
 	Time            string `json:"time"`
 	DataContentType string `json:"datacontenttype,omitempty"`
-	Data            D      `json:"data"`
+	// The CloudEvents distributed-tracing extension: W3C trace context of the producing span.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+	Data        D      `json:"data"`
 }
 
 // Meta is the validated part of an incoming envelope that handlers need.
@@ -46,8 +49,23 @@ type Meta struct {
 	ID     string
 	Source string
 	Type   string
-	Time   time.Time // with the offset the producer sent
+	Time   time.Time    // with the offset the producer sent
+	Trace  TraceContext // as the envelope carries it, unchecked: a malformed one is ignored, never refused
 }
+
+// TraceContext is W3C trace context as events carry it (CONTRACT section 1): the CloudEvents
+// distributed-tracing attributes traceparent and tracestate in the envelope, and the same names
+// as NATS headers. The envelope wins when both are present.
+type TraceContext struct {
+	Parent string // traceparent: version-traceid-parentid-flags
+	State  string // tracestate: vendor entries
+}
+
+// NATS header names of trace context (W3C Trace Context).
+const (
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)
 
 // Evaluation is a validated evaluation.completed event.
 type Evaluation struct {

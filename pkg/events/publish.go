@@ -65,6 +65,11 @@ func checkSize(js jetstream.JetStream, msg *nats.Msg) error {
 // Marshal builds a structured-mode CloudEvent around data. Times are written in UTC with
 // microsecond precision, the precision the whole pipeline compares at.
 func Marshal(id, source, eventType string, t time.Time, data any) ([]byte, error) {
+	return MarshalTraced(id, source, eventType, t, data, TraceContext{})
+}
+
+// MarshalTraced is Marshal with the trace context of the span that produced the event.
+func MarshalTraced(id, source, eventType string, t time.Time, data any, tc TraceContext) ([]byte, error) {
 	// Data as a value: encoded in one pass, not encoded and then compacted again as a
 	// json.RawMessage would be (a prompt.composed body is several KiB).
 	env := envelope[any]{
@@ -74,6 +79,8 @@ func Marshal(id, source, eventType string, t time.Time, data any) ([]byte, error
 		Type:            eventType,
 		Time:            t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano),
 		DataContentType: "application/json",
+		TraceParent:     tc.Parent,
+		TraceState:      tc.State,
 		Data:            data,
 	}
 	b, err := json.Marshal(env)
@@ -101,10 +108,21 @@ func PromptEventID(requestID string) string { return DerivedID("prompt", request
 // stream, and waits for the stream's acknowledgement. A message over the server's max payload
 // is refused with a *TooLargeError without being sent.
 func Publish(ctx context.Context, js jetstream.JetStream, subject, id string, body []byte) (*jetstream.PubAck, error) {
+	return PublishTraced(ctx, js, subject, id, body, TraceContext{})
+}
+
+// PublishTraced is Publish with trace context in the headers too (the body carries it already).
+func PublishTraced(ctx context.Context, js jetstream.JetStream, subject, id string, body []byte, tc TraceContext) (*jetstream.PubAck, error) {
 	msg := nats.NewMsg(subject)
 	msg.Data = body
 	msg.Header.Set("Content-Type", ContentType)
 	msg.Header.Set(nats.MsgIdHdr, id)
+	if tc.Parent != "" {
+		msg.Header[HeaderTraceParent] = []string{tc.Parent}
+		if tc.State != "" {
+			msg.Header[HeaderTraceState] = []string{tc.State}
+		}
+	}
 	if err := checkSize(js, msg); err != nil {
 		return nil, err
 	}

@@ -269,6 +269,10 @@ func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int)
 			c.add("datacontenttype", fmt.Sprintf("must be \"application/json\" when present, got %s", Quote(v)))
 		}
 	}
+	// Trace context is taken as it is: a malformed or non-string value is ignored downstream,
+	// never a reason to refuse the event (CONTRACT section 1).
+	meta.Trace.Parent, _ = m["traceparent"].(string)
+	meta.Trace.State, _ = m["tracestate"].(string)
 	data := c.object(m, "", "data", true)
 	return meta, data
 }
