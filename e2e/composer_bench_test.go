@@ -237,21 +237,24 @@ func BenchmarkComposerPipeline(b *testing.B) {
 	}
 	// cold-10x's ClickHouse CPU per prompt is compared with cold's of the same process run: the
 	// question is whether a ten times larger store costs a prompt more.
-	var coldClickHouse float64
+	// cold-traced's composer CPU per prompt is compared with cold's: the cost of tracing every
+	// request (100% sampling, exported over OTLP/HTTP to a receiver in this process).
+	var cold perPrompt
 	for _, w := range []workload{
 		{name: "cold", stored: 400, composed: 200, cold: true},
+		{name: "cold-traced", stored: 400, composed: 200, cold: true, traced: true},
 		{name: "cold-10x", stored: 4000, composed: 200, cold: true},
 		{name: "warm", stored: 200, composed: 200},
 	} {
 		w.stored, w.composed = max(1, w.stored/scale), max(1, w.composed/scale)
 		b.Run(w.name, func(b *testing.B) {
-			ref := 0.0
-			if w.name == "cold-10x" {
-				ref = coldClickHouse
+			ref := perPrompt{}
+			if w.name != "cold" && w.cold {
+				ref = cold
 			}
-			perPrompt := benchmarkPipeline(b, w, ref)
+			got := benchmarkPipeline(b, w, ref)
 			if w.name == "cold" {
-				coldClickHouse = perPrompt
+				cold = got
 			}
 		})
 	}
@@ -263,11 +266,25 @@ type workload struct {
 	name             string
 	stored, composed int
 	cold             bool // a distinct text for every submission and feedback
+	traced           bool // every span of the ranker and the composer sampled and exported
 }
 
-// benchmarkPipeline runs one workload and returns ClickHouse's CPU seconds per prompt. Given
-// coldClickHouse (cold's figure), it reports this one as a multiple of it.
-func benchmarkPipeline(b *testing.B, w workload, coldClickHouse float64) float64 {
+// perPrompt is CPU seconds per prompt of ClickHouse and of the composer.
+type perPrompt struct{ clickhouse, composer float64 }
+
+// benchmarkPipeline runs one workload and returns its CPU per prompt. Given cold's figures, it
+// reports ClickHouse's (cold-10x) or the composer's (cold-traced) as a multiple of them.
+func benchmarkPipeline(b *testing.B, w workload, cold perPrompt) perPrompt {
+	coldClickHouse := 0.0
+	if !w.traced {
+		coldClickHouse = cold.clickhouse
+	}
+	var tracingEnv []string
+	var sink *otlpSink
+	if w.traced {
+		sink = startOTLPSink(b)
+		tracingEnv = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + sink.addr, "OTEL_TRACES_SAMPLER=always_on"}
+	}
 	e := newEnv(b)
 	ctx := context.Background()
 	const teams, rounds, workers, selects = 10, 5, 32, 2000
@@ -310,7 +327,7 @@ func benchmarkPipeline(b *testing.B, w workload, coldClickHouse float64) float64
 	// The ingest, from the first publish until the ranker committed the last evaluation. This
 	// process holds the in-process server and the publishing client: their CPU is a figure of its
 	// own beside the ranker's and ClickHouse's.
-	ranker := e.start("ranker", "LOG_LEVEL=warn")
+	ranker := e.start("ranker", append([]string{"LOG_LEVEL=warn"}, tracingEnv...)...)
 	rankerPid := ranker.cmd.Process.Pid
 	ingested := cpuSince(rankerPid, chPid, self)
 	start := time.Now()
@@ -330,7 +347,7 @@ func benchmarkPipeline(b *testing.B, w workload, coldClickHouse float64) float64
 	}
 	settle()
 
-	composer := e.start("composer", "LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true", os.Getenv("BENCH_COMPOSER_ENV"))
+	composer := e.start("composer", append([]string{"LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true", os.Getenv("BENCH_COMPOSER_ENV")}, tracingEnv...)...)
 	composerPid := composer.cmd.Process.Pid
 	composerStart := cpuSeconds(composerPid)
 
@@ -413,6 +430,9 @@ func benchmarkPipeline(b *testing.B, w workload, coldClickHouse float64) float64
 	if coldClickHouse > 0 {
 		b.ReportMetric(chPrompt/coldClickHouse, "clickhouse-prompt-x-cold")
 	}
+	if w.traced && cold.composer > 0 {
+		b.ReportMetric(composerPrompt/cold.composer, "composer-x-untraced")
+	}
 	b.ReportMetric(composerPrompt*1e6, "composer-cpu-µs/prompt")
 	b.ReportMetric(composerPrompt/brokerCPU, "composer-x-broker")
 	b.ReportMetric(rankerEval*1e6, "ranker-cpu-µs/eval")
@@ -452,6 +472,11 @@ func benchmarkPipeline(b *testing.B, w workload, coldClickHouse float64) float64
 		tournament, sum(ingest), merges, cpuComposer+cpuClickHouse+cpuSelf+cpuRanker, tournament/n*1e6)
 	b.Logf("burst: %.0f prompts/s = %.3f of the broker loop's rate; p50 %s, p99 %s; composer peak RSS %d MiB",
 		rate, rate/brokerRate, round(percentile(lat, 0.5)), round(percentile(lat, 0.99)), rssHighWater(composerPid)/1024)
+	if w.traced {
+		spans, requests := sink.counts()
+		b.Logf("tracing every request: composer %.0f µs CPU per prompt = %.3fx cold's untraced %.0f µs; %d spans exported in %d OTLP requests",
+			composerPrompt*1e6, composerPrompt/cold.composer, cold.composer*1e6, spans, requests)
+	}
 	if testing.Verbose() {
 		b.Logf("store reads: queried %v, shared %v, cached %v; content reads from ClickHouse %v (requests served from the stream %v, from ClickHouse %v)",
 			composer.metric(b, `composer_store_reads_total{result="queried"}`), composer.metric(b, `composer_store_reads_total{result="shared"}`),
@@ -463,7 +488,7 @@ func benchmarkPipeline(b *testing.B, w workload, coldClickHouse float64) float64
 			}
 		}
 	}
-	return chPrompt
+	return perPrompt{clickhouse: chPrompt, composer: composerPrompt}
 }
 
 // tick publishes one evaluation of another execution and waits until the ranker committed it
