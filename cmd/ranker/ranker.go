@@ -259,7 +259,7 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 			r.m.batchSize.Observe(float64(len(recs)))
 			r.quorumLost.Store(false)
 			if r.insertFails.Swap(false) {
-				r.log.Info("clickhouse insert recovered", "attempts", attempt)
+				r.log.InfoContext(ctx, "clickhouse insert recovered", "attempts", attempt)
 			}
 			return nil
 		}

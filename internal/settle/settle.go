@@ -87,14 +87,14 @@ func (s *Settler) Settle(ctx context.Context, msg jetstream.Msg, o Outcome) {
 	case Done:
 		if err := msg.Ack(); err != nil {
 			// Every sink is idempotent, so a redelivery of a handled message changes nothing.
-			s.log.Warn("ack failed", "subject", msg.Subject(), "error", err)
+			s.log.WarnContext(ctx, "ack failed", "subject", msg.Subject(), "error", err)
 		}
 	case Retry:
 		delivery := uint64(1)
 		if md, err := msg.Metadata(); err == nil {
 			delivery = md.NumDelivered
 		}
-		s.log.Warn("message will be redelivered", "subject", msg.Subject(), "delivery", delivery, "error", o.Why)
+		s.log.WarnContext(ctx, "message will be redelivered", "subject", msg.Subject(), "delivery", delivery, "error", o.Why)
 		_ = msg.NakWithDelay(Backoff(delivery))
 	case Poison:
 		s.deadLetter(ctx, msg, o.Why)
@@ -106,7 +106,7 @@ func (s *Settler) deadLetter(ctx context.Context, msg jetstream.Msg, reason stri
 	var err error
 	for try := 1; try <= deadLetterTries; try++ {
 		if err = events.DeadLetter(ctx, s.js, msg, reason); err == nil {
-			s.log.Warn("dead-lettered", "subject", msg.Subject(), "reason", reason)
+			s.log.WarnContext(ctx, "dead-lettered", "subject", msg.Subject(), "reason", reason)
 			return
 		}
 		if try == deadLetterTries {
@@ -119,7 +119,7 @@ func (s *Settler) deadLetter(ctx context.Context, msg jetstream.Msg, reason stri
 		}
 	}
 	s.lost.Inc()
-	s.log.Error("dead letter failed; terminating the poison message anyway so it holds nothing up",
+	s.log.ErrorContext(ctx, "dead letter failed; terminating the poison message anyway so it holds nothing up",
 		"subject", msg.Subject(), "reason", reason, "error", err)
 }
 

@@ -141,7 +141,7 @@ func (rs *replicaSet) readFrom(ctx context.Context, need int, q func(driver.Conn
 		if len(rs.replicas) > 1 {
 			r.failovers.Add(1)
 			r.downUntil.Store(rs.now().Add(downFor).UnixNano())
-			rs.log.Warn("clickhouse read failed on a replica, trying another", "replica", r.addr, "error", err)
+			rs.log.WarnContext(ctx, "clickhouse read failed on a replica, trying another", "replica", r.addr, "error", err)
 		}
 	}
 	if len(rs.replicas) == 1 {
@@ -168,7 +168,7 @@ func (rs *replicaSet) write(ctx context.Context, w func(driver.Conn) error) erro
 			return err
 		}
 		if n > 1 {
-			rs.log.Warn("clickhouse write failed on a replica, trying another", "replica", r.addr, "error", err)
+			rs.log.WarnContext(ctx, "clickhouse write failed on a replica, trying another", "replica", r.addr, "error", err)
 		}
 	}
 	rs.writer.Store((start + 1) % n)
