@@ -275,7 +275,7 @@ func TestTraceFromOrchestratorToPrompt(t *testing.T) {
 	rcv := newOTLPReceiver(t)
 	// One batch for both evaluations, so one batch span links to both.
 	e.start("ranker", append(rcv.env(), "RANKER_FLUSH_INTERVAL=1s")...)
-	e.start("composer", rcv.env()...)
+	composer := e.start("composer", rcv.env()...)
 
 	const (
 		exec      = "traced"
@@ -457,6 +457,26 @@ func TestTraceFromOrchestratorToPrompt(t *testing.T) {
 	ann := find(spans, "ranker.announce", func(s exportedSpan) bool { return s.spanID == lbParent })
 	if len(ann) != 1 || ann[0].parentID != commit.spanID || ann[0].traceID != commit.traceID || ann[0].service != "ranker" {
 		t.Errorf("ranker.announce %s named by leaderboard.updated: %v, want one child of ranker.commit %s", lbParent, ann, commit.spanID)
+	}
+
+	// (f) The render latency histogram carries the sampled request's trace id as an exemplar
+	// (OpenMetrics, what Prometheus asks for when it stores exemplars).
+	scrape, _ := http.NewRequest(http.MethodGet, "http://"+composer.addr+"/metrics", nil)
+	scrape.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(scrape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var exemplar bool
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "composer_render_duration_seconds_bucket") && strings.Contains(line, `# {trace_id="`+traceID+`"}`) {
+			exemplar = true
+		}
+	}
+	if !exemplar {
+		t.Errorf("no composer_render_duration_seconds bucket has the exemplar trace_id %s", traceID)
 	}
 }
 
