@@ -621,11 +621,19 @@ func TestExportFailureNeverDelaysAPrompt(t *testing.T) {
 		}
 	}
 	t.Logf("%d prompts answered in %s with the collector down", n, time.Since(start).Round(time.Millisecond))
-	// The spans of those requests were sampled: the exporter did try, and fail, meanwhile.
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(composer.logs.String(), "traces export"); time.Sleep(20 * time.Millisecond) {
+	// The spans of those requests were sampled: the exporter did try, and fail, meanwhile. The
+	// failure is counted and logged as a JSON line of the service's log, never as plain text.
+	for deadline := time.Now().Add(5 * time.Second); composer.metric(t, "composer_trace_export_errors_total") == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Errorf("no failed trace export in the composer's logs: the test did not exercise a collector that is down")
+			t.Errorf("no failed trace export counted: the test did not exercise a collector that is down")
 			break
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(composer.logs.String()), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			t.Errorf("a log line that is not JSON: %q", line)
+		} else if strings.Contains(line, "trace export failed") && !strings.Contains(line, `"level":"WARN"`) {
+			t.Errorf("the export failure is not a warning: %s", line)
 		}
 	}
 

@@ -95,7 +95,8 @@ func (c *composer) consume(stop, work context.Context, cons jetstream.Consumer, 
 					c.log.Warn("fetch failed", "error", err)
 					continue
 				}
-				c.settler.Settle(work, msg, c.handle(work, msg))
+				ctx, outcome := c.handle(work, msg)
+				c.settler.Settle(ctx, msg, outcome)
 			}
 		}()
 	}
@@ -107,23 +108,29 @@ func (c *composer) consume(stop, work context.Context, cons jetstream.Consumer, 
 }
 
 // handle answers one request: prompt.composed or prompt.failed, or a retry when the answer
-// could not be published (or the store failed and deliveries are left).
-func (c *composer) handle(ctx context.Context, msg jetstream.Msg) settle.Outcome {
+// could not be published (or the store failed and deliveries are left). It is one span, a
+// child of the orchestrator's (its trace continues to the model call); the context it returns is
+// work's with that span in it, so that settling logs with the request's trace ids.
+func (c *composer) handle(work context.Context, msg jetstream.Msg) (context.Context, settle.Outcome) {
 	md, err := msg.Metadata()
 	if err != nil {
-		return settle.Reject("message without JetStream metadata: " + err.Error())
+		return work, settle.Reject("message without JetStream metadata: " + err.Error())
 	}
 	req, err := events.ParseRoundRequest(msg.Subject(), msg.Data(), c.maxBytes)
-	// One span per request, a child of the orchestrator's: its trace continues to the model call.
-	ctx, span := c.trace.Start(c.trace.Extract(ctx, req.Trace, msg.Headers()), "composer.request", trace.WithSpanKind(trace.SpanKindConsumer),
+	ctx, span := c.trace.Start(c.trace.Extract(work, req.Trace, msg.Headers()), "composer.request", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("podium.request_id", req.ID), attribute.String("podium.execution_id", req.Data.ExecutionID),
 			attribute.String("podium.team_id", req.Data.TeamID), attribute.Int("podium.round_number", req.Data.RoundNumber),
 			attribute.Int64("podium.delivery", int64(md.NumDelivered))))
 	defer span.End()
-	if err != nil {
+	return trace.ContextWithSpanContext(work, span.SpanContext()), c.answer(ctx, span, msg, md, req, err)
+}
+
+// answer is handle's work within the request's span.
+func (c *composer) answer(ctx context.Context, span trace.Span, msg jetstream.Msg, md *jetstream.MsgMetadata, req events.RoundRequest, parseErr error) settle.Outcome {
+	if parseErr != nil {
 		span.SetAttributes(attribute.String("podium.failure_code", string(events.CodeInvalidRequest)))
 		span.SetStatus(codes.Error, string(events.CodeInvalidRequest))
-		return c.reject(ctx, msg, md, req, err)
+		return c.reject(ctx, msg, md, req, parseErr)
 	}
 	// Waiting and rendering may take long: the broker must not hand the request to another
 	// replica meanwhile.
@@ -216,7 +223,7 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	defer cancel()
 	out, err := lib.Compose(rctx, in)
 	tracing.Observe(sctx, c.m.renderDuration, time.Since(renderStart).Seconds())
-	if err == nil {
+	if err == nil && span.IsRecording() { // nothing is built when nothing is exported
 		// On the render and on the request: what an operator looks for first.
 		attrs := []attribute.KeyValue{attribute.String("podium.template", out.Template.Name+"@"+strconv.Itoa(out.Template.Version)),
 			attribute.Int("podium.token_estimate", out.TokenEstimate), attribute.String("podium.token_encoding", out.TokenEncoding),

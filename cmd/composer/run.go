@@ -100,7 +100,7 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		trace:         base.Trace,
 		probes:        &commitProbes{js: base.JS, timeout: 5 * time.Second},
 		reads:         newStoreReads(st.Scores, cfg.ReadCacheTTL, maxKeptBytes, m),
-		contents:      &streamContent{js: base.JS, maxBytes: cfg.MaxEventBytes, fallback: newContentReads(st.Contents, m).get, m: m},
+		contents:      newStreamContent(base.JS, cfg.MaxEventBytes, newContentReads(st.Contents, m).get, m),
 		templates:     newTemplates(lib, base.Log, m),
 		m:             m,
 		source:        base.Source,

@@ -19,17 +19,28 @@ import (
 // and cost ClickHouse more CPU than the prompt it served.
 //
 // The message is the evaluation as the ranker received it; parsed the same way, it gives
-// exactly the row the ranker stored (rank.Content.Add). A message the stream no longer holds
-// (an operator's retention or deletion), or one that is not the evaluation the row names, sends
-// the whole team to ClickHouse instead (fallback), so a prompt is never short of content.
+// exactly the row the ranker stored (rank.Content.Add). When the stream cannot give a team's
+// content (a message deleted by an operator's retention, one that is not the evaluation the row
+// names, a stream reconfigured or out of reach), the whole team is read from ClickHouse instead
+// (fallback), so a prompt is never short of content; the stream is looked up afresh next time.
+//
+// At most maxFetches messages are fetched at once across all requests: a message and its parse
+// hold about four times its size, and a submission may be 900 KB.
 type streamContent struct {
 	js       jetstream.JetStream
 	maxBytes int
 	fallback func(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error)
 	m        *metrics
+	fetches  chan struct{} // capacity maxFetches
 
 	mu     sync.Mutex
 	stream jetstream.Stream // looked up once; its cached config says whether direct gets work
+}
+
+const maxFetches = 16
+
+func newStreamContent(js jetstream.JetStream, maxBytes int, fallback func(context.Context, rank.TeamKey, int, int) (*rank.Content, error), m *metrics) *streamContent {
+	return &streamContent{js: js, maxBytes: maxBytes, fallback: fallback, m: m, fetches: make(chan struct{}, maxFetches)}
 }
 
 // errNotInStream says the stream cannot give an evaluation's content; ClickHouse can.
@@ -37,14 +48,18 @@ var errNotInStream = errors.New("not in the EVALUATIONS stream")
 
 func (s *streamContent) get(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error) {
 	c, err := s.read(ctx, key, refs)
-	if errors.Is(err, errNotInStream) {
-		s.m.contentReads.WithLabelValues("clickhouse").Inc()
-		return s.fallback(ctx, key, from, before)
-	}
 	if err == nil {
 		s.m.contentReads.WithLabelValues("stream").Inc()
+		return c, nil
 	}
-	return c, err
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if !errors.Is(err, errNotInStream) {
+		s.forget() // reconfigured (direct gets turned off), recreated, or out of reach
+	}
+	s.m.contentReads.WithLabelValues("clickhouse").Inc()
+	return s.fallback(ctx, key, from, before)
 }
 
 // read gets every ref's message at once and adds each evaluation to the content.
@@ -57,7 +72,16 @@ func (s *streamContent) read(ctx context.Context, key rank.TeamKey, refs []rank.
 	errs := make([]error, len(refs))
 	var wg sync.WaitGroup
 	for i, ref := range refs {
-		wg.Go(func() { recs[i], errs[i] = s.record(ctx, st, key, ref) })
+		wg.Go(func() {
+			select {
+			case s.fetches <- struct{}{}:
+				defer func() { <-s.fetches }()
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			recs[i], errs[i] = s.record(ctx, st, key, ref)
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -84,6 +108,13 @@ func (s *streamContent) record(ctx context.Context, st jetstream.Stream, key ran
 		return rank.Record{}, fmt.Errorf("%w: sequence %d is not evaluation %s of %s/%s", errNotInStream, ref.Seq, ref.EventID, key.ExecutionID, key.TeamID)
 	}
 	return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: ref.Seq, EvaluationCompleted: ev.Data}, nil
+}
+
+// forget drops the cached stream, so the next read looks it up with its current config.
+func (s *streamContent) forget() {
+	s.mu.Lock()
+	s.stream = nil
+	s.mu.Unlock()
 }
 
 func (s *streamContent) evaluations(ctx context.Context) (jetstream.Stream, error) {

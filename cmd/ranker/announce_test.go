@@ -37,7 +37,7 @@ func TestAnnounceRetriesUntilPublished(t *testing.T) {
 
 	ns := testenv.NATS(t)
 	_, js := testenv.JetStream(t, ns)
-	tr, err := tracing.Setup(ctx, "ranker", prometheus.NewRegistry()) // no OTEL_ endpoint: a no-op tracer
+	tr, err := tracing.Setup(ctx, "ranker", prometheus.NewRegistry(), nil) // no OTEL_ endpoint: a no-op tracer
 	if err != nil {
 		t.Fatal(err)
 	}

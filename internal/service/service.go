@@ -97,7 +97,7 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	host, _ := os.Hostname()
-	tr, err := tracing.Setup(ctx, name, reg)
+	tr, err := tracing.Setup(ctx, name, reg, log)
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -10,12 +10,16 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -36,15 +40,21 @@ type Tracing struct {
 	malformed prometheus.Counter
 }
 
+// exportErrorsEvery is how often at most an export failure is logged: a receiver that is down
+// fails every batch, and one line in a while says as much as all of them.
+const exportErrorsEvery = 10 * time.Second
+
 // Setup builds the tracer of service from the OTEL_* variables: OTEL_EXPORTER_OTLP_ENDPOINT (or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf, the default,
 // or grpc), OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER(_ARG), OTEL_SERVICE_NAME,
 // OTEL_RESOURCE_ATTRIBUTES and OTEL_BSP_*, read by the SDK itself. Export runs in the
 // background: a collector that is down never delays or fails the work (spans are dropped).
-func Setup(ctx context.Context, service string, reg prometheus.Registerer) (*Tracing, error) {
-	t := &Tracing{malformed: promauto.With(reg).NewCounter(prometheus.CounterOpts{Namespace: service, Name: "trace_context_malformed_total",
+func Setup(ctx context.Context, service string, reg prometheus.Registerer, log *slog.Logger) (*Tracing, error) {
+	f := promauto.With(reg)
+	t := &Tracing{malformed: f.NewCounter(prometheus.CounterOpts{Namespace: service, Name: "trace_context_malformed_total",
 		Help: "Incoming traceparent values that were not W3C trace context and were ignored (the event was handled all the same)."})}
-	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+	noEndpoint := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == ""
+	if noEndpoint || os.Getenv("OTEL_SDK_DISABLED") == "true" || os.Getenv("OTEL_TRACES_EXPORTER") == "none" {
 		t.Tracer = noop.NewTracerProvider().Tracer(service)
 		return t, nil
 	}
@@ -56,6 +66,22 @@ func Setup(ctx context.Context, service string, reg prometheus.Registerer) (*Tra
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
+	// The SDK reports export failures through the process's one error handler (it would print
+	// plain text on stderr): they go to the service's JSON log instead, at most one line per
+	// exportErrorsEvery, and are all counted.
+	failures := f.NewCounter(prometheus.CounterOpts{Namespace: service, Name: "trace_export_errors_total",
+		Help: "Errors of the OpenTelemetry SDK, mostly span batches the OTLP receiver did not take (the spans are dropped; work goes on)."})
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var last atomic.Int64
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		failures.Inc()
+		if now := time.Now().UnixNano(); now-last.Load() >= int64(exportErrorsEvery) {
+			last.Store(now)
+			log.Warn("trace export failed; spans are dropped, work goes on", "error", err)
+		}
+	}))
 	// The sampler is the SDK's reading of OTEL_TRACES_SAMPLER (parent-based, always on by default).
 	t.provider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	t.Tracer = t.provider.Tracer("github.com/podium-llm/podium/" + service)

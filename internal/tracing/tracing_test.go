@@ -21,7 +21,7 @@ const (
 )
 
 func TestExtractAndInject(t *testing.T) {
-	tr, err := Setup(context.Background(), "test", prometheus.NewRegistry()) // no endpoint: a no-op tracer
+	tr, err := Setup(context.Background(), "test", prometheus.NewRegistry(), nil) // no endpoint: a no-op tracer
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestExtractAndInject(t *testing.T) {
 func TestLogLinesCarryTheSpan(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(LogHandler(slog.NewJSONHandler(&buf, nil)))
-	tr, _ := Setup(context.Background(), "test", prometheus.NewRegistry())
+	tr, _ := Setup(context.Background(), "test", prometheus.NewRegistry(), nil)
 	ctx := tr.Extract(context.Background(), events.TraceContext{Parent: envParent}, nil)
 	log.InfoContext(ctx, "inside")
 	log.Info("outside")
@@ -82,7 +82,22 @@ func TestLogLinesCarryTheSpan(t *testing.T) {
 func TestUnknownProtocolIsRefused(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-	if _, err := Setup(context.Background(), "test", prometheus.NewRegistry()); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_PROTOCOL") {
+	if _, err := Setup(context.Background(), "test", prometheus.NewRegistry(), nil); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_PROTOCOL") {
 		t.Errorf("Setup with http/json: %v, want an error naming OTEL_EXPORTER_OTLP_PROTOCOL", err)
+	}
+}
+
+// TestNonStringTraceparentIsCounted: an envelope whose traceparent is not a string is accepted
+// (never rejected for it) and the value is counted as malformed.
+func TestNonStringTraceparentIsCounted(t *testing.T) {
+	tr, _ := Setup(context.Background(), "test", prometheus.NewRegistry(), nil)
+	body := `{"specversion":"1.0","id":"r1","source":"o","type":"round.requested","time":"2026-11-21T10:00:00Z","traceparent":42,` +
+		`"data":{"execution_id":"e","team_id":"t","team_name":"T","round_number":1,"user_prompt":"Go."}}`
+	req, err := events.ParseRoundRequest("round.requested.e.t", []byte(body), 1<<20)
+	if err != nil {
+		t.Fatalf("a non-string traceparent was refused: %v", err)
+	}
+	if sc := trace.SpanContextFromContext(tr.Extract(context.Background(), req.Trace, nil)); sc.IsValid() || testutil.ToFloat64(tr.malformed) != 1 {
+		t.Errorf("traceparent 42: span context %v, malformed counted %v; want none and 1", sc, testutil.ToFloat64(tr.malformed))
 	}
 }

@@ -271,7 +271,10 @@ func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int)
 	}
 	// Trace context is taken as it is: a malformed or non-string value is ignored downstream,
 	// never a reason to refuse the event (CONTRACT section 1).
-	meta.Trace.Parent, _ = m["traceparent"].(string)
+	// A value that is not a string is kept as its text, so it is counted as malformed.
+	if v, ok := m["traceparent"]; ok && v != nil {
+		meta.Trace.Parent = fmt.Sprint(v)
+	}
 	meta.Trace.State, _ = m["tracestate"].(string)
 	data := c.object(m, "", "data", true)
 	return meta, data
