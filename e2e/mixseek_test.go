@@ -13,32 +13,6 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// mixseekTeamPrompt is mixseek-core's default team_user_prompt, in the prompt_builder.toml a
-// mixseek user has.
-const mixseekTeamPrompt = `現在日時: {{ current_datetime }}
-
-# タスク
-{{ user_prompt }}
-
-# 現在のラウンド
-ラウンド {{ round_number }}
-{% if round_number > 1 %}
-
-# リーダーボード
-{% if ranking_table %}
-{{ ranking_table }}
-{% endif %}
-
-{{ team_position_message }}
-
-# 過去のSubmission履歴
-{{ submission_history }}
-{% else %}
-
-初回のラウンドです。
-{% endif %}
-`
-
 // TestMixseekUserSession plays what a mixseek user does: import the team template of their
 // prompt_builder.toml, push it, label it production, and have round 2 composed by the pipeline.
 // The prompt must be byte for byte what mixseek-core renders: its Jinja2 Environment
@@ -56,6 +30,12 @@ func TestMixseekUserSession(t *testing.T) {
 	if python == "" {
 		t.Skip("no python3 with jinja2: apt-get install python3-jinja2")
 	}
+	// mixseek-core's default team_user_prompt, in the prompt_builder.toml a mixseek user has.
+	src, err := os.ReadFile("../pkg/compose/testdata/mixseek-default.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixseekTeamPrompt := string(src)
 	e := newEnv(t)
 	e.start("ranker")
 	e.start("composer")

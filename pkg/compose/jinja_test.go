@@ -2,36 +2,21 @@ package compose
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 )
 
 // mixseekDefault is mixseek-core's default team prompt as PROMPTS.md describes it (date header,
 // task, round, leaderboard, position message, history), in the Jinja2 its prompt_builder.toml
-// holds, with the round-1 branch its default has.
-const mixseekDefault = `現在日時: {{ current_datetime }}
-
-# タスク
-{{ user_prompt }}
-
-# 現在のラウンド
-ラウンド {{ round_number }}
-{% if round_number > 1 %}
-
-# リーダーボード
-{% if ranking_table %}
-{{ ranking_table }}
-{% endif %}
-
-{{ team_position_message }}
-
-# 過去のSubmission履歴
-{{ submission_history }}
-{% else %}
-
-初回のラウンドです。
-{% endif %}
-`
+// holds, with the round-1 branch its default has. The e2e test of a mixseek user reads the same file.
+var mixseekDefault = func() string {
+	b, err := os.ReadFile("testdata/mixseek-default.jinja")
+	if err != nil {
+		panic(err) // a test file of this package: missing means a broken checkout
+	}
+	return string(b)
+}()
 
 func TestFromJinja(t *testing.T) {
 	got, err := FromJinja(mixseekDefault)
