@@ -63,25 +63,18 @@ func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string,
 		out[id] = newEvaluations()
 	}
 	// On a cluster the rows of several replicas are gathered: Latest collapses copies of an id.
-	err := s.rs.read(ctx, func(conn driver.Conn) error {
-		rows, err := conn.Query(ctx, q, args...)
-		if err != nil {
+	err := s.query(ctx, q, args, func(rows driver.Rows) error {
+		var exec string
+		var r Stored
+		var round uint32
+		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var exec string
-			var r Stored
-			var round uint32
-			if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
-				return err
-			}
-			r.Round = int(round)
-			if ev := out[exec]; ev != nil {
-				ev.rows = append(ev.rows, r)
-			}
+		r.Round = int(round)
+		if ev := out[exec]; ev != nil {
+			ev.rows = append(ev.rows, r)
 		}
-		return rows.Err()
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rank: scores: %w", err)
@@ -120,41 +113,51 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 FROM evaluations WHERE (execution_id, team_id) IN (` + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(keys)), ", ") + `)
 AND round_number >= ? AND round_number < ?`
 	// On a cluster the rows of several replicas are gathered: add keeps one copy of an id.
-	err := s.rs.read(ctx, func(conn driver.Conn) error {
+	err := s.query(ctx, q, args, func(rows driver.Rows) error {
+		var k TeamKey
+		var d events.TeamRound
+		var round uint32
+		var seq uint64
+		var metrics string
+		if err := rows.Scan(&k.ExecutionID, &k.TeamID, &d.EvaluationID, &round, &d.OverallScore, &seq, &metrics, &d.Feedback,
+			&d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
+			return err
+		}
+		c := out[k]
+		if c == nil {
+			return nil // cannot happen: the filter names these keys only
+		}
+		if have, ok := c.byEvent[d.EvaluationID]; ok && have.seq <= seq {
+			return nil // a later copy of an event already read: not worth decoding its metrics
+		}
+		d.RoundNumber = int(round)
+		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
+			return fmt.Errorf("%s/%s: metrics of %s: %w", k.ExecutionID, k.TeamID, d.EvaluationID, err)
+		}
+		c.add(d.EvaluationID, seq, d)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
+	}
+	return out, nil
+}
+
+// query runs q on the replicas a read needs and hands every row to scan.
+func (s *Store) query(ctx context.Context, q string, args []any, scan func(driver.Rows) error) error {
+	return s.rs.read(ctx, func(conn driver.Conn) error {
 		rows, err := conn.Query(ctx, q, args...)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var k TeamKey
-			var d events.TeamRound
-			var round uint32
-			var seq uint64
-			var metrics string
-			if err := rows.Scan(&k.ExecutionID, &k.TeamID, &d.EvaluationID, &round, &d.OverallScore, &seq, &metrics, &d.Feedback,
-				&d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
+			if err := scan(rows); err != nil {
 				return err
 			}
-			c := out[k]
-			if c == nil {
-				continue // cannot happen: the filter names these keys only
-			}
-			if have, ok := c.byEvent[d.EvaluationID]; ok && have.seq <= seq {
-				continue // a later copy of an event already read: not worth decoding its metrics
-			}
-			d.RoundNumber = int(round)
-			if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
-				return fmt.Errorf("%s/%s: metrics of %s: %w", k.ExecutionID, k.TeamID, d.EvaluationID, err)
-			}
-			c.add(d.EvaluationID, seq, d)
 		}
 		return rows.Err()
 	})
-	if err != nil {
-		return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
-	}
-	return out, nil
 }
 
 // roundLimit turns "before round N" (0 = no limit) into an exclusive bound of the UInt32 column.
