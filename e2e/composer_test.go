@@ -80,11 +80,25 @@ func waitMetric(t testing.TB, p *proc, series string, want float64) {
 // render posts body to the composer's POST /v1/render and returns status and body.
 func (p *proc) render(t testing.TB, body any) (int, []byte) {
 	t.Helper()
+	return p.renderTraced(t, body, "")
+}
+
+// renderTraced is render with a traceparent header (none when empty).
+func (p *proc) renderTraced(t testing.TB, body any, traceparent string) (int, []byte) {
+	t.Helper()
 	b, err := json.Marshal(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post("http://"+p.addr+"/v1/render", "application/json", bytes.NewReader(b))
+	req, err := http.NewRequest(http.MethodPost, "http://"+p.addr+"/v1/render", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if traceparent != "" {
+		req.Header.Set("traceparent", traceparent)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -492,20 +493,9 @@ func TestTraceOfRenderRequests(t *testing.T) {
 	const httpSpan, natsSpan = "00f067aa0ba902b7", "a3ce929d0e0e4736"
 	body := `{"execution_id":"rt","team_id":"t1","team_name":"One","round_number":1,"user_prompt":"Go.","request_id":"r1","time":"2026-11-21T11:00:00Z"}`
 
-	hreq, err := http.NewRequest(http.MethodPost, "http://"+composer.addr+"/v1/render", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("traceparent", traceparent(traceID, httpSpan))
-	resp, err := http.DefaultClient.Do(hreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /v1/render: %d %s", resp.StatusCode, out)
+	status, out := composer.renderTraced(t, json.RawMessage(body), traceparent(traceID, httpSpan))
+	if status != http.StatusOK {
+		t.Fatalf("POST /v1/render: %d %s", status, out)
 	}
 	msg := nats.NewMsg("podium.render")
 	msg.Data = []byte(body)
@@ -637,21 +627,10 @@ func TestExportFailureNeverDelaysAPrompt(t *testing.T) {
 		}
 	}
 
-	hreq, err := http.NewRequest(http.MethodPost, "http://"+composer.addr+"/v1/render",
-		strings.NewReader(`{"execution_id":"down","team_id":"t00","team_name":"Team t00","round_number":1,"user_prompt":"Go."}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("traceparent", traceparent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"))
-	resp, err := http.DefaultClient.Do(hreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("POST /v1/render with the collector down: %d %s", resp.StatusCode, out)
+	status, out := composer.renderTraced(t, json.RawMessage(`{"execution_id":"down","team_id":"t00","team_name":"Team t00","round_number":1,"user_prompt":"Go."}`),
+		traceparent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"))
+	if status != http.StatusOK {
+		t.Errorf("POST /v1/render with the collector down: %d %s", status, out)
 	}
 	if v := composer.metric(t, "composer_trace_context_malformed_total"); v != 0 {
 		t.Errorf("composer_trace_context_malformed_total = %v, want 0 (every traceparent was valid)", v)
