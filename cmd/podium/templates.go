@@ -20,6 +20,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
+	"github.com/podium-llm/podium/internal/textdiff"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -153,49 +154,13 @@ func templatesList(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
-// resolve finds the version a reference (NAME, NAME@V, NAME:L) names in the registry.
+// resolve finds the version a reference names in the registry; a missing one is a failed check.
 func resolve(s registry.State, ref string) (compose.Version, error) {
-	name, rest, sep := ref, "", byte(0)
-	if i := strings.IndexAny(ref, "@:"); i >= 0 {
-		name, rest, sep = ref[:i], ref[i+1:], ref[i]
+	v, err := registry.Resolve(s, ref)
+	if errors.Is(err, registry.ErrNoVersion) {
+		return v, &checkError{strings.TrimPrefix(err.Error(), "registry: no such version: ")}
 	}
-	want := 0
-	switch sep {
-	case '@':
-		want, _ = strconv.Atoi(rest)
-	case ':':
-		want = s.Labels[name][rest]
-	default:
-		want = s.Labels[name]["production"]
-	}
-	var found []compose.Version
-	for _, v := range s.Versions {
-		if v.Name == name {
-			found = append(found, v)
-		}
-	}
-	slices.SortFunc(found, func(a, b compose.Version) int { return a.Version - b.Version })
-	if len(found) > 0 && (rest == "latest" || want == 0 && sep == 0) {
-		return found[len(found)-1], nil
-	}
-	for _, v := range found {
-		if v.Version == want {
-			return v, nil
-		}
-	}
-	return compose.Version{}, &checkError{fmt.Sprintf("the registry has no %s", ref)}
-}
-
-// source is a version's files, each under a header, in path order.
-func source(v compose.Version) string {
-	var b strings.Builder
-	for _, p := range slices.Sorted(maps.Keys(v.Files)) {
-		fmt.Fprintf(&b, "== %s ==\n%s", p, v.Files[p])
-		if !strings.HasSuffix(string(v.Files[p]), "\n") {
-			b.WriteString("\n")
-		}
-	}
-	return b.String()
+	return v, err
 }
 
 func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
@@ -211,7 +176,7 @@ func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.out, "%s@%d\n%s", v.Name, v.Version, source(v))
+		fmt.Fprintf(e.out, "%s@%d\n%s", v.Name, v.Version, registry.Source(v))
 		return nil
 	}
 }
@@ -247,23 +212,18 @@ func templatesHistory(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		// Every version and every label move of the name, in the order they happened.
-		watcher, err := kv.Watch(ctx, name+".>", jetstream.IncludeHistory())
+		changes, err := registry.History(ctx, kv, name)
 		if err != nil {
 			return err
 		}
-		defer watcher.Stop()
 		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "REVISION\tTIME\tCHANGE")
-		for entry := range watcher.Updates() {
-			if entry == nil {
-				break
+		for _, c := range changes {
+			change := "pushed version " + strconv.Itoa(c.Version)
+			if c.Label != "" {
+				change = fmt.Sprintf("label %s -> %d", c.Label, c.Version)
 			}
-			change := "pushed version " + strings.TrimPrefix(entry.Key(), name+".v")
-			if label, ok := strings.CutPrefix(entry.Key(), name+".label."); ok {
-				change = fmt.Sprintf("label %s -> %s", label, entry.Value())
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\n", entry.Revision(), entry.Created().UTC().Format(time.RFC3339), change)
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", c.Revision, c.Time.Format(time.RFC3339), change)
 		}
 		return tw.Flush()
 	}
@@ -286,7 +246,7 @@ func templatesDiff(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		unifiedDiff(e.out, fmt.Sprintf("%s@%d", a.Name, a.Version), fmt.Sprintf("%s@%d", b.Name, b.Version), source(a), source(b), 3)
+		textdiff.Unified(e.out, fmt.Sprintf("%s@%d", a.Name, a.Version), fmt.Sprintf("%s@%d", b.Name, b.Version), registry.Source(a), registry.Source(b), 3)
 		return nil
 	}
 }

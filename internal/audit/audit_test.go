@@ -1,4 +1,4 @@
-package main
+package audit
 
 import "testing"
 
@@ -12,9 +12,9 @@ func TestTraceIDs(t *testing.T) {
 		{"", "", "", false},
 		{"00-short-00f067aa0ba902b7-01", "", "", false},
 	} {
-		trace, span, ok := traceIDs(tt.in)
+		trace, span, ok := TraceIDs(tt.in)
 		if trace != tt.trace || span != tt.span || ok != tt.ok {
-			t.Errorf("traceIDs(%q) = %q, %q, %v", tt.in, trace, span, ok)
+			t.Errorf("TraceIDs(%q) = %q, %q, %v", tt.in, trace, span, ok)
 		}
 	}
 }

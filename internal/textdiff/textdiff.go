@@ -1,4 +1,6 @@
-package main
+// Package textdiff writes the differences between two texts as a unified diff: what `podium
+// prompts diff`, `podium templates diff` and the console show.
+package textdiff
 
 import (
 	"fmt"
@@ -6,10 +8,10 @@ import (
 	"strings"
 )
 
-// unifiedDiff writes the differences between two texts as a unified diff with context lines.
+// Unified writes the differences between two texts as a unified diff with context lines.
 // Prompts are a few hundred lines, so the longest common subsequence of lines is computed
 // directly (O(n·m)); identical texts write nothing.
-func unifiedDiff(w io.Writer, nameA, nameB, a, b string, context int) {
+func Unified(w io.Writer, nameA, nameB, a, b string, context int) {
 	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
 	// lcs[i][j] is the length of the longest common subsequence of la[i:] and lb[j:].
 	lcs := make([][]int, len(la)+1)

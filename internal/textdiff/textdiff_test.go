@@ -1,4 +1,4 @@
-package main
+package textdiff
 
 import (
 	"strings"
@@ -17,7 +17,7 @@ func TestUnifiedDiff(t *testing.T) {
 			"--- A\n+++ B\n@@ -1,4 +1,4 @@\n-a\n+A\n 1\n 2\n 3\n@@ -7,4 +7,4 @@\n 6\n 7\n 8\n-b\n+B\n"},
 	} {
 		var b strings.Builder
-		unifiedDiff(&b, "A", "B", tt.a, tt.b, 3)
+		Unified(&b, "A", "B", tt.a, tt.b, 3)
 		if b.String() != tt.want {
 			t.Errorf("%s:\n%s\nwant:\n%s", tt.name, b.String(), tt.want)
 		}

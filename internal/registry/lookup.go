@@ -1,0 +1,117 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/pkg/compose"
+)
+
+// ErrNoVersion is a reference the registry has no version for.
+var ErrNoVersion = errors.New("registry: no such version")
+
+// Resolve finds the version a reference (NAME, NAME@V, NAME:LABEL, NAME:latest) names: a bare
+// name is its production label, else its highest version.
+func Resolve(s State, ref string) (compose.Version, error) {
+	name, rest, sep := ref, "", byte(0)
+	if i := strings.IndexAny(ref, "@:"); i >= 0 {
+		name, rest, sep = ref[:i], ref[i+1:], ref[i]
+	}
+	want := 0
+	switch sep {
+	case '@':
+		want, _ = strconv.Atoi(rest)
+	case ':':
+		want = s.Labels[name][rest]
+	default:
+		want = s.Labels[name]["production"]
+	}
+	found := s.VersionsOf(name)
+	if len(found) > 0 && (rest == "latest" || want == 0 && sep == 0) {
+		return found[len(found)-1], nil
+	}
+	for _, v := range found {
+		if v.Version == want {
+			return v, nil
+		}
+	}
+	return compose.Version{}, fmt.Errorf("%w: the registry has no %s", ErrNoVersion, ref)
+}
+
+// VersionsOf are the versions of one name, ascending.
+func (s State) VersionsOf(name string) []compose.Version {
+	var found []compose.Version
+	for _, v := range s.Versions {
+		if v.Name == name {
+			found = append(found, v)
+		}
+	}
+	slices.SortFunc(found, func(a, b compose.Version) int { return a.Version - b.Version })
+	return found
+}
+
+// Names are the registry's template names, sorted.
+func (s State) Names() []string {
+	names := map[string]bool{}
+	for _, v := range s.Versions {
+		names[v.Name] = true
+	}
+	return slices.Sorted(maps.Keys(names))
+}
+
+// Source is a version's files, each under a header, in path order: what a diff of two versions
+// compares.
+func Source(v compose.Version) string {
+	var b strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(v.Files)) {
+		fmt.Fprintf(&b, "== %s ==\n%s", p, v.Files[p])
+		if !strings.HasSuffix(string(v.Files[p]), "\n") {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// Change is one entry of a name's history: a version pushed or a label moved.
+type Change struct {
+	Revision uint64
+	Time     time.Time
+	Version  int    // the version pushed, or the one the label now points at
+	Label    string // empty for a push
+}
+
+// History lists every version and label move of name, in the order they happened.
+func History(ctx context.Context, kv jetstream.KeyValue, name string) ([]Change, error) {
+	watcher, err := kv.Watch(ctx, name+".>", jetstream.IncludeHistory())
+	if err != nil {
+		return nil, fmt.Errorf("registry: history of %s: %w", name, err)
+	}
+	defer watcher.Stop()
+	var out []Change
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case entry := <-watcher.Updates():
+			if entry == nil {
+				return out, nil // the history is read: what follows would be live changes
+			}
+			c := Change{Revision: entry.Revision(), Time: entry.Created().UTC()}
+			if label, ok := strings.CutPrefix(entry.Key(), name+".label."); ok {
+				c.Label = label
+				c.Version, _ = strconv.Atoi(string(entry.Value()))
+			} else {
+				c.Version, _ = strconv.Atoi(strings.TrimPrefix(entry.Key(), name+".v"))
+			}
+			out = append(out, c)
+		}
+	}
+}
