@@ -76,6 +76,10 @@ func Listen(base context.Context, addr string, lim HTTPLimits, api http.Handler,
 	return &Server{srv: srv, ln: ln}, nil
 }
 
+// Guard wraps every endpoint of the server, the probes and /metrics included, in mw (an
+// authentication check); call it before Serve.
+func (s *Server) Guard(mw func(http.Handler) http.Handler) { s.srv.Handler = mw(s.srv.Handler) }
+
 // Addr is the bound address (useful with port 0).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 

@@ -139,6 +139,8 @@ type Serving struct {
 	Consume func(stop, work context.Context) error
 	// Watch are background loops that run under work (gauges, watchers).
 	Watch []func(work context.Context)
+	// Guard, when set, wraps every HTTP endpoint (authentication).
+	Guard func(http.Handler) http.Handler
 }
 
 // Run serves HTTP, runs the consumer until ctx ends, then stops HTTP, drains NATS and returns
@@ -160,6 +162,9 @@ func (b *Base) Run(ctx context.Context, s Serving) error {
 	if err != nil {
 		b.NC.Close()
 		return err
+	}
+	if s.Guard != nil {
+		srv.Guard(s.Guard)
 	}
 	b.Log.Info(b.Name+" started", append([]any{"http_addr", srv.Addr(), "nats_url", b.NC.ConnectedUrlRedacted()}, s.Started...)...)
 

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/console"
+	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/internal/render"
+	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/pkg/compose"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+const summary = `console: the read-only web console of a Podium tournament.
+
+It shows every execution in the store, each one's leaderboard, score chart and rounds x teams grid,
+a team's round with its prompt exactly as published, the diff against the previous round, the
+submission, the feedback and a verify action, the template registry and the dead letters. Pages of
+a running execution follow it live.
+
+Usage:
+  console          serve until SIGTERM or SIGINT, on CONSOLE_ADDR (default 127.0.0.1:8090)
+  console --help   print this text
+
+Bound to any address but loopback, it refuses to start without CONSOLE_AUTH_TOKEN (sent as
+"Authorization: Bearer TOKEN", or as the password of HTTP basic auth with any user) or
+CONSOLE_BASIC_USER and CONSOLE_BASIC_PASSWORD; every request without them is answered 401
+(/healthz and /readyz excepted).`
+
+// config is the services' shared configuration plus the console's own.
+type config struct {
+	service.Common
+	Addr            string `envconfig:"ADDR" default:"127.0.0.1:8090" desc:"address the console listens on (CONSOLE_ADDR); any but loopback needs a credential"`
+	AuthToken       string `envconfig:"AUTH_TOKEN" desc:"token every request must carry (CONSOLE_AUTH_TOKEN): Authorization: Bearer, or the basic-auth password"`
+	BasicUser       string `envconfig:"BASIC_USER" desc:"basic-auth user (CONSOLE_BASIC_USER), with CONSOLE_BASIC_PASSWORD"`
+	BasicPassword   string `envconfig:"BASIC_PASSWORD" desc:"basic-auth password (CONSOLE_BASIC_PASSWORD)"`
+	TemplatesDir    string `envconfig:"COMPOSER_TEMPLATES_DIR" desc:"the composers' template directory, so verify and the templates page load what they load"`
+	TZ              string `envconfig:"TZ" desc:"the composers' default timezone, for verify"`
+	MaxViewers      int    `envconfig:"MAX_VIEWERS" default:"1000" desc:"live pages open at once (CONSOLE_MAX_VIEWERS); more are answered 503"`
+	CacheExecutions int    `envconfig:"CACHE_EXECUTIONS" default:"32" desc:"executions whose rounds x teams grid is kept in memory between pages (CONSOLE_CACHE_EXECUTIONS)"`
+}
+
+func (c *config) auth() console.Auth {
+	return console.Auth{Token: c.AuthToken, BasicUser: c.BasicUser, BasicPW: c.BasicPassword}
+}
+
+// Validate checks every setting; the error names each bad variable.
+func (c *config) Validate() error {
+	errs := []error{c.ValidateShared("CONSOLE"), c.auth().Validate(), console.CheckBind(c.Addr, c.auth())}
+	if c.MaxViewers < 1 {
+		errs = append(errs, fmt.Errorf("CONSOLE_MAX_VIEWERS must be positive, got %d", c.MaxViewers))
+	}
+	if c.CacheExecutions < 1 {
+		errs = append(errs, fmt.Errorf("CONSOLE_CACHE_EXECUTIONS must be positive, got %d", c.CacheExecutions))
+	}
+	return errors.Join(errs...)
+}
+
+// run is the whole console: it returns when ctx ends, or on a start-up error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg config
+	_, done, err := service.Prepare(args, stdout, "console", summary, &cfg)
+	if done || err != nil {
+		return err
+	}
+	log := service.NewLogger(stderr, cfg.LogLevel, "console")
+	builtin, err := loadTemplates(cfg.TemplatesDir)
+	if err != nil {
+		return err
+	}
+	st, err := rank.Open(ctx, cfg.Store(log))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// No stream is created or changed: the console only reads.
+	base, err := service.Start(ctx, "console", &cfg.Common, log)
+	if err != nil {
+		return err
+	}
+	con, err := console.New(console.Deps{
+		Log: log, Reg: base.Reg, NC: base.NC, JS: base.JS, Store: st, Builtin: builtin,
+		Verify: func(ctx context.Context, rec audit.Record) error {
+			// The registry as it is now: a record names the version that rendered it.
+			var reg registry.State
+			if kv, err := base.JS.KeyValue(ctx, registry.Bucket); err == nil {
+				entries, err := registry.Read(ctx, kv)
+				if err != nil {
+					return err
+				}
+				reg, _ = registry.Parse(entries)
+			}
+			return audit.NewVerifier(cfg.TemplatesDir, cfg.TZ, reg, render.Store{St: st}).Verify(ctx, rec)
+		},
+		MaxViewers: cfg.MaxViewers, CacheExecutions: cfg.CacheExecutions,
+	})
+	if err != nil {
+		base.Close()
+		return err
+	}
+	url := "http://" + cfg.Addr
+	if strings.HasPrefix(cfg.Addr, ":") {
+		url = "http://localhost" + cfg.Addr
+	}
+	return base.Run(ctx, service.Serving{
+		HTTPAddr:        cfg.Addr,
+		API:             con.Handler(),
+		Guard:           cfg.auth().Require,
+		Checks:          map[string]service.Check{"clickhouse": st.Ping, "live": con.Ready},
+		ShutdownTimeout: 5 * time.Second,
+		Started:         []any{"url", url, "clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase, "auth", cfg.AuthToken != "" || cfg.BasicUser != ""},
+		Consume: func(stop, _ context.Context) error {
+			// Nothing is consumed: "consuming" is the live subscriptions, up until the stop.
+			base.Consuming(true)
+			<-stop.Done()
+			base.Consuming(false)
+			con.Close() // ends every live response, so the HTTP shutdown does not wait for viewers
+			return nil
+		},
+	})
+}
+
+// loadTemplates loads what a composer loads without the registry, for the templates page.
+func loadTemplates(dir string) ([]*compose.Template, error) {
+	tokens, err := compose.NewTokenCounter("o200k_base")
+	if err != nil {
+		return nil, err
+	}
+	lib, err := compose.Load(compose.Options{Dir: dir, Tokens: tokens})
+	if err != nil {
+		return nil, fmt.Errorf("COMPOSER_TEMPLATES_DIR: %w", err)
+	}
+	return lib.Templates(), nil
+}

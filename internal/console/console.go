@@ -1,0 +1,153 @@
+// Package console is the read-only web console of a tournament: executions, each one's
+// leaderboard, score chart and rounds x teams grid, a team's round with its prompt exactly as
+// published, the diff against the previous round, its submission and feedback and a verify
+// action, the template registry and the dead letters. Pages are server-rendered html/template
+// (its contextual escaping is the defence against hostile model output: no team or evaluator
+// text is ever marked safe), assets are embedded, and pages of a running execution follow it
+// through one set of NATS subscriptions per process, fanned out as Server-Sent Events.
+package console
+
+import (
+	"context"
+	"embed"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/pkg/compose"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+//go:embed web
+var webFS embed.FS
+
+// Store is what the console reads of ClickHouse (a *rank.Store; a read-only user suffices).
+type Store interface {
+	Executions(ctx context.Context) ([]rank.ExecutionSummary, error)
+	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
+	Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error)
+}
+
+var _ Store = (*rank.Store)(nil)
+
+// Deps are what a console works with.
+type Deps struct {
+	Log   *slog.Logger
+	Reg   prometheus.Registerer
+	NC    *nats.Conn
+	JS    jetstream.JetStream
+	Store Store
+	// Verify checks one record as `podium prompts verify` does: nil, an *audit.Mismatch, or an
+	// error that is no verdict.
+	Verify func(ctx context.Context, r audit.Record) error
+	// Builtin are the templates composers load without the registry (built-in and
+	// COMPOSER_TEMPLATES_DIR).
+	Builtin []*compose.Template
+	// MaxViewers bounds open live pages; CacheExecutions the executions whose grid is kept.
+	MaxViewers, CacheExecutions int
+}
+
+// Console serves the pages.
+type Console struct {
+	d     Deps
+	pages map[string]*template.Template
+	grid  *gridIndex
+	hub   *hub
+	m     *metrics
+}
+
+type metrics struct {
+	pageSeconds *prometheus.HistogramVec
+	pageErrors  *prometheus.CounterVec
+	viewers     prometheus.Gauge
+	liveSent    prometheus.Counter
+	streamReads *prometheus.CounterVec
+	verifies    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		pageSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "console", Name: "page_seconds",
+			Help: "Time to answer a page, by page.", Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"page"}),
+		pageErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: "console", Name: "page_errors_total",
+			Help: "Pages answered with an error because NATS or ClickHouse failed, by page."}, []string{"page"}),
+		viewers: f.NewGauge(prometheus.GaugeOpts{Namespace: "console", Name: "live_viewers",
+			Help: "Open live pages (Server-Sent Events responses)."}),
+		liveSent: f.NewCounter(prometheus.CounterOpts{Namespace: "console", Name: "live_notifications_total",
+			Help: "Update notifications handed to live pages (coalesced per page)."}),
+		streamReads: f.NewCounterVec(prometheus.CounterOpts{Namespace: "console", Name: "stream_messages_read_total",
+			Help: "Messages read from ROUNDS and PROMPTS to keep the grids of executions up to date, by stream."}, []string{"stream"}),
+		verifies: f.NewCounterVec(prometheus.CounterOpts{Namespace: "console", Name: "verifications_total",
+			Help: "Verify actions, by verdict: ok, differs, error."}, []string{"verdict"}),
+	}
+}
+
+// New builds a console and subscribes its hub; Close undoes it.
+func New(d Deps) (*Console, error) {
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	m := newMetrics(d.Reg)
+	c := &Console{d: d, pages: pages, m: m,
+		grid: newGridIndex(d.JS, max(d.CacheExecutions, 1), func(stream string, n int) { m.streamReads.WithLabelValues(stream).Add(float64(n)) }),
+		hub:  newHub(max(d.MaxViewers, 1), func(n int) { m.viewers.Set(float64(n)) }, m.liveSent.Inc),
+	}
+	if err := c.hub.start(d.NC); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close ends every live response and the subscriptions.
+func (c *Console) Close() { c.hub.stop() }
+
+// Handler serves every page, the assets and the live stream. Only GET and HEAD are answered.
+func (c *Console) Handler() http.Handler {
+	static, _ := fs.Sub(webFS, "web/static")
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /live", c.hub.serve)
+	mux.HandleFunc("GET /{$}", c.page("executions", c.executions))
+	mux.HandleFunc("GET /executions/{exec}", c.page("execution", c.execution))
+	mux.HandleFunc("GET /executions/{exec}/teams/{team}/rounds/{round}", c.page("round", c.teamRound))
+	mux.HandleFunc("GET /text/{kind}/{exec}/{team}/{round}", c.text)
+	mux.HandleFunc("GET /templates", c.page("templates", c.templates))
+	mux.HandleFunc("GET /templates/{name}", c.page("template", c.template))
+	mux.HandleFunc("GET /deadletters", c.page("deadletters", c.deadletters))
+	return secure(mux)
+}
+
+// Ready fails while the NATS connection is down.
+func (c *Console) Ready(context.Context) error {
+	if !c.d.NC.IsConnected() {
+		return errNotConnected
+	}
+	return nil
+}
+
+// pageFunc builds a page's data; an error is answered as the error page.
+type pageFunc func(r *http.Request) (any, error)
+
+// page wraps a page's data function with the template, timing and the error page.
+func (c *Console) page(name string, data pageFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() { c.m.pageSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
+		v, err := data(r)
+		if err != nil {
+			c.fail(w, r, name, err)
+			return
+		}
+		c.render(w, name, http.StatusOK, v)
+	}
+}

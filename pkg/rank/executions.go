@@ -1,0 +1,58 @@
+package rank
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// ExecutionSummary is what the store says of one execution at a glance: how many teams, the
+// highest round evaluated, the latest evaluation time and the highest EVALUATIONS sequence (its
+// last activity, in the order the ranker committed it).
+type ExecutionSummary struct {
+	ExecutionID string
+	Teams       int
+	MaxRound    int
+	LastAtUs    int64  // latest evaluated_at, microseconds since the epoch
+	LastSeq     uint64 // highest stream sequence stored
+}
+
+// Executions summarizes every execution in the store, newest activity (highest sequence) first,
+// then by id. Counts are of stored rows: a replayed event id adds no team and no round, since a
+// replay names the team and round its first copy did. One row per execution is read; on a
+// cluster the rows of several replicas are merged here (a replica may lag, so the largest wins).
+func (s *Store) Executions(ctx context.Context) ([]ExecutionSummary, error) {
+	byID := map[string]ExecutionSummary{}
+	err := s.query(ctx, `SELECT execution_id, uniqExact(team_id), max(round_number), max(evaluated_at_us), max(stream_seq)
+FROM evaluations GROUP BY execution_id`, nil, func(rows driver.Rows) error {
+		var e ExecutionSummary
+		var teams uint64
+		var round uint32
+		if err := rows.Scan(&e.ExecutionID, &teams, &round, &e.LastAtUs, &e.LastSeq); err != nil {
+			return err
+		}
+		e.Teams, e.MaxRound = int(teams), int(round)
+		have := byID[e.ExecutionID]
+		byID[e.ExecutionID] = ExecutionSummary{ExecutionID: e.ExecutionID, Teams: max(have.Teams, e.Teams),
+			MaxRound: max(have.MaxRound, e.MaxRound), LastAtUs: max(have.LastAtUs, e.LastAtUs), LastSeq: max(have.LastSeq, e.LastSeq)}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rank: executions: %w", err)
+	}
+	out := make([]ExecutionSummary, 0, len(byID))
+	for _, e := range byID {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b ExecutionSummary) int {
+		return cmp.Or(cmp.Compare(b.LastSeq, a.LastSeq), cmp.Compare(a.ExecutionID, b.ExecutionID))
+	})
+	return out, nil
+}
+
+// Rounds are the counted evaluations of the reduction, by team then round: every cell of an
+// execution's rounds x teams grid that has a score. Callers must not modify them.
+func (r *Reduction) Rounds() []RoundScore { return r.rounds }
