@@ -11,7 +11,7 @@ all: build
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build ranker, composer and demo into bin/
+build: ## build ranker, composer, console, podium and demo into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 clickhouse: ## install what the tests run for real, from Debian, when missing: ClickHouse, ZooKeeper, Jinja2
@@ -24,8 +24,8 @@ clickhouse: ## install what the tests run for real, from Debian, when missing: C
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse
-	$(BIN)/demo --bin $(BIN)
+demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse, with the web console (SERVE=1 keeps it up until Ctrl-C)
+	$(BIN)/demo --bin $(BIN) $(if $(SERVE),--serve)
 
 test: clickhouse ## run every test (unit, store, end-to-end) against real servers
 	$(GO) test -count=1 -timeout 25m $(PKGS)

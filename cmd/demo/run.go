@@ -34,6 +34,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rounds := fs.Int("rounds", 3, "rounds to play")
 	lines := fs.Int("lines", 12, "lines of each prompt to print; from round 2 on, the first team's prompt is printed whole")
 	keep := fs.Bool("keep", false, "keep the temporary directory (ClickHouse data, service logs)")
+	serve := fs.Bool("serve", false, "after the tournament, keep everything running with the web console until Ctrl-C")
+	consoleAddr := fs.String("console-addr", "127.0.0.1:8090", "where the web console listens (another free loopback port when taken)")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // the usage is printed: asking for it is not an error
@@ -71,17 +73,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	env := []string{"PATH=" + os.Getenv("PATH"), "NATS_URL=" + ns.ClientURL(), "CLICKHOUSE_ADDR=" + ch.Addr,
 		"CLICKHOUSE_DATABASE=demo", "LOG_LEVEL=info", "TZ=UTC"}
 	step(stdout, "starting ranker and composer")
-	ranker, err := startService(ctx, filepath.Join(*binDir, "ranker"), dir, env)
+	ranker, err := startService(ctx, filepath.Join(*binDir, "ranker"), dir, env, "HTTP_ADDR", "")
 	if err != nil {
 		return err
 	}
 	defer ranker.stop(stdout)
-	composer, err := startService(ctx, filepath.Join(*binDir, "composer"), dir, env)
+	composer, err := startService(ctx, filepath.Join(*binDir, "composer"), dir, env, "HTTP_ADDR", "")
 	if err != nil {
 		return err
 	}
 	defer composer.stop(stdout)
 	fmt.Fprintf(stdout, "  ranker http://%s   composer http://%s   (logs in %s)\n", ranker.addr, composer.addr, dir)
+	step(stdout, "starting the web console")
+	console, err := startService(ctx, filepath.Join(*binDir, "console"), dir, env, "CONSOLE_ADDR", *consoleAddr)
+	if err != nil {
+		return err
+	}
+	defer console.stop(stdout)
+	fmt.Fprintf(stdout, "  console http://%s   (open it now: the pages follow the tournament live)\n", console.addr)
 
 	nc, err := nats.Connect(ns.ClientURL(), nats.Name("demo-orchestrator"))
 	if err != nil {
@@ -160,6 +169,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	step(stdout, "audit: podium prompts verify --all --execution "+exec)
 	if err := verifyPrompts(ctx, *binDir, env, exec, stdout); err != nil {
 		return err
+	}
+	if *serve {
+		step(stdout, fmt.Sprintf("the console is at http://%s/executions/%s; everything keeps running until Ctrl-C", console.addr, exec))
+		<-ctx.Done()
+	} else {
+		fmt.Fprintf(stdout, "\n  (make demo SERVE=1, or bin/demo --serve, keeps the console at http://%s up until Ctrl-C)\n", console.addr)
 	}
 	step(stdout, "stopping everything")
 	return nil
@@ -291,7 +306,7 @@ func getJSON(ctx context.Context, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// service is a running ranker or composer process.
+// service is a running ranker, composer or console process.
 type service struct {
 	name string
 	cmd  *exec.Cmd
@@ -299,11 +314,16 @@ type service struct {
 	done chan error
 }
 
-func startService(ctx context.Context, bin, dir string, env []string) (*service, error) {
+// startService runs bin with its HTTP address in addrVar: want when that is free, else a free
+// loopback port.
+func startService(ctx context.Context, bin, dir string, env []string, addrVar, want string) (*service, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%s: %w (build it with `make build`)", bin, err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", want)
+	if want == "" || err != nil {
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +336,7 @@ func startService(ctx context.Context, bin, dir string, env []string) (*service,
 	}
 	s := &service{name: name, addr: addr, done: make(chan error, 1)}
 	s.cmd = exec.Command(bin)
-	s.cmd.Env = append(env, "HTTP_ADDR="+addr)
+	s.cmd.Env = append(env, addrVar+"="+addr)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {

@@ -120,6 +120,7 @@ type gridTeam struct {
 type gridCell struct {
 	State string // none, requested, composed, failed, evaluated: the cell's class
 	Label string
+	Sub   string // a second line: what the prompt was, under an evaluated score
 	Title string
 	Href  string
 }
@@ -286,7 +287,8 @@ func describeCell(exec, team string, round int, c cell, scored map[cellKey]float
 		title = append(title, "requested, not answered yet")
 	}
 	if s, ok := scored[cellKey{team, round}]; ok {
-		gc.State, gc.Label = "evaluated", strconv.FormatFloat(s, 'f', -1, 64)
+		gc.State, gc.Sub = "evaluated", gc.Label // what was composed stays visible under the score
+		gc.Label = strconv.FormatFloat(s, 'f', -1, 64)
 		title = append(title, "evaluated: "+gc.Label)
 	}
 	if gc.State == "none" {

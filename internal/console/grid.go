@@ -126,7 +126,7 @@ func (g *gridIndex) catchUp(ctx context.Context, stream, filter string, seq *uin
 	}
 	read := 0
 	for pending := info.NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second), jetstream.FetchContext(ctx))
+		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return fmt.Errorf("read %s: %w", stream, err)
 		}

@@ -16,6 +16,7 @@ import (
 type roundPage struct {
 	Exec, Team string
 	Round      int
+	Next       int // the next round, when anything is recorded of it
 	Record     *recordView
 	Failure    string // the code of a prompt.failed, when the round has no prompt
 	Requested  bool
@@ -102,6 +103,9 @@ func (c *Console) teamRound(r *http.Request) (any, error) {
 	g, err := c.grid.get(ctx, exec)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := g.cells[cellKey{team, round + 1}]; ok {
+		p.Next = round + 1
 	}
 	cl := g.cells[cellKey{team, round}]
 	p.Requested = cl.Requested
