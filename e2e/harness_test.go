@@ -169,7 +169,7 @@ func (e *env) spawn(name string, extra ...string) *proc {
 	addr := freeAddr(e.t)
 	p := &proc{name: name, addr: addr, logs: &syncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(filepath.Join(bins.dir, name))
-	p.cmd.Env = e.baseEnv(append([]string{"HTTP_ADDR=" + addr}, extra...)...)
+	p.cmd.Env = e.baseEnv(append([]string{"HTTP_ADDR=" + addr, "CONSOLE_ADDR=" + addr}, extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

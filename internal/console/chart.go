@@ -30,12 +30,8 @@ type chartLine struct {
 	Colour           string
 	Scores           string // polyline points of the score of each round
 	Best             string // polyline points of the best score so far
-	Dots             []chartDot
-}
-
-type chartDot struct {
-	X, Y  string
-	Title string // what a hover says: team, round, score
+	Marker           int    // the dot marker of its colour (one marker per colour, not an element per point)
+	Summary          string // every round's score, what a hover says
 }
 
 type chartTick struct {
@@ -47,6 +43,7 @@ type chart struct {
 	W, H, Left, Right, Top, Bottom int
 	Lines                          []chartLine
 	XTicks, YTicks                 []chartTick
+	Colours                        []string // of the markers, by index
 	Empty                          bool
 }
 
@@ -78,8 +75,8 @@ func scoreChart(rounds []rank.RoundScore, board []events.LeaderboardRow, order e
 	}
 	for i, row := range board {
 		rs := byTeam[row.TeamID]
-		line := chartLine{TeamID: row.TeamID, TeamName: row.TeamName, Colour: palette[i%len(palette)]}
-		var pts, best strings.Builder
+		line := chartLine{TeamID: row.TeamID, TeamName: row.TeamName, Colour: palette[i%len(palette)], Marker: i % len(palette)}
+		var pts, best, summary strings.Builder
 		var top float64
 		for j, r := range rs {
 			if j == 0 || better(r.Score, top, order) {
@@ -87,12 +84,15 @@ func scoreChart(rounds []rank.RoundScore, board []events.LeaderboardRow, order e
 			}
 			fmt.Fprintf(&pts, "%s,%s ", num(x(r.Round)), num(y(r.Score)))
 			fmt.Fprintf(&best, "%s,%s ", num(x(r.Round)), num(y(top)))
-			line.Dots = append(line.Dots, chartDot{X: num(x(r.Round)), Y: num(y(r.Score)),
-				Title: fmt.Sprintf("%s round %d: %s", row.TeamID, r.Round, strconv.FormatFloat(r.Score, 'f', -1, 64))})
+			if j > 0 {
+				summary.WriteString(", ")
+			}
+			fmt.Fprintf(&summary, "round %d %s", r.Round, strconv.FormatFloat(r.Score, 'f', -1, 64))
 		}
-		line.Scores, line.Best = strings.TrimSpace(pts.String()), strings.TrimSpace(best.String())
+		line.Scores, line.Best, line.Summary = strings.TrimSpace(pts.String()), strings.TrimSpace(best.String()), summary.String()
 		c.Lines = append(c.Lines, line)
 	}
+	c.Colours = palette[:min(len(board), len(palette))]
 	for r := 1; r <= maxRound; r++ {
 		if maxRound <= 20 || r%(maxRound/10+1) == 1 || r == maxRound {
 			c.XTicks = append(c.XTicks, chartTick{Pos: num(x(r)), Label: strconv.Itoa(r)})

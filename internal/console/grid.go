@@ -162,16 +162,6 @@ type requestFields struct {
 	} `json:"data"`
 }
 
-type answerFields struct {
-	Data struct {
-		TeamID        string            `json:"team_id"`
-		RoundNumber   int               `json:"round_number"`
-		TokenEstimate int               `json:"token_estimate"`
-		Truncated     []json.RawMessage `json:"truncated"`
-		Code          string            `json:"code"`
-	} `json:"data"`
-}
-
 func (idx *execIndex) cell(team string, round int) *cell {
 	k := cellKey{team, round}
 	c := idx.cells[k]
@@ -204,15 +194,15 @@ func (idx *execIndex) addRequest(_ string, body []byte) {
 // addAnswer records a prompt.composed or prompt.failed. A later answer of a round is a later
 // request's: it replaces the earlier state, as `podium prompts show` shows the latest record.
 func (idx *execIndex) addAnswer(subject string, body []byte) {
-	var f answerFields
-	if json.Unmarshal(body, &f) != nil || !events.ValidIdentifier(f.Data.TeamID) || f.Data.RoundNumber < 1 {
+	a, err := readAnswer(body)
+	if err != nil || !events.ValidIdentifier(a.TeamID) || a.Round < 1 {
 		return // round 0: a request too broken to name its round
 	}
-	c := idx.cell(f.Data.TeamID, f.Data.RoundNumber)
+	c := idx.cell(a.TeamID, a.Round)
 	c.Requested = true
 	if strings.HasPrefix(subject, events.TypePromptFailed+".") {
-		c.Composed, c.Failed, c.Code, c.Tokens, c.Cuts = false, true, f.Data.Code, 0, 0
+		c.Composed, c.Failed, c.Code, c.Tokens, c.Cuts = false, true, a.Code, 0, 0
 		return
 	}
-	c.Composed, c.Failed, c.Code, c.Tokens, c.Cuts = true, false, "", f.Data.TokenEstimate, len(f.Data.Truncated)
+	c.Composed, c.Failed, c.Code, c.Tokens, c.Cuts = true, false, "", a.Tokens, a.Cuts
 }

@@ -1,0 +1,113 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// TestPagesOnRealServers renders each page from a tournament stored in a real ClickHouse and
+// JetStream: what the grid says of each state, the board as the store ranks it, the bounds of
+// long texts, the errors of bad addresses.
+func TestPagesOnRealServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse")
+	}
+	tr := seed(t, 4, 3, 500)
+	ctx := context.Background()
+	at := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
+	// Round 4: team-000 requested and not answered, team-001 failed, team-002 composed but not
+	// evaluated; team-003's round-3 submission is 300 KB of hostile text.
+	publish(t, tr.js, events.RoundSubject(tr.exec, "team-000"), "r4-0", events.TypeRoundRequested, at,
+		events.RoundRequested{ExecutionID: tr.exec, TeamID: "team-000", TeamName: "x", RoundNumber: 4, UserPrompt: "t", ScoreOrder: events.Desc})
+	publish(t, tr.js, events.PromptFailedSubject(tr.exec, "team-001"), "r4-1", events.TypePromptFailed, at,
+		events.PromptFailed{RequestID: "r4-1", ExecutionID: tr.exec, TeamID: "team-001", RoundNumber: 4, Code: "unknown_template", Message: "no"})
+	publish(t, tr.js, events.PromptComposedSubject(tr.exec, "team-002"), "r4-2", events.TypePromptComposed, at,
+		events.PromptComposed{RequestID: "r4-2", ExecutionID: tr.exec, TeamID: "team-002", RoundNumber: 4, Prompt: "p", TokenEstimate: 321,
+			Truncated: []events.Truncation{{Section: "history", Detail: "cut"}}})
+	hostile := `<script>alert(1)</script>"><img src=x onerror=alert(2)>` + strings.Repeat("javascript:alert(3) ", 15000)
+	if err := tr.st.Insert(ctx, []rank.Record{{EventID: "eval-hostile", Seq: 1000, EvaluationCompleted: events.EvaluationCompleted{
+		ExecutionID: tr.exec, TeamID: "team-003", TeamName: `<b>Bold</b>`, RoundNumber: 3, Submission: events.Submission{Content: hostile},
+		Evaluation: events.Scores{OverallScore: 99, Feedback: `<img src=x onerror=alert(4)>`}, EvaluatedAt: at.Add(time.Hour)}}}); err != nil {
+		t.Fatal(err)
+	}
+	h := tr.console(t).Handler()
+
+	code, body := get(t, h, "/executions/"+tr.exec)
+	if code != http.StatusOK {
+		t.Fatalf("execution page: %d\n%s", code, body)
+	}
+	for _, want := range []string{
+		`<td class="cell requested" data-round="4" title="team-000 round 4: requested, not answered yet">`,
+		`<td class="cell failed" data-round="4" title="team-001 round 4: prompt failed: unknown_template">`,
+		`<td class="cell composed" data-round="4" title="team-002 round 4: prompt composed: 321 tokens, 1 cut(s)">`,
+		`>321 tok ✂1<`,
+		`&lt;b&gt;Bold&lt;/b&gt;`, // the team name of its latest evaluation, as text
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the execution page lacks %s", want)
+		}
+	}
+	board, err := tr.st.Leaderboard(ctx, tr.exec, events.Desc, rank.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range board.Rows {
+		if !strings.Contains(body, fmt.Sprintf(`<tr data-team="%s">
+<td class="num">%d</td><td class="num rank">%d</td>`, r.TeamID, r.Position, r.Rank)) {
+			t.Errorf("the board lacks %s at position %d rank %d", r.TeamID, r.Position, r.Rank)
+		}
+	}
+	for _, page := range []string{body, mustGet(t, h, "/executions/"+tr.exec+"/teams/team-003/rounds/3")} {
+		if strings.Contains(page, "<script>alert") || strings.Contains(page, "<img src=x") {
+			t.Error("untrusted text was written as markup")
+		}
+	}
+	round := mustGet(t, h, "/executions/"+tr.exec+"/teams/team-003/rounds/3")
+	if !strings.Contains(round, `shown 64.0 KiB of 293.0 KiB: <a href="/text/submission/`+tr.exec+`/team-003/3">`) {
+		t.Error("the 300 KB submission is not cut with a link to the whole text")
+	}
+	if len(round) > 200<<10 {
+		t.Errorf("the round page is %d bytes: the submission is not bounded", len(round))
+	}
+	if code, text := get(t, h, "/text/submission/"+tr.exec+"/team-003/3"); code != http.StatusOK || text != hostile {
+		t.Errorf("the whole text: %d, %d bytes, want %d", code, len(text), len(hostile))
+	}
+
+	for _, tt := range []struct {
+		path string
+		want int
+	}{
+		{"/", http.StatusOK},
+		{"/?page=0", http.StatusBadRequest},
+		{"/executions/bad%20id", http.StatusBadRequest},
+		{"/executions/unknown", http.StatusOK}, // an execution nothing is known of yet is empty, as the ranker's API says
+		{"/executions/" + tr.exec + "/teams/team-000/rounds/0", http.StatusBadRequest},
+		{"/executions/" + tr.exec + "/teams/nobody/rounds/1", http.StatusNotFound},
+		{"/executions/" + tr.exec + "/teams/team-000/rounds/1", http.StatusOK},
+		{"/text/other/" + tr.exec + "/team-000/1", http.StatusNotFound},
+		{"/templates", http.StatusOK},
+		{"/templates/none", http.StatusNotFound},
+		{"/deadletters", http.StatusOK},
+		{"/static/console.js", http.StatusOK},
+	} {
+		if code, body := get(t, h, tt.path); code != tt.want {
+			t.Errorf("GET %s: %d, want %d\n%.400s", tt.path, code, tt.want, body)
+		}
+	}
+}
+
+func mustGet(t *testing.T, h http.Handler, path string) string {
+	t.Helper()
+	code, body := get(t, h, path)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d\n%.400s", path, code, body)
+	}
+	return body
+}
