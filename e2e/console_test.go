@@ -76,8 +76,8 @@ func consoleEvaluation(exec string, tm consoleTeam, round int, score float64, bi
 		all := strings.Join(hostile, "\n")
 		ev.Submission.Content = "Submission with payloads:\n" + all + "\n"
 		ev.Evaluation.Feedback = "Feedback with payloads:\n" + all
-		for _, h := range hostile {
-			ev.Evaluation.Metrics = append(ev.Evaluation.Metrics, events.Metric{MetricName: "Safety", Score: score, EvaluatorComment: "comment " + h})
+		for i, h := range hostile { // metric names are unique within an evaluation
+			ev.Evaluation.Metrics = append(ev.Evaluation.Metrics, events.Metric{MetricName: fmt.Sprintf("Safety%d", i+1), Score: score, EvaluatorComment: "comment " + h})
 		}
 	case tm.id == bigTeam && round == bigRound:
 		ev.Submission.Content = big
@@ -520,6 +520,7 @@ func writeShot(t *testing.T, ctx context.Context, dir, name string) {
 func TestConsoleRefusesOpenBindWithoutToken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.start("ranker") // creates the tables the executions page reads
 	openAddr := func() (open, local string) {
 		_, port, err := net.SplitHostPort(freeAddr(t))
 		if err != nil {

@@ -25,10 +25,25 @@ type answer struct {
 
 var errNotAnAnswer = errors.New("not an answer record")
 
-// readAnswer reads the data fields of an answer, skipping the rest of the CloudEvent.
-func readAnswer(body []byte) (answer, error) {
+// answerReader reads answers one after another with one decoder, whose buffer is kept
+// between records (a decoder per record copied every body into a buffer of its own).
+type answerReader struct {
+	dec *jsontext.Decoder
+	in  bytes.Reader
+}
+
+func newAnswerReader() *answerReader {
+	r := &answerReader{}
+	r.dec = jsontext.NewDecoder(&r.in)
+	return r
+}
+
+// read reads the data fields of an answer, skipping the rest of the CloudEvent.
+func (r *answerReader) read(body []byte) (answer, error) {
 	var a answer
-	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	r.in.Reset(body)
+	r.dec.Reset(&r.in)
+	dec := r.dec
 	if err := object(dec, func(name string) error {
 		if name != "data" || dec.PeekKind() != '{' {
 			return dec.SkipValue()

@@ -21,6 +21,7 @@ func TestReadAnswer(t *testing.T) {
 	}
 	failed, _ := events.Marshal("id-2", "composer/x", events.TypePromptFailed, time.Unix(0, 0),
 		events.PromptFailed{TeamID: "team-b", RoundNumber: 7, Code: "budget_exceeded", Message: "too long"})
+	r := newAnswerReader() // one reader for every case, as a catch-up reads its records
 	for _, tt := range []struct {
 		name string
 		body string
@@ -38,7 +39,7 @@ func TestReadAnswer(t *testing.T) {
 		{"not JSON", `<html>`, answer{}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := readAnswer([]byte(tt.body))
+			got, err := r.read([]byte(tt.body))
 			if (err != nil) != tt.bad {
 				t.Fatalf("error %v, want error %v", err, tt.bad)
 			}

@@ -2,18 +2,25 @@ package console
 
 import (
 	"bufio"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// cpuTime is the CPU this process has used, user and system. The console runs in the test
-// process, with the in-process JetStream server beside it: the figure is the console's CPU plus
-// the broker's work answering it (ClickHouse is a process of its own and not counted).
+// cpuTime is the CPU this process has used, user and system: the console's (and the test's
+// client), since the benchmarks run JetStream and ClickHouse as processes of their own.
 func cpuTime(tb testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -31,7 +38,8 @@ func cpuTime(tb testing.TB) time.Duration {
 //
 // go test -run '^$' -bench ExecutionPage -benchtime 50x ./internal/console
 func BenchmarkExecutionPage(b *testing.B) {
-	tr := seed(b, 100, 20, 4000)
+	nc, js := externalNATS(b)
+	tr := seedOn(b, nc, js, 100, 20, 4000)
 	path := "/executions/" + tr.exec
 	b.Run("warm", func(b *testing.B) {
 		h := tr.console(b).Handler()
@@ -138,7 +146,8 @@ func mustPage(tb testing.TB, h http.Handler, path string) {
 //
 // go test -run '^$' -bench LiveViewers -benchtime 20x ./internal/console
 func BenchmarkLiveViewers(b *testing.B) {
-	tr := seed(b, 2, 1, 100)
+	nc, js := externalNATS(b)
+	tr := seedOn(b, nc, js, 2, 1, 100)
 	c := tr.console(b)
 	srv := httptest.NewServer(c.Handler())
 	b.Cleanup(srv.Close)
@@ -189,5 +198,43 @@ func nextUpdate(r *bufio.Reader) error {
 			_, err := r.ReadString('\n') // its data line
 			return err
 		}
+	}
+}
+
+// externalNATS runs a JetStream server as a process of its own (built from the nats-server
+// module this one depends on), so the CPU this process uses is the console's alone.
+func externalNATS(b *testing.B) (*nats.Conn, jetstream.JetStream) {
+	b.Helper()
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "nats-server")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
+		b.Fatalf("build nats-server: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(bin, "-js", "-sd", filepath.Join(dir, "js"), "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	for i := 0; ; i++ {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			b.Cleanup(nc.Close)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return nc, js
+		}
+		if i == 200 {
+			b.Fatalf("nats-server on %s: %v", url, err)
+		}
+		time.Sleep(25 * time.Millisecond)
 	}
 }

@@ -97,7 +97,10 @@ func (g *gridIndex) get(ctx context.Context, executionID string) (gridState, err
 	if err := g.catchUp(ctx, events.StreamRounds, events.TypeRoundRequested+"."+executionID+".*", &idx.roundsSeq, idx.addRequest); err != nil {
 		return gridState{}, err
 	}
-	if err := g.catchUp(ctx, events.StreamPrompts, "prompt.*."+executionID+".*", &idx.promptsSeq, idx.addAnswer); err != nil {
+	// One reader for the catch-up, not kept: its buffer grows to the largest record read.
+	answers := newAnswerReader()
+	addAnswer := func(subject string, body []byte) { idx.addAnswer(answers, subject, body) }
+	if err := g.catchUp(ctx, events.StreamPrompts, "prompt.*."+executionID+".*", &idx.promptsSeq, addAnswer); err != nil {
 		return gridState{}, err
 	}
 	st := gridState{cells: make(map[cellKey]cell, len(idx.cells)), order: idx.order, full: idx.full}
@@ -193,8 +196,8 @@ func (idx *execIndex) addRequest(_ string, body []byte) {
 
 // addAnswer records a prompt.composed or prompt.failed. A later answer of a round is a later
 // request's: it replaces the earlier state, as `podium prompts show` shows the latest record.
-func (idx *execIndex) addAnswer(subject string, body []byte) {
-	a, err := readAnswer(body)
+func (idx *execIndex) addAnswer(answers *answerReader, subject string, body []byte) {
+	a, err := answers.read(body)
 	if err != nil || !events.ValidIdentifier(a.TeamID) || a.Round < 1 {
 		return // round 0: a request too broken to name its round
 	}

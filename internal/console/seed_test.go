@@ -39,9 +39,15 @@ type tournament struct {
 // are distinct, as a tournament's are, so nothing is served from a repetition.
 func seed(tb testing.TB, teams, rounds, promptBytes int) *tournament {
 	tb.Helper()
+	nc, js := testenv.JetStream(tb, testenv.NATS(tb))
+	return seedOn(tb, nc, js, teams, rounds, promptBytes)
+}
+
+// seedOn is seed on a JetStream server of the caller's.
+func seedOn(tb testing.TB, nc *nats.Conn, js jetstream.JetStream, teams, rounds, promptBytes int) *tournament {
+	tb.Helper()
 	ctx := context.Background()
 	st, _ := testenv.Store(tb, true)
-	nc, js := testenv.JetStream(tb, testenv.NATS(tb))
 	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamRounds, events.StreamPrompts, events.StreamDeadLetter); err != nil {
 		tb.Fatal(err)
 	}
