@@ -14,11 +14,12 @@ help: ## list the targets
 build: ## build ranker, composer, console, podium and demo into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-clickhouse: ## install what the tests run for real, from Debian, when missing: ClickHouse, ZooKeeper, Jinja2
+clickhouse: ## install what the tests run for real, from Debian, when missing: ClickHouse, ZooKeeper, Jinja2, Chromium
 	@missing=""; \
 	command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || missing="$$missing clickhouse-server clickhouse-client"; \
 	[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1 || missing="$$missing zookeeper"; \
 	/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$$missing python3-jinja2"; \
+	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian's$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
