@@ -37,6 +37,16 @@ func TestPagesOnRealServers(t *testing.T) {
 		Evaluation: events.Scores{OverallScore: 99, Feedback: `<img src=x onerror=alert(4)>`}, EvaluatedAt: at.Add(time.Hour)}}}); err != nil {
 		t.Fatal(err)
 	}
+	// The console reads as a user who may only read, as an operator would give it.
+	reader, err := rank.Open(ctx, rank.Config{Addrs: tr.cfg.Addrs, Database: tr.cfg.Database, User: "reader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if err := reader.Insert(ctx, []rank.Record{{EventID: "x", EvaluationCompleted: events.EvaluationCompleted{ExecutionID: "x", TeamID: "x", RoundNumber: 1}}}); err == nil {
+		t.Fatal("the reader could write: the test's user is not read-only")
+	}
+	tr.st = reader
 	h := tr.console(t).Handler()
 
 	code, body := get(t, h, "/executions/"+tr.exec)

@@ -28,6 +28,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 type tournament struct {
 	exec  string
 	st    *rank.Store
+	cfg   rank.Config
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	teams int
@@ -47,11 +48,11 @@ func seed(tb testing.TB, teams, rounds, promptBytes int) *tournament {
 func seedOn(tb testing.TB, nc *nats.Conn, js jetstream.JetStream, teams, rounds, promptBytes int) *tournament {
 	tb.Helper()
 	ctx := context.Background()
-	st, _ := testenv.Store(tb, true)
+	st, cfg := testenv.Store(tb, true)
 	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamRounds, events.StreamPrompts, events.StreamDeadLetter); err != nil {
 		tb.Fatal(err)
 	}
-	tr := &tournament{exec: "exec-seeded", st: st, nc: nc, js: js, teams: teams, round: rounds}
+	tr := &tournament{exec: "exec-seeded", st: st, cfg: cfg, nc: nc, js: js, teams: teams, round: rounds}
 	at := time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
 	var recs []rank.Record
 	seq := uint64(0)

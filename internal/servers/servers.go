@@ -331,7 +331,9 @@ func clickhouseConfig(dir string, tcpPort, httpPort int, extra string) string {
 `, dir, tcpPort, httpPort, extra)
 }
 
-// clickhouseUsers is the stock single "default" user without password, reachable from loopback.
+// clickhouseUsers is the stock "default" user without password, reachable from loopback, and
+// "reader", who may only read (readonly=1: no writes, no DDL, no settings changed), as an operator
+// gives the web console.
 const clickhouseUsers = `<?xml version="1.0"?>
 <yandex>
   <profiles>
@@ -339,6 +341,10 @@ const clickhouseUsers = `<?xml version="1.0"?>
       <max_memory_usage>4000000000</max_memory_usage>
       <load_balancing>random</load_balancing>
     </default>
+    <readonly>
+      <max_memory_usage>4000000000</max_memory_usage>
+      <readonly>1</readonly>
+    </readonly>
   </profiles>
   <users>
     <default>
@@ -347,6 +353,12 @@ const clickhouseUsers = `<?xml version="1.0"?>
       <profile>default</profile>
       <quota>default</quota>
     </default>
+    <reader>
+      <password></password>
+      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+      <profile>readonly</profile>
+      <quota>default</quota>
+    </reader>
   </users>
   <quotas>
     <default>
