@@ -8,15 +8,16 @@ import (
 // metrics are the ranker's Prometheus series; their names are stable because dashboards and
 // alerts in deploy/ depend on them.
 type metrics struct {
-	events           *prometheus.CounterVec
-	batchSize        prometheus.Histogram
-	insertDuration   prometheus.Histogram
-	clickhouseErrors *prometheus.CounterVec
-	quorumFailures   prometheus.Counter
-	leaderboardQuery prometheus.Histogram
-	leaderboardsSent prometheus.Counter
-	pending          prometheus.Gauge
-	ackPending       prometheus.Gauge
+	events            *prometheus.CounterVec
+	batchSize         prometheus.Histogram
+	insertDuration    prometheus.Histogram
+	clickhouseErrors  *prometheus.CounterVec
+	quorumFailures    prometheus.Counter
+	clickhouseRepairs prometheus.Counter
+	leaderboardQuery  prometheus.Histogram
+	leaderboardsSent  prometheus.Counter
+	pending           prometheus.Gauge
+	ackPending        prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,11 +39,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		clickhouseErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ranker_clickhouse_errors_total",
-			Help: "ClickHouse failures by kind: insert, query, unavailable (ping).",
+			Help: "ClickHouse failures by kind: insert, query, unavailable (ping), refused (an evaluation the table refused, dead-lettered).",
 		}, []string{"kind"}),
 		quorumFailures: f.NewCounter(prometheus.CounterOpts{
 			Name: "ranker_insert_quorum_failures_total",
 			Help: "Inserts that a quorum of ClickHouse replicas did not confirm (too few alive, an earlier write unconfirmed, or the quorum timeout); the batch is held and retried.",
+		}),
+		clickhouseRepairs: f.NewCounter(prometheus.CounterOpts{
+			Name: "ranker_clickhouse_repairs_total",
+			Help: "Times the ranker recreated its database or table from the migrations because an insert found it missing.",
 		}),
 		leaderboardQuery: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ranker_leaderboard_query_duration_seconds",

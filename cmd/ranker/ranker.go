@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +27,7 @@ type store interface {
 	Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, b rank.Bound) (rank.Board, error)
 	History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error)
 	Ping(ctx context.Context) error
+	CheckTable(ctx context.Context) error
 }
 
 var _ store = (*rank.Store)(nil)
@@ -50,9 +50,15 @@ type ranker struct {
 	// announceInterval is the least time between two rounds of leaderboard.updated.
 	announceInterval time.Duration
 	now              func() time.Time
+	// repair recreates the database and the tables the migrations own (an operator dropped
+	// them); see write.go.
+	repair func(ctx context.Context) error
+	// fail stops the consumer with a fault the ranker cannot mend (stopWith), set by consume.
+	fail func(err error)
 
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
 	quorumLost  atomic.Bool // set while a batch is waiting for a quorum of replicas
+	fatal       atomic.Bool // set once a fault stopped the ranker: it stays unready
 }
 
 // consume reads batches until stop is done, then drains what the client already holds and
@@ -62,7 +68,16 @@ type ranker struct {
 // Three stages overlap: this loop fills and validates batch n+1 while the committer inserts and
 // acks batch n, and the announcer publishes leaderboard.updated for what was committed, so the
 // ClickHouse insert is the only step on the critical path.
-func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, consuming func(bool)) error {
+func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, consuming func(bool)) (err error) {
+	// A fault the ranker cannot mend (write.go) stops it as a signal would, then is its exit error.
+	stop, fail := context.WithCancelCause(stop)
+	defer fail(nil)
+	r.fail = fail
+	defer func() {
+		if cause := context.Cause(stop); errors.Is(cause, errFatal) {
+			err = cause
+		}
+	}()
 	// The buffer holds a batch by count and by bytes, so large submissions bound memory too.
 	it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(r.batchSize, r.batchBytes))
 	if err != nil {
@@ -117,11 +132,12 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, co
 			r.log.Warn("fetch failed", "error", err)
 			continue
 		}
-		// Kept in progress while it waits behind a slow insert, so a short AckWait redelivers
-		// only what a crashed ranker held.
-		b := r.parse(work, r.fill(stop, it, first, draining))
-		alive := settle.KeepAlive(r.ackWait/3, b.keep...)
-		batches <- b
+		// Kept in progress from here, while poison is dead-lettered (DEADLETTER may be slow or
+		// down: three tries with backoff) and while it waits behind a slow insert, so a short
+		// AckWait redelivers only what a crashed ranker held.
+		msgs := r.fill(stop, it, first, draining)
+		alive := settle.KeepAlive(r.ackWait/3, msgs...)
+		batches <- r.parse(work, msgs)
 		alive()
 	}
 }
@@ -156,6 +172,7 @@ func (r *ranker) fill(stop context.Context, it jetstream.MessagesContext, first 
 type batch struct {
 	recs  []rank.Record
 	keep  []jetstream.Msg
+	ids   []string // the event id of each message of keep
 	links []trace.Link
 }
 
@@ -176,7 +193,7 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg) batch {
 			r.settler.Settle(ctx, msg, settle.Reject(err.Error()))
 			continue
 		}
-		b.keep = append(b.keep, msg)
+		b.keep, b.ids = append(b.keep, msg), append(b.ids, ev.ID)
 		if sc := trace.SpanContextFromContext(r.trace.Extract(ctx, ev.Trace, msg.Headers())); sc.IsValid() {
 			b.links = append(b.links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("podium.evaluation_id", ev.ID)}})
 		}
@@ -200,16 +217,19 @@ func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) 
 	if len(b.recs) > 0 {
 		alive := settle.KeepAlive(r.ackWait/3, b.keep...) // an insert may wait on ClickHouse for long
 		ictx, ispan := r.trace.Start(ctx, "clickhouse.insert", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.Int("db.rows", len(b.recs))))
-		err := r.insert(ictx, b.recs)
+		refused, err := r.write(ictx, b.recs)
 		tracing.End(ispan, err)
 		alive()
 		if err != nil {
 			span.SetStatus(codes.Error, "given back for redelivery")
-			r.log.WarnContext(ctx, "gave up a batch at shutdown; it will be redelivered", "rows", len(b.recs))
+			r.log.WarnContext(ctx, "gave up a batch; it will be redelivered", "rows", len(b.recs), "error", err)
 			for _, msg := range b.keep {
 				r.settler.Settle(ctx, msg, settle.RetryLater(err))
 			}
 			return span.SpanContext(), false
+		}
+		if len(refused) > 0 {
+			b = r.deadLetterRefused(ctx, b, refused)
 		}
 	}
 	// The rows are stored; a redelivery of an ack that is lost is harmless: writes are idempotent.
@@ -218,69 +238,6 @@ func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) 
 	}
 	r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
 	return span.SpanContext(), true
-}
-
-// A quorum insert refused because another one is still being confirmed is retried after a
-// short wait that doubles up to quorumBusyMax (each try sends the batch again), for about
-// quorumBusyFor, before it counts as a quorum failure.
-const (
-	quorumBusyFirst = 10 * time.Millisecond
-	quorumBusyMax   = 320 * time.Millisecond
-	quorumBusyFor   = 3 * time.Second
-)
-
-// insert writes recs, retrying with the shared backoff while ClickHouse is unavailable (the
-// caller keeps the messages in progress meanwhile). It returns ctx's error when ctx ends first.
-func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
-	var busySince time.Time
-	busyWait := quorumBusyFirst
-	for attempt := uint64(1); ; attempt++ {
-		start := time.Now()
-		err := r.store.Insert(ctx, recs)
-		if rank.IsQuorumBusy(err) && (busySince.IsZero() || time.Since(busySince) < quorumBusyFor) {
-			// ClickHouse confirms one quorum insert at a time across the cluster, so rankers
-			// writing together take turns: wait for the other's confirmation briefly (jittered,
-			// so two rankers do not retry in step) instead of backing off for seconds.
-			if busySince.IsZero() {
-				busySince = start
-			}
-			attempt--
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(busyWait/2 + rand.N(busyWait)):
-			}
-			busyWait = min(2*busyWait, quorumBusyMax)
-			continue
-		}
-		busySince, busyWait = time.Time{}, quorumBusyFirst
-		if err == nil {
-			tracing.Observe(ctx, r.m.insertDuration, time.Since(start).Seconds())
-			r.m.batchSize.Observe(float64(len(recs)))
-			r.quorumLost.Store(false)
-			if r.insertFails.Swap(false) {
-				r.log.InfoContext(ctx, "clickhouse insert recovered", "attempts", attempt)
-			}
-			return nil
-		}
-		r.insertFails.Store(true)
-		r.m.clickhouseErrors.WithLabelValues("insert").Inc()
-		delay := settle.Backoff(attempt)
-		if rank.IsQuorumError(err) {
-			// The rows may already be on some replicas; they count once the quorum has them, and
-			// the retry is harmless (block deduplication, and reads collapse copies of an id).
-			r.quorumLost.Store(true)
-			r.m.quorumFailures.Inc()
-			r.log.WarnContext(ctx, "clickhouse replicas did not confirm the insert; holding the batch unacknowledged", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
-		} else {
-			r.log.WarnContext(ctx, "clickhouse insert failed, will retry", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-	}
 }
 
 // watchConsumer keeps the pending gauges current.

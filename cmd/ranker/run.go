@@ -60,6 +60,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	base.StoreMetrics(st)
 	r := newRanker(base, &cfg, st)
+	r.repair = func(ctx context.Context) error {
+		if err := rank.CreateDatabase(ctx, cfg.Store(log)); err != nil {
+			return err
+		}
+		_, err := st.Repair(ctx)
+		return err
+	}
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
 		API:             newAPI(log, st, r.m),
@@ -105,6 +112,9 @@ func openStore(ctx context.Context, cfg rank.Config) (*rank.Store, error) {
 
 // storeReady fails while inserts are failing or ClickHouse does not answer a ping.
 func (r *ranker) storeReady(ctx context.Context) error {
+	if r.fatal.Load() {
+		return errors.New("stopped: clickhouse refuses every evaluation (see the error log)")
+	}
 	if r.quorumLost.Load() {
 		return errors.New("inserts wait for a quorum of ClickHouse replicas; evaluations are held, not lost")
 	}

@@ -181,7 +181,7 @@ func (s *Store) Insert(ctx context.Context, recs []Record) error {
 				r.TeamName, r.Evaluation.OverallScore, metrics[i], r.Evaluation.Feedback,
 				r.Submission.Content, r.Submission.Format, r.EvaluatedAt.Format(time.RFC3339Nano),
 				r.EvaluatedAt.UnixMicro(), r.Source, r.Seq); err != nil {
-				return fmt.Errorf("append %s: %w", r.EventID, err)
+				return &clientConversion{fmt.Errorf("append %s: %w", r.EventID, err)}
 			}
 		}
 		return batch.Send()

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// faulty is the real store with faults of ClickHouse put in front of its inserts: the rows that
+// get through are stored in a real ClickHouse, and the ones refused are refused with the errors
+// ClickHouse gives.
+type faulty struct {
+	*rank.Store
+	refuse    func(rank.Record) bool // rows ClickHouse refuses (a code-53 exception for the insert holding one)
+	transient atomic.Int32           // inserts still to fail as if the server went away
+	inserts   atomic.Int32
+}
+
+func (f *faulty) Insert(ctx context.Context, recs []rank.Record) error {
+	f.inserts.Add(1)
+	if f.transient.Add(-1) >= 0 {
+		return &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	}
+	for _, r := range recs {
+		if f.refuse != nil && f.refuse(r) {
+			return fmt.Errorf("rank: insert: %w", &clickhouse.Exception{Code: 53, Name: "DB::Exception", Message: "Type mismatch in VALUES section: " + r.EventID})
+		}
+	}
+	return f.Store.Insert(ctx, recs)
+}
+
+func records(exec string, ids ...string) []rank.Record {
+	var out []rank.Record
+	for i, id := range ids {
+		out = append(out, rank.Record{EventID: id, Source: "test", Seq: uint64(i + 1), EvaluationCompleted: events.EvaluationCompleted{
+			ExecutionID: exec, TeamID: "team-" + id, TeamName: id, RoundNumber: 1, Submission: events.Submission{Content: id},
+			Evaluation: events.Scores{OverallScore: float64(i)}, EvaluatedAt: time.Unix(int64(i), 0).UTC()}})
+	}
+	return out
+}
+
+func newTestRanker(t *testing.T, st store, repair func(context.Context) error) (*ranker, *atomic.Value) {
+	var stopped atomic.Value
+	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), store: st, m: newMetrics(prometheus.NewRegistry()),
+		now: time.Now, repair: repair, fail: func(err error) { stopped.Store(err) }}
+	return r, &stopped
+}
+
+func stored(t *testing.T, st *rank.Store, exec string) map[string]bool {
+	t.Helper()
+	board, err := st.Leaderboard(t.Context(), exec, events.Desc, rank.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, r := range board.Rows {
+		out[r.TeamName] = true
+	}
+	return out
+}
+
+// TestWriteDeadLettersOnlyWhatIsRefused: ClickHouse refuses three rows of a batch of 40; the
+// batch is split until each is found, they are returned to be dead-lettered with ClickHouse's
+// error, and the 37 others are stored.
+func TestWriteDeadLettersOnlyWhatIsRefused(t *testing.T) {
+	st, _ := testenv.Store(t, true)
+	var ids []string
+	for i := range 40 {
+		ids = append(ids, fmt.Sprintf("e%02d", i))
+	}
+	bad := map[string]bool{"e03": true, "e17": true, "e39": true}
+	f := &faulty{Store: st, refuse: func(r rank.Record) bool { return bad[r.EventID] }}
+	r, stopped := newTestRanker(t, f, nil)
+	refused, err := r.write(t.Context(), records("split", ids...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != len(bad) {
+		t.Fatalf("refused %v, want %v", refused, bad)
+	}
+	for id, e := range refused {
+		if !bad[id] || !strings.Contains(e.Error(), "Type mismatch") {
+			t.Errorf("refused %s: %v", id, e)
+		}
+	}
+	got := stored(t, st, "split")
+	for _, id := range ids {
+		if got[id] == bad[id] {
+			t.Errorf("%s stored %v", id, got[id])
+		}
+	}
+	if stopped.Load() != nil {
+		t.Errorf("the ranker stopped: %v", stopped.Load())
+	}
+	// The whole batch, then at most two halves per level (log2 40 < 6) for each refused row:
+	// not one insert per row.
+	if n := f.inserts.Load(); n > int32(1+2*6*len(bad)) {
+		t.Errorf("%d inserts to find 3 refused rows of 40", n)
+	}
+}
+
+// TestWriteRecreatesADroppedTable: an operator dropped the table; the insert finds it missing,
+// the migrations make it again, and the batch is stored.
+func TestWriteRecreatesADroppedTable(t *testing.T) {
+	st, cfg := testenv.Store(t, true)
+	exec(t, cfg, "DROP TABLE evaluations")
+	repairs := 0
+	r, stopped := newTestRanker(t, st, func(ctx context.Context) error {
+		repairs++
+		_, err := st.Repair(ctx)
+		return err
+	})
+	refused, err := r.write(t.Context(), records("dropped", "a", "b"))
+	if err != nil || len(refused) > 0 {
+		t.Fatalf("write: %v, refused %v", err, refused)
+	}
+	if got := stored(t, st, "dropped"); !got["a"] || !got["b"] || repairs != 1 {
+		t.Errorf("stored %v after %d repairs", got, repairs)
+	}
+	if stopped.Load() != nil {
+		t.Errorf("the ranker stopped: %v", stopped.Load())
+	}
+}
+
+// TestWriteStopsOnATableThatRefusesEverything: a column was dropped by hand, so every row is
+// refused; the ranker does not dead-letter them one by one but stops with an error naming the
+// column.
+func TestWriteStopsOnATableThatRefusesEverything(t *testing.T) {
+	st, cfg := testenv.Store(t, true)
+	exec(t, cfg, "ALTER TABLE evaluations DROP COLUMN feedback")
+	r, stopped := newTestRanker(t, st, func(context.Context) error { return errors.New("no repair expected") })
+	refused, err := r.write(t.Context(), records("altered", "a", "b", "c"))
+	if !errors.Is(err, errFatal) || len(refused) > 0 {
+		t.Fatalf("write: %v, refused %v; want a fatal error", err, refused)
+	}
+	if !strings.Contains(err.Error(), "column feedback is missing") {
+		t.Errorf("the error does not name the column: %v", err)
+	}
+	if stopped.Load() == nil || !r.fatal.Load() {
+		t.Error("the ranker was not stopped")
+	}
+	if err := r.storeReady(t.Context()); err == nil {
+		t.Error("ready after a fatal fault")
+	}
+}
+
+// TestWriteRetriesTransientFaults: two inserts fail as if ClickHouse were down; the third
+// stores the batch, and readiness comes back.
+func TestWriteRetriesTransientFaults(t *testing.T) {
+	st, _ := testenv.Store(t, true)
+	f := &faulty{Store: st}
+	f.transient.Store(2)
+	r, _ := newTestRanker(t, f, nil)
+	if _, err := r.write(t.Context(), records("flaky", "a")); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.inserts.Load(); n != 3 || r.insertFails.Load() {
+		t.Errorf("%d inserts, failing %v; want 3 and recovered", n, r.insertFails.Load())
+	}
+}
+
+func exec(t *testing.T, cfg rank.Config, q string) {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: cfg.Addrs, Auth: clickhouse.Auth{Database: cfg.Database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(t.Context(), q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
