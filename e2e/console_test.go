@@ -107,9 +107,18 @@ func browser(t *testing.T) context.Context {
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
-	// The first Run starts the browser for the context's whole life: no timeout on it.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
+	// The first Run starts the browser for the context's whole life: no timeout on its context,
+	// but a bound on the wait, so a browser that never answers fails the test.
+	started := make(chan error, 1)
+	go func() { started <- chromedp.Do(ctx) }()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("start %s: %v", path, err)
+		}
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatalf("%s did not start within 60s", path)
 	}
 	return ctx
 }
@@ -137,10 +146,29 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 	return v
 }
 
-// navigate loads a page and waits for its load event.
+// navigate loads a page, waits for its load event and checks it was served 200 under the
+// console's policy: scripts of its own origin only, so a text that escaped html/template still
+// could not run.
 func navigate(t *testing.T, ctx context.Context, u string) {
 	t.Helper()
-	within(t, ctx, 30*time.Second, "open "+u, chromedp.Navigate(u))
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := chromedp.Run(tctx, chromedp.NavigateResponse(u))
+	if err != nil {
+		t.Fatalf("open %s: %v", u, err)
+	}
+	if resp.Status != http.StatusOK {
+		t.Fatalf("open %s: status %d", u, resp.Status)
+	}
+	var csp string
+	for k, v := range resp.Headers {
+		if strings.EqualFold(k, "Content-Security-Policy") {
+			csp = fmt.Sprint(v)
+		}
+	}
+	if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("%s: Content-Security-Policy %q, want script-src 'self' and nothing inline", u, csp)
+	}
 }
 
 // pageWatch records what the browser did that a hostile text could cause.
@@ -201,7 +229,7 @@ func watch(t *testing.T, ctx context.Context) *pageWatch {
 	return w
 }
 
-// boardRow is a leaderboard row as the page shows it.
+// boardRowView is a leaderboard row as the page shows it.
 type boardRowView struct {
 	Team   string `json:"team"`
 	Rank   string `json:"rank"`
@@ -306,6 +334,9 @@ func TestConsoleInTheBrowser(t *testing.T) {
 			got.Rounds != strconv.Itoa(want.Rounds) || got.Name != want.TeamName {
 			t.Errorf("row %d: page %+v, ranker %+v", i+1, got, want)
 		}
+		if href := fmt.Sprintf("/executions/%s/teams/%s/rounds/%d", exec, want.TeamID, want.BestRound); got.Href != href {
+			t.Errorf("row %d: the team's link goes to %s, want its best round %s", i+1, got.Href, href)
+		}
 	}
 	checkSafe(t, ctx, base, "execution page")
 	if top := eval[string](t, ctx, `document.querySelector('#top').textContent`); !strings.Contains(top, hostile[0]) {
@@ -316,6 +347,13 @@ func TestConsoleInTheBrowser(t *testing.T) {
 			t.Errorf("the execution page has no %s", sel)
 		}
 	}
+
+	// The other pages: none lets a text become markup either.
+	for _, path := range []string{"/", "/templates", "/deadletters"} {
+		navigate(t, ctx, base+path)
+		checkSafe(t, ctx, base, path)
+	}
+	navigate(t, ctx, base+"/executions/"+exec)
 
 	// The leader's link leads to its best round; its prompt is the published one, byte for byte.
 	leader := lb.Teams[0]
