@@ -299,7 +299,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 	for r := 1; r <= 3; r++ {
 		for _, tm := range consoleTeams {
 			e.requestRound(fmt.Sprintf("req-%s-%d", tm.id, r), events.RoundRequested{ExecutionID: exec, TeamID: tm.id, TeamName: tm.name,
-				RoundNumber: r, UserPrompt: "Write the best answer.", MaxRounds: 4}, t0.Add(time.Duration(r)*time.Minute-time.Second))
+				RoundNumber: r, UserPrompt: "Write the best answer.\r\nKeep its line ends:\rexactly as sent.", MaxRounds: 4}, t0.Add(time.Duration(r)*time.Minute-time.Second))
 		}
 		got := e.answers("prompt.*."+exec+".*", r*len(consoleTeams), 60*time.Second)
 		for _, tm := range consoleTeams {

@@ -24,6 +24,7 @@ type executionsPage struct {
 	Total            int
 	Page, Pages      int
 	PrevPage, NextPg int
+	NoStore          bool // the database or table does not exist yet: no ranker has started
 }
 
 type executionRow struct {
@@ -42,6 +43,9 @@ func (c *Console) executions(r *http.Request) (any, error) {
 		page = n
 	}
 	all, err := c.d.Store.Executions(r.Context())
+	if rank.FaultOf(err) == rank.Missing {
+		return executionsPage{Page: 1, Pages: 1, NoStore: true}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -146,10 +150,16 @@ func (c *Console) execution(r *http.Request) (any, error) {
 		order = o
 	}
 	evs, err := c.d.Store.Scores(ctx, []string{exec})
+	if rank.FaultOf(err) == rank.Missing {
+		evs, err = map[string]*rank.Evaluations{}, nil // no ranker has made the table yet: nothing is stored
+	}
 	if err != nil {
 		return nil, err
 	}
 	ev := evs[exec]
+	if ev == nil {
+		ev, _ = rank.FromRecords(nil)
+	}
 	now := ev.Reduce(rank.Everything())
 	board := now.Leaderboard(order)
 	scores := now.Rounds()

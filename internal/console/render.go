@@ -75,6 +75,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"score": func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
 		"kib":   func(n int) string { return strconv.FormatFloat(float64(n)/1024, 'f', 1, 64) + " KiB" },
 		"add":   func(a, b int) int { return a + b },
+		"pre":   preText,
 	}
 	layout, err := template.New("layout").Funcs(funcs).ParseFS(webFS, "web/layout.html", "web/chart.html")
 	if err != nil {
