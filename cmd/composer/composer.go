@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,7 +35,6 @@ type composer struct {
 	maxBytes      int
 	inputsTimeout time.Duration
 	renderTimeout time.Duration
-	ackWait       time.Duration
 	maxDeliver    int
 	now           func() time.Time
 }
@@ -71,42 +69,6 @@ func storeError(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %v", errStore, err)
 }
 
-// consume runs workers until stop is done; each finishes the request in hand under work.
-func (c *composer) consume(stop, work context.Context, cons jetstream.Consumer, workers int, consuming func(bool)) error {
-	// A buffer the size of the worker pool: replicas sharing the durable must not hoard
-	// requests they cannot start before AckWait (nats.go#1929).
-	it, err := cons.Messages(jetstream.PullMaxMessages(workers))
-	if err != nil {
-		return fmt.Errorf("composer: consume: %w", err)
-	}
-	consuming(true)
-	defer consuming(false)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				msg, err := it.Next()
-				if err != nil {
-					if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-						return
-					}
-					c.log.Warn("fetch failed", "error", err)
-					continue
-				}
-				ctx, outcome := c.handle(work, msg)
-				c.settler.Settle(ctx, msg, outcome)
-			}
-		}()
-	}
-	<-stop.Done()
-	// Drain: no new pulls; requests already delivered to this client are still answered.
-	it.Drain()
-	wg.Wait()
-	return nil
-}
-
 // handle answers one request: prompt.composed or prompt.failed, or a retry when the answer
 // could not be published (or the store failed and deliveries are left). It is one span, a
 // child of the orchestrator's (its trace continues to the model call); the context it returns is
@@ -132,10 +94,6 @@ func (c *composer) answer(ctx context.Context, span trace.Span, msg jetstream.Ms
 		span.SetStatus(codes.Error, string(events.CodeInvalidRequest))
 		return c.reject(ctx, msg, md, req, parseErr)
 	}
-	// Waiting and rendering may take long: the broker must not hand the request to another
-	// replica meanwhile.
-	alive := settle.KeepAlive(c.ackWait/3, msg)
-	defer alive()
 	out, err := c.compose(ctx, req.ID, req.Data, req.Time, nil)
 	if err == nil {
 		err = c.publishComposed(ctx, out)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
@@ -52,11 +53,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cons, err := base.Consumer(ctx, events.StreamRounds, events.ConsumerComposer, events.ConsumerOptions{
+	// A pull buffer the size of the worker pool: replicas sharing the durable must not hoard
+	// requests they cannot start before AckWait (nats.go#1929).
+	runtime, cons, err := base.Consumer(ctx, events.StreamRounds, events.ConsumerComposer, events.ConsumerOptions{
 		AckWait:       cfg.AckWait,
 		MaxAckPending: 4 * cfg.Workers, // a few replicas' worth of workers; more would only queue
 		MaxDeliver:    cfg.MaxDeliver,
-	})
+	}, jetstream.PullMaxMessages(cfg.Workers))
 	if err != nil {
 		base.Close()
 		return err
@@ -82,7 +85,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			defer svc.Stop()
-			return c.consume(stop, work, cons, cfg.Workers, base.Consuming)
+			// Waiting and rendering may take long: the broker must not hand a request to another
+			// replica meanwhile.
+			handle := consume.Chain(c.handle, consume.KeepAlive(cfg.AckWait/3))
+			return runtime.Run(stop, work, cons, consume.Workers(cfg.Workers, handle, c.settler, c.log.Warn))
 		},
 	})
 }
@@ -107,7 +113,6 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		maxBytes:      cfg.MaxEventBytes,
 		inputsTimeout: cfg.InputsTimeout,
 		renderTimeout: cfg.RenderTimeout,
-		ackWait:       cfg.AckWait,
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,
 	}

@@ -3,17 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
@@ -63,12 +62,13 @@ type ranker struct {
 
 // consume reads batches until stop is done, then drains what the client already holds and
 // returns once every batch is committed and announced. Work in hand is finished under work, which
-// outlives stop by the shutdown timeout.
+// outlives stop by the shutdown timeout. The runtime pulls, fills batches and makes the consumer
+// again when it is lost; this is what the ranker does with a batch.
 //
-// Three stages overlap: this loop fills and validates batch n+1 while the committer inserts and
-// acks batch n, and the announcer publishes leaderboard.updated for what was committed, so the
+// Three stages overlap: the runtime fills and this validates batch n+1 while the committer inserts
+// and acks batch n, and the announcer publishes leaderboard.updated for what was committed, so the
 // ClickHouse insert is the only step on the critical path.
-func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, consuming func(bool)) (err error) {
+func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons jetstream.Consumer) (err error) {
 	// A fault the ranker cannot mend (write.go) stops it as a signal would, then is its exit error.
 	stop, fail := context.WithCancelCause(stop)
 	defer fail(nil)
@@ -78,14 +78,6 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, co
 			err = cause
 		}
 	}()
-	// The buffer holds a batch by count and by bytes, so large submissions bound memory too.
-	it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(r.batchSize, r.batchBytes))
-	if err != nil {
-		return fmt.Errorf("ranker: consume: %w", err)
-	}
-	defer it.Stop()
-	consuming(true)
-	defer consuming(false)
 
 	ann := newAnnouncer()
 	announced := make(chan struct{})
@@ -109,62 +101,15 @@ func (r *ranker) consume(stop, work context.Context, cons jetstream.Consumer, co
 		<-announced
 	}()
 
-	draining := false
-	for {
-		var first jetstream.Msg
-		if draining {
-			first, err = it.Next(jetstream.NextMaxWait(r.flushInterval))
-		} else {
-			first, err = it.Next(jetstream.NextContext(stop))
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, jetstream.ErrMsgIteratorClosed) || draining && errors.Is(err, nats.ErrTimeout):
-			return nil
-		case stop.Err() != nil:
-			// Stop pulling; what the server already sent us is still ours to finish.
-			it.Drain()
-			draining = true
-			continue
-		case errors.Is(err, nats.ErrTimeout):
-			continue
-		default:
-			r.log.Warn("fetch failed", "error", err)
-			continue
-		}
-		// Kept in progress from here, while poison is dead-lettered (DEADLETTER may be slow or
-		// down: three tries with backoff) and while it waits behind a slow insert, so a short
-		// AckWait redelivers only what a crashed ranker held.
-		msgs := r.fill(stop, it, first, draining)
-		alive := settle.KeepAlive(r.ackWait/3, msgs...)
-		batches <- r.parse(work, msgs)
-		alive()
-	}
-}
-
-// fill gathers a batch after its first message until it is full (batchSize messages or
-// batchBytes bytes) or the flush interval passed.
-// A stop cuts the wait short, so shutdown flushes what is in hand at once.
-func (r *ranker) fill(stop context.Context, it jetstream.MessagesContext, first jetstream.Msg, draining bool) []jetstream.Msg {
-	batch := []jetstream.Msg{first}
-	size := len(first.Data())
-	ctx, cancel := context.WithTimeout(stop, r.flushInterval)
-	defer cancel()
-	for len(batch) < r.batchSize && size < r.batchBytes {
-		var msg jetstream.Msg
-		var err error
-		if draining {
-			msg, err = it.Next(jetstream.NextMaxWait(10 * time.Millisecond))
-		} else {
-			msg, err = it.Next(jetstream.NextContext(ctx))
-		}
-		if err != nil {
-			break
-		}
-		batch = append(batch, msg)
-		size += len(msg.Data())
-	}
-	return batch
+	return rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: r.batchSize, Bytes: r.batchBytes, Flush: r.flushInterval},
+		func(_, work context.Context, msgs []jetstream.Msg) {
+			// Kept in progress from here, while poison is dead-lettered (DEADLETTER may be slow
+			// or down: three tries with backoff) and while it waits behind a slow insert, so a
+			// short AckWait redelivers only what a crashed ranker held.
+			alive := settle.KeepAlive(r.ackWait/3, msgs...)
+			batches <- r.parse(work, msgs)
+			alive()
+		}, r.log.Warn))
 }
 
 // batch is a parsed batch: the rows to write, the messages to ack once they are written, and

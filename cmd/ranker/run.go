@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/events"
@@ -49,17 +50,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cons, err := base.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker, events.ConsumerOptions{
+	r := newRanker(base, &cfg, st)
+	// The pull buffer holds a batch by count and by bytes, so large submissions bound memory too.
+	runtime, cons, err := base.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker, events.ConsumerOptions{
 		AckWait:       cfg.AckWait,
 		MaxAckPending: 4 * cfg.BatchSize, // two replicas, each with a batch in hand and one buffered
 		MaxDeliver:    cfg.MaxDeliver,
-	})
+	}, jetstream.PullMaxMessagesWithBytesLimit(r.batchSize, r.batchBytes))
 	if err != nil {
 		base.Close()
 		return err
 	}
 	base.StoreMetrics(st)
-	r := newRanker(base, &cfg, st)
 	r.repair = func(ctx context.Context) error {
 		if err := rank.CreateDatabase(ctx, cfg.Store(log)); err != nil {
 			return err
@@ -74,9 +76,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase},
 		Consume: func(stop, work context.Context) error {
-			return r.consume(stop, work, cons, base.Consuming)
+			return r.consume(stop, work, runtime, cons)
 		},
-		Watch: []func(context.Context){func(work context.Context) { r.watchConsumer(work, cons, 5*time.Second) }},
+		Watch: []func(context.Context){func(work context.Context) { r.watchConsumer(work, cons, 5*time.Second) }}, // Info asks by name: it follows a consumer made again
 	})
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -111,17 +112,34 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 // Close releases the connection of a service that stops before Run.
 func (b *Base) Close() { b.NC.Close() }
 
-// Consumer creates or updates the service's durable consumer.
-func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.ConsumerOptions) (jetstream.Consumer, error) {
+// recoverFor is how long a service tries to get its consumer back after an operator deleted it
+// (or its stream) before it exits non-zero.
+const recoverFor = time.Minute
+
+// Consumer creates or updates the service's durable consumer and returns it with the runtime that
+// consumes it: pull options, readiness, and making the consumer (and, under MANAGE_STREAMS, its
+// stream) again when it is lost.
+func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.ConsumerOptions, pull ...jetstream.PullMessagesOpt) (*consume.Runtime, jetstream.Consumer, error) {
 	cfg, err := events.ConsumerConfig(durable, o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cons, err := b.JS.CreateOrUpdateConsumer(ctx, stream, cfg)
+	src := consume.Source{JS: b.JS, Stream: stream, Consumer: cfg}
+	if b.common.ManageStreams {
+		sc, err := events.StreamConfig(stream, b.common.Streams())
+		if err != nil {
+			return nil, nil, err
+		}
+		src.StreamConfig = &sc
+	}
+	cons, err := src.Ensure(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", durable, err)
+		return nil, nil, err
 	}
-	return cons, nil
+	rt := &consume.Runtime{Source: src, Log: b.Log, Pull: pull, Consuming: b.Consuming, RecoverFor: recoverFor,
+		Recoveries: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "consumer_recoveries_total",
+			Help: "Times the durable consumer was made again after it (or its stream) was deleted under the running service."})}
+	return rt, cons, nil
 }
 
 // Consuming marks whether the consumer loop runs; /readyz reports it.

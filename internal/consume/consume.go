@@ -1,0 +1,136 @@
+// Package consume is the one consumer runtime of the services, shaped like watermill's router:
+// the runtime pulls from a durable JetStream consumer, hands messages to a loop (workers of one
+// message, or batches), and settles what handlers decide; middleware (keep-alive) wraps handlers,
+// which know nothing of pulling, settling or recovery. A pull that ends without being asked to
+// (an operator deleted the consumer or its stream) is a fault: the runtime turns the service
+// unready, makes the consumer (and, where the service manages streams, the stream) again with
+// its configuration and goes on; if it cannot within RecoverFor, Run returns the error and the
+// service exits non-zero. It is never ready while nothing is consumed.
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Source is where a service's messages come from: its durable consumer on its stream, and how
+// to make both again.
+type Source struct {
+	JS       jetstream.JetStream
+	Stream   string
+	Consumer jetstream.ConsumerConfig
+	// StreamConfig is the stream's configuration when the service manages its streams
+	// (MANAGE_STREAMS): a deleted stream is made again. Nil: the operator owns the stream, and
+	// the runtime waits for it to exist again.
+	StreamConfig *jetstream.StreamConfig
+}
+
+// Ensure creates or updates the consumer, and the stream first when it is missing and managed.
+func (s Source) Ensure(ctx context.Context) (jetstream.Consumer, error) {
+	if s.StreamConfig != nil {
+		if _, err := s.JS.Stream(ctx, s.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := s.JS.CreateOrUpdateStream(ctx, *s.StreamConfig); err != nil {
+				return nil, fmt.Errorf("consume: recreate stream %s: %w", s.Stream, err)
+			}
+		}
+	}
+	cons, err := s.JS.CreateOrUpdateConsumer(ctx, s.Stream, s.Consumer)
+	if err != nil {
+		return nil, fmt.Errorf("consume: consumer %s on %s: %w", s.Consumer.Durable, s.Stream, err)
+	}
+	return cons, nil
+}
+
+// Loop consumes from one iterator until it closes: when stop ends (it then drains the iterator
+// and finishes what it holds, under work) or by itself. It returns the last error the iterator
+// gave, which says why it closed by itself.
+type Loop func(stop, work context.Context, it jetstream.MessagesContext) error
+
+// Runtime runs a Loop on a Source.
+type Runtime struct {
+	Source Source
+	Log    *slog.Logger
+	// Pull are the options of every pull (buffer sizes).
+	Pull []jetstream.PullMessagesOpt
+	// Consuming reports whether messages are being consumed (the service's readiness).
+	Consuming func(bool)
+	// RecoverFor is how long the runtime tries to get a lost consumer back before it gives up.
+	RecoverFor time.Duration
+	// Recoveries counts consumers made again after a fault (may be nil).
+	Recoveries prometheus.Counter
+}
+
+// retryEvery is the pause between two tries to get a lost consumer back.
+const retryEvery = 500 * time.Millisecond
+
+// Run consumes with loop until stop ends, then returns nil once the loop has finished what it
+// held; or returns an error when the consumer was lost and could not be had back.
+func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop Loop) error {
+	for {
+		it, err := cons.Messages(rt.Pull...)
+		if err == nil {
+			rt.Consuming(true)
+			err = loop(stop, work, it)
+			rt.Consuming(false)
+			it.Stop()
+			if stop.Err() != nil {
+				return nil
+			}
+		}
+		// Ended by itself: the consumer (or its stream) is gone, or never started.
+		lost := time.Now()
+		rt.Log.Error("consumer lost; making it again", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream, "cause", errText(err))
+		if cons, err = rt.recover(stop); err != nil {
+			if stop.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if rt.Recoveries != nil {
+			rt.Recoveries.Inc()
+		}
+		rt.Log.Warn("consumer made again; consuming", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream,
+			"after", time.Since(lost).Round(time.Millisecond).String())
+	}
+}
+
+// recover makes the consumer again, trying for RecoverFor.
+func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(stop, rt.RecoverFor)
+	defer cancel()
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+		cons, err := rt.Source.Ensure(tctx)
+		tcancel()
+		if err == nil {
+			return cons, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("consume: consumer %s on %s lost and not made again within %s: %w", rt.Source.Consumer.Durable, rt.Source.Stream, rt.RecoverFor, err)
+		case <-time.After(retryEvery):
+		}
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "the pull ended"
+	}
+	return err.Error()
+}
+
+// closed reports whether an iterator error means it will deliver nothing more.
+func closed(err error) bool { return errors.Is(err, jetstream.ErrMsgIteratorClosed) }
+
+// lostConsumer reports whether an iterator error says the consumer or its stream is gone.
+func lostConsumer(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrStreamNotFound)
+}
