@@ -38,6 +38,7 @@ func commands() map[string]command {
 		"publish round":            {"--file F [--id ID]", "Publish a round.requested: F holds its data object or a whole CloudEvent; it is validated first.", publish(events.TypeRoundRequested)},
 		"deadletters list":         {"[--subject S]", "List the DEADLETTER stream: sequence, original subject, reason, where the original is.", deadlettersList},
 		"store status":             {"[--json]", "Say which ClickHouse replicas (CLICKHOUSE_ADDR) answer, what each holds and how far it is behind; exit 1 when one does not answer.", storeStatus},
+		"store rebuild":            {"[--from-start] [--batch N] [--show N] [--no-progress]", "Write the EVALUATIONS stream into the store again (a dropped table or database, a new database): every evaluation the stream holds, parsed as the ranker parses it, resuming where an interrupted rebuild stopped; then report what the store holds.", storeRebuild},
 		"deadletters replay":       {"SEQ | --all", "Republish dead-lettered originals that are valid now (after a fix), under a new message id; refuse, saying why, those still invalid.", deadlettersReplay},
 	}
 }

@@ -39,6 +39,7 @@ Operators:
   deadletters list [--subject S]    what was dead-lettered, with the reasons
   deadletters replay SEQ|--all      republish dead-lettered originals that are now valid, under a new message id
   store status [--json]             which ClickHouse replicas answer and how far each is behind
+  store rebuild [--from-start]      write the EVALUATIONS stream into the store again (it is the log; the store a view)
 
   help, COMMAND --help              this text, or a command's flags
 
