@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -114,10 +115,12 @@ const renderSubject = "podium.render"
 // startRenderService serves renders over NATS as the micro service "podium", discoverable with
 // $SRV.PING, $SRV.INFO and $SRV.STATS; replicas share the queue group. The answer is the same
 // JSON as POST /v1/render's; a failure is also marked with the micro error headers (the HTTP
-// status as the code). Renders stop with work.
-func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (micro.Service, error) {
+// status as the code). Renders stop with work. The returned stop ends the service and waits
+// for the renders in flight to publish their answers, so the connection is drained after them.
+func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (stop func(), err error) {
+	var inFlight sync.WaitGroup
 	handler := micro.HandlerFunc(func(req micro.Request) {
-		go func() { // a render may wait seconds for inputs: the subscription must not
+		inFlight.Go(func() { // a render may wait seconds for inputs: the subscription must not
 			status, answer, ok := rs.render(rs.c.trace.Extract(work, events.TraceContext{}, nats.Header(req.Headers())), req.Data())
 			if !ok {
 				return
@@ -139,7 +142,7 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (micro
 				}
 			}
 			_ = nc.PublishMsg(reply)
-		}()
+		})
 	})
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "podium",
@@ -150,5 +153,8 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (micro
 	if err != nil {
 		return nil, fmt.Errorf("micro service podium: %w", err)
 	}
-	return svc, nil
+	return func() {
+		_ = svc.Stop() // no new requests
+		inFlight.Wait()
+	}, nil
 }

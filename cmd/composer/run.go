@@ -80,11 +80,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
 		Consume: func(stop, work context.Context) error {
 			c.templates.follow(work, kv)
-			svc, err := startRenderService(work, base.NC, rs)
+			stopRenders, err := startRenderService(work, base.NC, rs)
 			if err != nil {
 				return err
 			}
-			defer svc.Stop()
+			defer stopRenders()
 			// Waiting and rendering may take long: the broker must not hand a request to another
 			// replica meanwhile.
 			handle := consume.Chain(c.handle, consume.KeepAlive(cfg.AckWait/3))

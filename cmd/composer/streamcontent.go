@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -62,29 +63,31 @@ func (s *streamContent) get(ctx context.Context, key rank.TeamKey, from, before 
 	return s.fallback(ctx, key, from, before)
 }
 
-// read gets every ref's message at once and adds each evaluation to the content.
+// read gets every ref's message at once and adds each evaluation to the content. The first
+// failure cancels the other fetches (they would be thrown away, and they hold shared slots), and
+// is the error returned: errNotInStream when the stream answered without the evaluation, another
+// error when the stream itself failed.
 func (s *streamContent) read(ctx context.Context, key rank.TeamKey, refs []rank.ContentRef) (*rank.Content, error) {
 	st, err := s.evaluations(ctx)
 	if err != nil {
 		return nil, err
 	}
 	recs := make([]rank.Record, len(refs))
-	errs := make([]error, len(refs))
-	var wg sync.WaitGroup
+	g, gctx := errgroup.WithContext(ctx)
 	for i, ref := range refs {
-		wg.Go(func() {
+		g.Go(func() error {
 			select {
 			case s.fetches <- struct{}{}:
 				defer func() { <-s.fetches }()
-			case <-ctx.Done():
-				errs[i] = ctx.Err()
-				return
+			case <-gctx.Done():
+				return gctx.Err()
 			}
-			recs[i], errs[i] = s.record(ctx, st, key, ref)
+			var err error
+			recs[i], err = s.record(gctx, st, key, ref)
+			return err
 		})
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	c := rank.NewContent()
@@ -117,15 +120,21 @@ func (s *streamContent) forget() {
 	s.mu.Unlock()
 }
 
+// evaluations is the stream's handle, looked up when there is none; the lookup runs without the
+// lock (requests starting meanwhile look it up too, and the last one found is kept).
 func (s *streamContent) evaluations(ctx context.Context) (jetstream.Stream, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stream == nil {
-		st, err := s.js.Stream(ctx, events.StreamEvaluations)
-		if err != nil {
-			return nil, fmt.Errorf("EVALUATIONS stream: %w", err)
-		}
-		s.stream = st
+	st := s.stream
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
 	}
-	return s.stream, nil
+	st, err := s.js.Stream(ctx, events.StreamEvaluations)
+	if err != nil {
+		return nil, fmt.Errorf("EVALUATIONS stream: %w", err)
+	}
+	s.mu.Lock()
+	s.stream = st
+	s.mu.Unlock()
+	return st, nil
 }

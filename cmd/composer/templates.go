@@ -85,13 +85,17 @@ func (t *templates) watch(ctx context.Context, kv jetstream.KeyValue, ready chan
 func (t *templates) rebuild(entries map[string][]byte) {
 	state, errs := registry.Parse(entries)
 	lib, bad := t.base.WithRegistry(state.Versions, state.Labels)
+	// Each rejection is logged and counted once while it lasts; the set holds the current ones
+	// only, so it does not grow with every bad version the registry ever held.
+	now := map[string]bool{}
 	for _, err := range append(errs, bad...) {
+		now[err.Error()] = true
 		if !t.rejected[err.Error()] {
-			t.rejected[err.Error()] = true
 			t.m.templatesRejected.Inc()
 			t.log.Error("template registry entry rejected; it is not served", "error", err)
 		}
 	}
+	t.rejected = now
 	for _, tmpl := range lib.Registered() {
 		t.m.templatesLoaded.WithLabelValues(tmpl.Name, strconv.Itoa(tmpl.Version)).Set(1)
 	}

@@ -21,8 +21,17 @@ type Evaluations struct {
 
 func newEvaluations() *Evaluations { return &Evaluations{reduced: map[Bound]*Reduction{}} }
 
-// Bytes approximates the memory the evaluations hold, for caches that bound it.
-func (ev *Evaluations) Bytes() int { return len(ev.rows) * 128 }
+// Bytes approximates the memory the evaluations hold, for caches that bound it: the rows and
+// every reduction kept for later callers (each a copy of the rows it counts).
+func (ev *Evaluations) Bytes() int {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	n := len(ev.rows) * 128
+	for _, r := range ev.reduced {
+		n += len(r.rounds)*112 + len(r.firsts)*8 + 64
+	}
+	return n
+}
 
 // Content is what one team submitted and was told: the first stored copy of each of its events
 // (the copy Latest keeps), read only for the rounds a prompt can print.

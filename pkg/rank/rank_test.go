@@ -2,6 +2,7 @@ package rank_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -295,5 +296,22 @@ func TestLatest(t *testing.T) {
 				t.Errorf("Latest(%+v, order %v): seq %d, want %d; mismatch (-want +got):\n%s", tt.bound, perm, seq, tt.wantSeq, diff)
 			}
 		}
+	}
+}
+
+// TestBytesCountsReductions: a cache bounding its memory by Bytes sees what the reductions kept
+// for later callers hold, not the rows alone.
+func TestBytesCountsReductions(t *testing.T) {
+	var recs []rank.Record
+	for i := range 50 {
+		recs = append(recs, rank.Record{EventID: fmt.Sprint(i), Seq: uint64(i + 1), EvaluationCompleted: events.EvaluationCompleted{
+			ExecutionID: "x", TeamID: fmt.Sprintf("t%d", i%5), RoundNumber: 1 + i/5, EvaluatedAt: time.Unix(int64(i), 0)}})
+	}
+	ev, _ := rank.FromRecords(recs)
+	rows := ev.Bytes()
+	ev.Reduce(rank.Everything())
+	ev.Reduce(rank.Bound{BeforeRound: 3, UpToSeq: rank.AllSeqs})
+	if got := ev.Bytes(); got <= rows+50*100 {
+		t.Errorf("Bytes after two reductions of 50 rows = %d, rows alone %d", got, rows)
 	}
 }
