@@ -13,11 +13,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/podium-llm/podium/internal/inputs"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // composer answers round requests.
@@ -26,14 +26,11 @@ type composer struct {
 	js            jetstream.JetStream
 	settler       *settle.Settler
 	trace         *tracing.Tracing
-	probes        *commitProbes
-	reads         *storeReads
-	contents      *streamContent
+	inputs        *inputs.Inputs
 	templates     *templates
 	m             *metrics
 	source        string
 	maxBytes      int
-	inputsTimeout time.Duration
 	renderTimeout time.Duration
 	maxDeliver    int
 	now           func() time.Time
@@ -41,25 +38,6 @@ type composer struct {
 
 // errStore marks a ClickHouse failure: worth retrying by redelivery before giving up.
 var errStore = errors.New("store unavailable")
-
-// sharedReads reads the inputs of prompts through the composer's shared reads.
-type sharedReads struct{ c *composer }
-
-func (r sharedReads) Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
-	ctx, span := r.c.trace.Start(ctx, "composer.read_scores", trace.WithAttributes(attribute.String("podium.execution_id", executionID),
-		attribute.Int64("podium.evaluations_seq", int64(seq))))
-	evs, err := r.c.reads.get(ctx, executionID, seq)
-	tracing.End(span, err)
-	return evs, err
-}
-
-func (r sharedReads) Content(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error) {
-	ctx, span := r.c.trace.Start(ctx, "composer.read_content", trace.WithAttributes(attribute.Int("podium.evaluations", len(refs)),
-		attribute.Int("podium.from_round", from)))
-	c, err := r.c.contents.get(ctx, key, from, before, refs)
-	tracing.End(span, err)
-	return c, err
-}
 
 // storeError marks a failed read as errStore, unless the caller went away.
 func storeError(ctx context.Context, err error) error {
@@ -160,7 +138,7 @@ func (c *composer) reject(ctx context.Context, msg jetstream.Msg, md *jetstream.
 func (c *composer) compose(ctx context.Context, requestID string, req events.RoundRequested, at time.Time, asOf *uint64) (events.PromptComposed, error) {
 	waitStart := time.Now()
 	wctx, wait := c.trace.Start(ctx, "composer.inputs_wait")
-	seq, err := c.waitForInputs(wctx, asOf)
+	seq, err := c.inputs.Wait(wctx, asOf)
 	wait.SetAttributes(attribute.Int64("podium.evaluations_seq", int64(seq)))
 	tracing.End(wait, err)
 	if err != nil {
@@ -169,9 +147,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	tracing.Observe(ctx, c.m.inputsWait, time.Since(waitStart).Seconds())
 
 	// The reads are shared: one read of an execution's scores serves every team of a round, and
-	// the teams asking meanwhile have their own content read together (sharedReads).
+	// the teams asking meanwhile have their own content read together (internal/inputs).
 	lib := c.templates.lib() // one library for the whole request, however the registry moves
-	in, err := render.Inputs(ctx, lib, sharedReads{c}, requestID, req, at, seq)
+	in, err := render.Inputs(ctx, lib, c.inputs.Reader(), requestID, req, at, seq)
 	if err != nil {
 		return events.PromptComposed{}, storeError(ctx, err)
 	}

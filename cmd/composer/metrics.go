@@ -11,10 +11,6 @@ type metrics struct {
 	requests          *prometheus.CounterVec
 	renderDuration    prometheus.Histogram
 	inputsWait        prometheus.Histogram
-	storeRead         prometheus.Histogram
-	storeReads        *prometheus.CounterVec
-	contentRead       prometheus.Histogram
-	contentReads      *prometheus.CounterVec
 	promptTokens      prometheus.Histogram
 	truncations       *prometheus.CounterVec
 	templatesLoaded   *prometheus.GaugeVec
@@ -38,24 +34,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time waiting for the ranker to commit the evaluations acknowledged before a request.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
-		storeRead: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "composer_store_read_duration_seconds",
-			Help:    "Time of one ClickHouse read of the scores of one or more executions (leaderboard and rounds of every team).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
-		contentRead: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "composer_content_read_duration_seconds",
-			Help:    "Time of one ClickHouse read of teams' own submissions and feedback (one query serves the teams that asked meanwhile), of the rounds their templates print: the fallback when the EVALUATIONS stream cannot give them.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
-		contentReads: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "composer_content_reads_total",
-			Help: "Where each request's own content came from: stream (EVALUATIONS messages by sequence) or clickhouse (the stream no longer held one of them).",
-		}, []string{"source"}),
-		storeReads: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "composer_store_reads_total",
-			Help: "How each request got its inputs: queried (a ClickHouse read started for it), shared (joined a read of its execution) or cached (a kept read covering its sequence).",
-		}, []string{"result"}),
 		promptTokens: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_prompt_tokens",
 			Help:    "Estimated tokens per published prompt.composed.",

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/inputs"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
@@ -100,18 +101,16 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		m.templatesLoaded.WithLabelValues(t.Name, strconv.Itoa(t.Version)).Set(1)
 	}
 	return &composer{
-		log:           base.Log,
-		js:            base.JS,
-		settler:       settle.New(base.JS, base.Log, base.Reg, "composer"),
-		trace:         base.Trace,
-		probes:        &commitProbes{js: base.JS, timeout: 5 * time.Second},
-		reads:         newStoreReads(st.Scores, cfg.ReadCacheTTL, maxKeptBytes, m),
-		contents:      newStreamContent(base.JS, cfg.MaxEventBytes, newContentReads(st.Contents, m).get, m),
+		log:     base.Log,
+		js:      base.JS,
+		settler: settle.New(base.JS, base.Log, base.Reg, "composer"),
+		trace:   base.Trace,
+		inputs: inputs.New(inputs.Deps{JS: base.JS, Store: st, Trace: base.Trace, Reg: base.Reg,
+			Timeout: cfg.InputsTimeout, CacheTTL: cfg.ReadCacheTTL, MaxBytes: cfg.MaxEventBytes}),
 		templates:     newTemplates(lib, base.Log, m),
 		m:             m,
 		source:        base.Source,
 		maxBytes:      cfg.MaxEventBytes,
-		inputsTimeout: cfg.InputsTimeout,
 		renderTimeout: cfg.RenderTimeout,
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,

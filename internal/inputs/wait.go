@@ -1,4 +1,4 @@
-package main
+package inputs
 
 import (
 	"context"
@@ -8,20 +8,21 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// waitForInputs implements CONTRACT section 5: every evaluation JetStream acknowledged before
-// now must be committed by the ranker (its ack floor reaches the stream's last sequence S). It
+// Wait implements the read-your-writes rule: every evaluation JetStream acknowledged before now
+// must be committed by the ranker (its ack floor reaches the stream's last sequence S). It
 // returns S, the sequence the prompt is computed as of; 0 when no evaluation was ever accepted.
 // With asOf set (an audit render), S is asOf instead, which must not be past the stream's last
-// sequence, and the wait is for the ranker to reach it.
-func (c *composer) waitForInputs(ctx context.Context, asOf *uint64) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.inputsTimeout)
+// sequence, and the wait is for the ranker to reach it. Past timeout it answers
+// inputs_not_ready (retryable).
+func (in *Inputs) Wait(ctx context.Context, asOf *uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, in.timeout)
 	defer cancel()
 	detail := "no answer from JetStream"
 	var target uint64
 	known := false
 	delay := 5 * time.Millisecond
 	for {
-		p, err := c.probes.join(ctx)
+		p, err := in.probes.join(ctx)
 		if err != nil {
 			break
 		}
@@ -47,7 +48,7 @@ func (c *composer) waitForInputs(ctx context.Context, asOf *uint64) (uint64, err
 		detail = why
 		select {
 		case <-ctx.Done():
-		case <-time.After(delay):
+		case <-in.clock.After(delay):
 		}
 		if ctx.Err() != nil {
 			break
@@ -58,5 +59,5 @@ func (c *composer) waitForInputs(ctx context.Context, asOf *uint64) (uint64, err
 		return 0, ctx.Err() // the caller went away (shutdown, a render's client): nothing to answer
 	}
 	return 0, &events.Failure{Code: events.CodeInputsNotReady, Retryable: true,
-		Message: fmt.Sprintf("the ranker has not committed the evaluations acknowledged before this request within %s (%s)", c.inputsTimeout, detail)}
+		Message: fmt.Sprintf("the ranker has not committed the evaluations acknowledged before this request within %s (%s)", in.timeout, detail)}
 }

@@ -1,10 +1,14 @@
-package main
+package inputs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -12,6 +16,48 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
+
+// contentReads is how the composer reads its teams' own content (submissions, feedback,
+// metrics) from ClickHouse, when the stream cannot give it: the batcher reads the teams that
+// asked meanwhile together (at most maxBatch teams a query), so a round of ten teams costs one
+// or two queries rather than ten, while no request ever reads another team's content.
+//
+// A request joins only a read that starts after it asked, after its read-your-writes wait: the
+// read then holds every evaluation the request's pinned reduction can choose. Content is never
+// kept, so nothing else needs a rule.
+type contentReads struct {
+	read func(ctx context.Context, keys []rank.TeamKey, fromRound, beforeRound int) (map[rank.TeamKey]*rank.Content, error)
+	b    *batcher[rank.TeamKey, [2]int, *rank.Content]
+}
+
+func newContentReads(read func(context.Context, []rank.TeamKey, int, int) (map[rank.TeamKey]*rank.Content, error), m *Metrics) *contentReads {
+	r := &contentReads{read: read}
+	r.b = newBatcher(maxQueries, maxBatch, r.fetch)
+	r.b.ran = func(_ map[rank.TeamKey][][2]int, took time.Duration) { m.contentRead.Observe(took.Seconds()) }
+	return r
+}
+
+// get returns the content of one team in rounds from to before-1 (a batch may hold more rounds:
+// more content than a prompt prints changes nothing in it).
+func (r *contentReads) get(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error) {
+	c, _, err := r.b.get(ctx, key, [2]int{from, before})
+	return c, err
+}
+
+// fetch reads the teams of a batch in one query, over the rounds all of them need.
+func (r *contentReads) fetch(ctx context.Context, batch map[rank.TeamKey][][2]int) (map[rank.TeamKey]*rank.Content, error) {
+	keys := slices.SortedFunc(maps.Keys(batch), func(a, b rank.TeamKey) int {
+		return cmp.Or(cmp.Compare(a.ExecutionID, b.ExecutionID), cmp.Compare(a.TeamID, b.TeamID))
+	})
+	first := batch[keys[0]][0]
+	from, before := first[0], first[1]
+	for _, spans := range batch {
+		for _, s := range spans {
+			from, before = min(from, s[0]), max(before, s[1])
+		}
+	}
+	return r.read(ctx, keys, from, before)
+}
 
 // streamContent reads a team's content (submissions, feedback, metrics) from the EVALUATIONS
 // stream, one message per evaluation the prompt counts, by the sequence its score row already
@@ -31,16 +77,16 @@ type streamContent struct {
 	js       jetstream.JetStream
 	maxBytes int
 	fallback func(ctx context.Context, key rank.TeamKey, from, before int) (*rank.Content, error)
-	m        *metrics
+	m        *Metrics
 	fetches  chan struct{} // capacity maxFetches
 
-	mu     sync.Mutex
+	mu     sync.Mutex       // guards stream; never held across a lookup
 	stream jetstream.Stream // looked up once; its cached config says whether direct gets work
 }
 
 const maxFetches = 16
 
-func newStreamContent(js jetstream.JetStream, maxBytes int, fallback func(context.Context, rank.TeamKey, int, int) (*rank.Content, error), m *metrics) *streamContent {
+func newStreamContent(js jetstream.JetStream, maxBytes int, fallback func(context.Context, rank.TeamKey, int, int) (*rank.Content, error), m *Metrics) *streamContent {
 	return &streamContent{js: js, maxBytes: maxBytes, fallback: fallback, m: m, fetches: make(chan struct{}, maxFetches)}
 }
 
@@ -66,7 +112,8 @@ func (s *streamContent) get(ctx context.Context, key rank.TeamKey, from, before 
 // read gets every ref's message at once and adds each evaluation to the content. The first
 // failure cancels the other fetches (they would be thrown away, and they hold shared slots), and
 // is the error returned: errNotInStream when the stream answered without the evaluation, another
-// error when the stream itself failed.
+// error when the stream itself failed (then the handle is looked up again; a later read that
+// fails on the stream forgets it too, whichever error came first here).
 func (s *streamContent) read(ctx context.Context, key rank.TeamKey, refs []rank.ContentRef) (*rank.Content, error) {
 	st, err := s.evaluations(ctx)
 	if err != nil {

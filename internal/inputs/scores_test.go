@@ -1,4 +1,4 @@
-package main
+package inputs
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func (r *storeReader) callIDs() [][]string {
 type readsHarness struct {
 	st *rank.Store
 	r  *storeReader
-	m  *metrics
+	m  *Metrics
 	s  *storeReads
 }
 
@@ -97,7 +97,7 @@ func newReadsHarness(t *testing.T, o harnessOptions) *readsHarness {
 	if o.maxKept == 0 {
 		o.maxKept = maxKeptBytes
 	}
-	return &readsHarness{st: st, r: r, m: m, s: newStoreReads(r.read, o.ttl, o.maxKept, m)}
+	return &readsHarness{st: st, r: r, m: m, s: newStoreReads(r.read, o.ttl, o.maxKept, m, time.Now)}
 }
 
 // evalRecord is one evaluation of team "team-<exec>" in execution exec, with a submission of
@@ -145,38 +145,27 @@ func (h *readsHarness) noRead(t *testing.T) {
 	}
 }
 
-// until polls a condition on the state of the storeReads, under its lock.
-func (h *readsHarness) until(t *testing.T, what string, cond func(s *storeReads) bool) {
+// until polls a condition on the state of the storeReads' batcher.
+func (h *readsHarness) until(t *testing.T, what string, cond func(b *batcher[string, uint64, *rank.Evaluations]) bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for {
-		h.s.mu.Lock()
-		ok := cond(h.s)
-		h.s.mu.Unlock()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.WaitFor(t, waitLimit, what, func() (bool, string) { return cond(h.s.b), "not yet" })
 }
 
 // joined waits until n requests are on the read in flight for exec.
 func (h *readsHarness) joined(t *testing.T, exec string, n int) {
 	t.Helper()
-	h.until(t, fmt.Sprintf("%d requests are on the read of %s", n, exec), func(s *storeReads) bool {
-		f := s.inflight[exec]
-		return f != nil && len(f.ws) == n
+	h.until(t, fmt.Sprintf("%d requests are on the read of %s", n, exec), func(b *batcher[string, uint64, *rank.Evaluations]) bool {
+		_, requests := b.runningFor(exec)
+		return requests == n
 	})
 }
 
 // queued waits until n requests of exec wait for the next read.
 func (h *readsHarness) queued(t *testing.T, exec string, n int) {
 	t.Helper()
-	h.until(t, fmt.Sprintf("%d requests of %s wait for the next read", n, exec), func(s *storeReads) bool {
-		return len(s.waiting[exec]) == n
+	h.until(t, fmt.Sprintf("%d requests of %s wait for the next read", n, exec), func(b *batcher[string, uint64, *rank.Evaluations]) bool {
+		requests, _ := b.queuedFor(exec)
+		return requests == n
 	})
 }
 
@@ -260,7 +249,7 @@ func teamsOf(ev *rank.Evaluations) []string {
 
 // readCounts reads composer_store_reads_total by result. It reads the counters directly, as
 // prometheus/testutil.ToFloat64 does: testutil needs a module go.mod does not list.
-func readCounts(t *testing.T, m *metrics) map[string]float64 {
+func readCounts(t *testing.T, m *Metrics) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	for _, result := range []string{"queried", "shared", "cached"} {
@@ -345,9 +334,9 @@ func TestStoreReads(t *testing.T) {
 				// Later gets join the read started last, whose seq is 6.
 				equal := h.goGet(bg, "e", 6)
 				lower := h.goGet(bg, "e", 5)
-				h.until(t, "three requests are on the seq 6 read", func(s *storeReads) bool {
-					f := s.inflight["e"]
-					return f != nil && f.seq == 6 && len(f.ws) == 3
+				h.until(t, "three requests are on the seq 6 read", func(b *batcher[string, uint64, *rank.Evaluations]) bool {
+					started, requests := b.runningFor("e")
+					return len(started) > 0 && slices.Max(started) == 6 && requests == 3
 				})
 				c2.release()
 				ev2 := higher.mustEv(t, "e")
@@ -430,7 +419,10 @@ func TestStoreReads(t *testing.T) {
 				for _, e := range queued {
 					gets[e] = h.goGet(bg, e, 1)
 				}
-				h.until(t, "every queued execution waits", func(s *storeReads) bool { return len(s.waiting) == len(queued) })
+				h.until(t, "every queued execution waits", func(b *batcher[string, uint64, *rank.Evaluations]) bool {
+					_, keys := b.queuedFor("")
+					return keys == len(queued)
+				})
 
 				c1.release()
 				full := h.next(t)
@@ -629,12 +621,22 @@ func TestStoreReads(t *testing.T) {
 	}
 }
 
-// TestStoreReadsKeepWithinMaxKeptBytes fills the kept reads past their byte cap with two
-// executions of just over half of it each.
+// TestStoreReadsKeepWithinMaxKeptBytes fills the kept reads past their byte cap: one execution
+// fits with the reduction its requests make of it, a second beside it does not.
 func TestStoreReadsKeepWithinMaxKeptBytes(t *testing.T) {
 	const ttl = 3 * time.Second
 	const rows = 8
-	maxKept := rows * 128 * 2 * 9 / 10 // one execution of 8 rows fits, two do not
+	var recs []rank.Record
+	for i := range rows {
+		rec := evalRecord("x", uint64(i+1), 16)
+		rec.EventID, rec.RoundNumber = fmt.Sprint(i), i+1
+		recs = append(recs, rec)
+	}
+	sized, _ := rank.FromRecords(recs)
+	fresh := sized.Bytes()
+	sized.Reduce(rank.Everything())
+	reduced := sized.Bytes()
+	maxKept := reduced + fresh/2 // a reduced read fits; a fresh one beside it does not
 	h := newReadsHarness(t, harnessOptions{ttl: ttl, maxKept: maxKept})
 	var seq uint64
 	for _, e := range []string{"big1", "big2"} {
@@ -668,8 +670,8 @@ func TestStoreReadsKeepWithinMaxKeptBytes(t *testing.T) {
 			time.Sleep(step.sleep)
 			before := readCounts(t, h.m)
 			ev := h.getNow(t, step.exec, 1)
-			if ev.Bytes() <= maxKept/2 {
-				t.Fatalf("read of %s holds %d bytes, want more than half of the cap %d", step.exec, ev.Bytes(), maxKept)
+			if ev.Bytes() != reduced {
+				t.Fatalf("read of %s holds %d bytes once reduced, want %d", step.exec, ev.Bytes(), reduced)
 			}
 			after := readCounts(t, h.m)
 			for _, result := range []string{"queried", "cached"} {

@@ -1,10 +1,9 @@
-package main
+package inputs
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,23 +11,27 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// commitProbes is the commit probe: it asks JetStream how far the ranker has committed, for all waiting requests at
-// once: a request joins the next probe, which starts after it joined, so the EVALUATIONS last
-// sequence it reads covers every evaluation acknowledged before the request was handled. A
-// burst of requests costs two JetStream API calls per probe instead of two per request.
-type commitProbes struct {
+// probes ask JetStream how far the ranker has committed, for every waiting request at once: a
+// request joins the next probe, which starts after it joined, so the EVALUATIONS last sequence
+// it reads covers every evaluation acknowledged before the request was handled. A burst of
+// requests costs two JetStream API calls per probe instead of two per request.
+type probes struct {
 	js      jetstream.JetStream
 	timeout time.Duration // of one probe's API calls
+	b       *batcher[struct{}, struct{}, *probe]
+}
 
-	mu      sync.Mutex
-	next    *probe // not started yet: joined by new callers
-	running bool
+func newProbes(js jetstream.JetStream, timeout time.Duration) *probes {
+	p := &probes{js: js, timeout: timeout}
+	// One probe at a time, of the one key: every request waiting joins it.
+	p.b = newBatcher(1, 1, func(ctx context.Context, _ map[struct{}][]struct{}) (map[struct{}]*probe, error) {
+		return map[struct{}]*probe{{}: p.run(ctx)}, nil
+	})
+	return p
 }
 
 // probe is one reading of the EVALUATIONS stream and the ranker consumer, in that order.
 type probe struct {
-	done chan struct{}
-
 	noStream   bool   // no evaluation was ever accepted (lastSeq is 0)
 	lastSeq    uint64 // the stream's last sequence
 	streamErr  error
@@ -37,60 +40,32 @@ type probe struct {
 }
 
 // join waits for a probe that started after the call.
-func (c *commitProbes) join(ctx context.Context) (*probe, error) {
-	c.mu.Lock()
-	if c.next == nil {
-		c.next = &probe{done: make(chan struct{})}
-	}
-	p := c.next
-	if !c.running {
-		c.running = true
-		go c.loop()
-	}
-	c.mu.Unlock()
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-p.done:
-		return p, nil
-	}
+func (p *probes) join(ctx context.Context) (*probe, error) {
+	pr, _, err := p.b.get(ctx, struct{}{}, struct{}{})
+	return pr, err
 }
 
-func (c *commitProbes) loop() {
-	for {
-		c.mu.Lock()
-		p := c.next
-		if p == nil {
-			c.running = false
-			c.mu.Unlock()
-			return
-		}
-		c.next = nil
-		c.mu.Unlock()
-		c.run(p)
-		close(p.done)
-	}
-}
-
-func (c *commitProbes) run(p *probe) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+func (p *probes) run(ctx context.Context) *probe {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	stream, err := c.js.Stream(ctx, events.StreamEvaluations)
+	pr := &probe{}
+	stream, err := p.js.Stream(ctx, events.StreamEvaluations)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		p.noStream = true
-		return
+		pr.noStream = true
+		return pr
 	}
 	if err != nil {
-		p.streamErr = err
-		return
+		pr.streamErr = err
+		return pr
 	}
-	p.lastSeq = stream.CachedInfo().State.LastSeq
+	pr.lastSeq = stream.CachedInfo().State.LastSeq
 	cons, err := stream.Consumer(ctx, events.ConsumerRanker)
 	if err != nil {
-		p.consumeErr = err
-		return
+		pr.consumeErr = err
+		return pr
 	}
-	p.consumer = cons.CachedInfo()
+	pr.consumer = cons.CachedInfo()
+	return pr
 }
 
 // committed reports whether the probe shows the ranker has committed up to target, and if not,

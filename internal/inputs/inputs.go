@@ -1,0 +1,133 @@
+// Package inputs is how the composer gets what a prompt is made of, all in one place: the
+// read-your-writes wait on the commit probe (wait.go, probe.go), the scores of executions shared
+// between requests and kept briefly (scores.go), and each team's own content from the
+// EVALUATIONS stream with ClickHouse as the fallback (content.go). Every read that several
+// requests may share goes through the one batcher (batcher.go); fan-out is an errgroup; no lock
+// is held across I/O; time comes from an injected clock.
+package inputs
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/podium-llm/podium/internal/render"
+	"github.com/podium-llm/podium/internal/tracing"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// Clock is the time the reads see: when a kept read expires, how long the wait pauses.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Store is what the inputs read of ClickHouse (a *rank.Store).
+type Store interface {
+	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
+	Contents(ctx context.Context, keys []rank.TeamKey, fromRound, beforeRound int) (map[rank.TeamKey]*rank.Content, error)
+}
+
+var _ Store = (*rank.Store)(nil)
+
+// Deps are what the inputs read from and report to.
+type Deps struct {
+	JS       jetstream.JetStream
+	Store    Store
+	Trace    *tracing.Tracing
+	Reg      prometheus.Registerer
+	Clock    Clock         // nil: the wall clock
+	Timeout  time.Duration // COMPOSER_INPUTS_TIMEOUT: the longest read-your-writes wait
+	CacheTTL time.Duration // COMPOSER_READ_CACHE_TTL: how long a scores read serves later requests
+	MaxBytes int           // MAX_EVENT_BYTES, to parse evaluations read from the stream
+}
+
+// Metrics are the composer's series of its reads; the names are stable (dashboards use them).
+type Metrics struct {
+	storeRead    prometheus.Histogram
+	storeReads   *prometheus.CounterVec
+	contentRead  prometheus.Histogram
+	contentReads *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	return &Metrics{
+		storeRead: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "composer_store_read_duration_seconds",
+			Help:    "Time of one ClickHouse read of the scores of one or more executions (leaderboard and rounds of every team).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		contentRead: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "composer_content_read_duration_seconds",
+			Help:    "Time of one ClickHouse read of teams' own submissions and feedback (one query serves the teams that asked meanwhile), of the rounds their templates print: the fallback when the EVALUATIONS stream cannot give them.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		contentReads: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "composer_content_reads_total",
+			Help: "Where each request's own content came from: stream (EVALUATIONS messages by sequence) or clickhouse (the stream no longer held one of them).",
+		}, []string{"source"}),
+		storeReads: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "composer_store_reads_total",
+			Help: "How each request got its inputs: queried (a ClickHouse read started for it), shared (joined a read of its execution) or cached (a kept read covering its sequence).",
+		}, []string{"result"}),
+	}
+}
+
+// Inputs are the composer's reads.
+type Inputs struct {
+	probes   *probes
+	scores   *storeReads
+	contents *streamContent
+	trace    *tracing.Tracing
+	clock    Clock
+	timeout  time.Duration
+}
+
+// New builds the reads of one composer.
+func New(d Deps) *Inputs {
+	clock := d.Clock
+	if clock == nil {
+		clock = realClock{}
+	}
+	m := newMetrics(d.Reg)
+	return &Inputs{
+		probes:   newProbes(d.JS, 5*time.Second),
+		scores:   newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now),
+		contents: newStreamContent(d.JS, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
+		trace:    d.Trace,
+		clock:    clock,
+		timeout:  d.Timeout,
+	}
+}
+
+// Reader reads a prompt's inputs through the shared reads, each read a span of the request's.
+func (in *Inputs) Reader() render.Reader { return reader{in} }
+
+type reader struct{ in *Inputs }
+
+func (r reader) Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
+	ctx, span := r.in.trace.Start(ctx, "composer.read_scores", trace.WithAttributes(attribute.String("podium.execution_id", executionID),
+		attribute.Int64("podium.evaluations_seq", int64(seq))))
+	evs, err := r.in.scores.get(ctx, executionID, seq)
+	tracing.End(span, err)
+	return evs, err
+}
+
+func (r reader) Content(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error) {
+	ctx, span := r.in.trace.Start(ctx, "composer.read_content", trace.WithAttributes(attribute.Int("podium.evaluations", len(refs)),
+		attribute.Int("podium.from_round", from)))
+	c, err := r.in.contents.get(ctx, key, from, before, refs)
+	tracing.End(span, err)
+	return c, err
+}
