@@ -19,8 +19,8 @@ import (
 // go test -run '^$' -bench NextPrompt -benchtime 60x ./e2e
 func BenchmarkNextPrompt(b *testing.B) {
 	e := newEnv(b)
-	e.start("ranker")
-	e.start("composer")
+	ranker := e.start("ranker")
+	composer := e.start("composer")
 	const exec = "latency"
 	answers := make(chan *nats.Msg, 16)
 	sub, err := e.nc.ChanSubscribe("prompt.*."+exec+".*", answers)
@@ -77,4 +77,15 @@ func BenchmarkNextPrompt(b *testing.B) {
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
 	b.Logf("evaluation then request, to prompt.composed: p50 %s, p90 %s, p99 %s over %d rounds",
 		percentile(lat, 0.5).Round(time.Microsecond), percentile(lat, 0.9).Round(time.Microsecond), percentile(lat, 0.99).Round(time.Microsecond), len(lat))
+	// Where the time goes, as the services measure it (means over the run).
+	mean := func(p *proc, h string) string {
+		n := p.metric(b, h+"_count")
+		if n == 0 {
+			return "-"
+		}
+		return (time.Duration(p.metric(b, h+"_sum") / n * float64(time.Second))).Round(10 * time.Microsecond).String()
+	}
+	b.Logf("means: ranker insert %s; composer inputs wait %s, scores read %s, render %s",
+		mean(ranker, "ranker_insert_duration_seconds"), mean(composer, "composer_inputs_wait_seconds"),
+		mean(composer, "composer_store_read_duration_seconds"), mean(composer, "composer_render_duration_seconds"))
 }

@@ -71,7 +71,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	base.StoreMetrics(st)
-	c := newComposer(base, &cfg, st, lib)
+	c, err := newComposer(base, &cfg, st, lib)
+	if err != nil {
+		base.Close()
+		return err
+	}
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
@@ -95,18 +99,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // newComposer wires the composer to its NATS connection, store and templates.
-func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.Library) *composer {
+func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.Library) (*composer, error) {
 	m := newMetrics(base.Reg)
+	in, err := inputs.New(inputs.Deps{NC: base.NC, JS: base.JS, Store: st, Trace: base.Trace, Reg: base.Reg,
+		Timeout: cfg.InputsTimeout, CacheTTL: cfg.ReadCacheTTL, MaxBytes: cfg.MaxEventBytes})
+	if err != nil {
+		return nil, err
+	}
 	for _, t := range lib.Templates() {
 		m.templatesLoaded.WithLabelValues(t.Name, strconv.Itoa(t.Version)).Set(1)
 	}
 	return &composer{
-		log:     base.Log,
-		js:      base.JS,
-		settler: settle.New(base.JS, base.Log, base.Reg, "composer"),
-		trace:   base.Trace,
-		inputs: inputs.New(inputs.Deps{JS: base.JS, Store: st, Trace: base.Trace, Reg: base.Reg,
-			Timeout: cfg.InputsTimeout, CacheTTL: cfg.ReadCacheTTL, MaxBytes: cfg.MaxEventBytes}),
+		log:           base.Log,
+		js:            base.JS,
+		settler:       settle.New(base.JS, base.Log, base.Reg, "composer"),
+		trace:         base.Trace,
+		inputs:        in,
 		templates:     newTemplates(lib, base.Log, m),
 		m:             m,
 		source:        base.Source,
@@ -114,7 +122,7 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		renderTimeout: cfg.RenderTimeout,
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,
-	}
+	}, nil
 }
 
 // templateRegistry opens the TEMPLATES bucket, creating it when the composer manages its

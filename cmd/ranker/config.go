@@ -14,7 +14,8 @@ type config struct {
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8082" desc:"address of /metrics, /healthz, /readyz and the API"`
 	BatchSize        int           `envconfig:"BATCH_SIZE" default:"500" desc:"evaluations per ClickHouse insert at most"`
 	BatchBytes       int           `envconfig:"BATCH_BYTES" default:"4194304" desc:"bytes of evaluations per ClickHouse insert at most (and of the pull buffer): bounds memory when submissions are large"`
-	FlushInterval    time.Duration `envconfig:"FLUSH_INTERVAL" default:"100ms" desc:"longest wait for a batch to fill before it is written"`
+	FlushInterval    time.Duration `envconfig:"FLUSH_INTERVAL" default:"100ms" desc:"longest a batch keeps filling while the one before is still being written (an idle ranker writes an evaluation as soon as it is pulled)"`
+	Linger           time.Duration `envconfig:"LINGER" default:"1ms" desc:"gap between evaluations that ends a batch when nothing is being written"`
 	AnnounceInterval time.Duration `envconfig:"ANNOUNCE_INTERVAL" default:"200ms" desc:"least time between two rounds of leaderboard.updated; executions committed meanwhile share the next"`
 	AckWait          time.Duration `envconfig:"ACK_WAIT" default:"10s" desc:"redelivery timeout of the ranker consumer: after a crash, evaluations it held are committed by another replica (or its restart) this much later; batches in hand are kept alive with InProgress"`
 	MaxDeliver       int           `envconfig:"MAX_DELIVER" default:"-1" desc:"deliveries of one evaluation before the broker gives up (-1 = never: evaluations are not dropped)"`
@@ -29,6 +30,9 @@ func (c *config) Validate() error {
 	}
 	if minBytes := c.MaxEventBytes + 64<<10; c.BatchBytes < minBytes {
 		errs = append(errs, fmt.Errorf("RANKER_BATCH_BYTES must hold the largest event with its headers (MAX_EVENT_BYTES + 64 KiB = %d), got %d", minBytes, c.BatchBytes))
+	}
+	if c.Linger <= 0 || c.Linger > c.FlushInterval {
+		errs = append(errs, fmt.Errorf("RANKER_LINGER must be positive and at most RANKER_FLUSH_INTERVAL, got %s", c.Linger))
 	}
 	if c.FlushInterval <= 0 {
 		errs = append(errs, fmt.Errorf("RANKER_FLUSH_INTERVAL must be positive, got %s", c.FlushInterval))

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -36,6 +37,7 @@ var _ store = (*rank.Store)(nil)
 type ranker struct {
 	log           *slog.Logger
 	js            jetstream.JetStream
+	nc            *nats.Conn
 	settler       *settle.Settler
 	trace         *tracing.Tracing
 	store         store
@@ -45,6 +47,7 @@ type ranker struct {
 	batchSize     int
 	batchBytes    int
 	flushInterval time.Duration
+	linger        time.Duration
 	ackWait       time.Duration
 	// announceInterval is the least time between two rounds of leaderboard.updated.
 	announceInterval time.Duration
@@ -55,6 +58,7 @@ type ranker struct {
 	// fail stops the consumer with a fault the ranker cannot mend (stopWith), set by consume.
 	fail func(err error)
 
+	writing     atomic.Bool // set while the committer has a batch in hand
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
 	quorumLost  atomic.Bool // set while a batch is waiting for a quorum of replicas
 	fatal       atomic.Bool // set once a fault stopped the ranker: it stays unready
@@ -89,9 +93,11 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 	go func() {
 		defer close(committed)
 		for b := range batches {
+			r.writing.Store(true)
 			if sc, ok := r.commit(work, b); ok {
 				ann.add(sc, b.recs)
 			}
+			r.writing.Store(false)
 		}
 	}()
 	defer func() {
@@ -101,7 +107,8 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		<-announced
 	}()
 
-	return rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: r.batchSize, Bytes: r.batchBytes, Flush: r.flushInterval},
+	return rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: r.batchSize, Bytes: r.batchBytes, Flush: r.flushInterval,
+		Linger: r.linger, Busy: r.writing.Load},
 		func(_, work context.Context, msgs []jetstream.Msg) {
 			// Kept in progress from here, while poison is dead-lettered (DEADLETTER may be slow
 			// or down: three tries with backoff) and while it waits behind a slow insert, so a
@@ -178,10 +185,17 @@ func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) 
 		}
 	}
 	// The rows are stored; a redelivery of an ack that is lost is harmless: writes are idempotent.
-	for _, msg := range b.keep {
-		r.settler.Settle(ctx, msg, settle.Ack())
+	// The last ack is confirmed, so that when composers hear of the commit, the ranker's ack
+	// floor already shows it (they check it: the notice only wakes them).
+	for i, msg := range b.keep {
+		o := settle.Ack()
+		if i == len(b.keep)-1 {
+			o = settle.AckConfirmed()
+		}
+		r.settler.Settle(ctx, msg, o)
 	}
 	r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
+	r.notifyCommitted(b)
 	return span.SpanContext(), true
 }
 

@@ -98,6 +98,8 @@ func newRanker(base *service.Base, cfg *config, st *rank.Store) *ranker {
 		// max payload may exceed MAX_EVENT_BYTES) would never be delivered and hold the consumer.
 		batchBytes:       max(cfg.BatchBytes, int(base.NC.MaxPayload())+64<<10),
 		flushInterval:    cfg.FlushInterval,
+		linger:           cfg.Linger,
+		nc:               base.NC,
 		ackWait:          cfg.AckWait,
 		announceInterval: cfg.AnnounceInterval,
 		now:              time.Now,

@@ -13,16 +13,24 @@ import (
 // block, to hold the next batch back while the last is written).
 type BatchFunc func(stop, work context.Context, msgs []jetstream.Msg)
 
-// Batching bounds a batch.
+// Batching bounds a batch and says when it is cut.
 type Batching struct {
 	Size  int           // messages at most
 	Bytes int           // bytes of message data at most (a message larger than that is a batch alone)
-	Flush time.Duration // longest wait for a batch to fill after its first message
+	Flush time.Duration // longest a batch fills after its first message while Busy
+	// Linger is the gap that ends a batch when the next stage is idle: messages that arrive
+	// closer together join it, and a lone message goes on at once.
+	Linger time.Duration
+	// Busy reports whether the stage the batch goes to is still working on the one before (nil:
+	// never). While it is, the batch keeps filling, up to Flush: waiting costs nothing then, and
+	// larger batches cost less each.
+	Busy func() bool
 }
 
-// Batches is a Loop that gathers messages into batches: from a first message until Size or
-// Bytes is reached or Flush passed. A stop cuts the wait short and drains what the client holds
-// in batches of what is already there.
+// Batches is a Loop that gathers messages into batches: from a first message while more arrive
+// within Linger, or, while the next stage is busy, until Flush passed; at most Size messages or
+// Bytes bytes. So an idle pipeline commits an evaluation as soon as it is pulled, and a loaded one
+// batches. A stop drains what the client holds in batches of what is already there.
 func Batches(b Batching, h BatchFunc, warn func(msg string, args ...any)) Loop {
 	return func(stop, work context.Context, it jetstream.MessagesContext) error {
 		var last error
@@ -63,17 +71,24 @@ func Batches(b Batching, h BatchFunc, warn func(msg string, args ...any)) Loop {
 func fill(stop context.Context, it jetstream.MessagesContext, first jetstream.Msg, b Batching, draining bool) []jetstream.Msg {
 	batch := []jetstream.Msg{first}
 	size := len(first.Data())
-	ctx, cancel := context.WithTimeout(stop, b.Flush)
-	defer cancel()
+	deadline := time.Now().Add(b.Flush)
+	linger := max(b.Linger, time.Millisecond)
 	for len(batch) < b.Size && size < b.Bytes {
-		var msg jetstream.Msg
-		var err error
-		if draining {
-			msg, err = it.Next(jetstream.NextMaxWait(10 * time.Millisecond))
-		} else {
-			msg, err = it.Next(jetstream.NextContext(ctx))
+		if stop.Err() != nil && !draining {
+			break // a stop sends what is in hand at once
 		}
+		wait := linger
+		if !draining && b.Busy != nil && b.Busy() {
+			// Short waits, so that the batch goes as soon as the stage is free.
+			if wait = min(time.Until(deadline), 5*time.Millisecond); wait <= 0 {
+				break
+			}
+		}
+		msg, err := it.Next(jetstream.NextMaxWait(wait))
 		if err != nil {
+			if errors.Is(err, nats.ErrTimeout) && !draining && b.Busy != nil && b.Busy() && time.Now().Before(deadline) {
+				continue
+			}
 			break
 		}
 		batch = append(batch, msg)

@@ -8,8 +8,10 @@ package inputs
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -42,6 +44,7 @@ var _ Store = (*rank.Store)(nil)
 
 // Deps are what the inputs read from and report to.
 type Deps struct {
+	NC       *nats.Conn // nil: no commit notices, the wait polls
 	JS       jetstream.JetStream
 	Store    Store
 	Trace    *tracing.Tracing
@@ -89,26 +92,34 @@ type Inputs struct {
 	probes   *probes
 	scores   *storeReads
 	contents *streamContent
+	commits  *commits
 	trace    *tracing.Tracing
 	clock    Clock
 	timeout  time.Duration
 }
 
-// New builds the reads of one composer.
-func New(d Deps) *Inputs {
+// New builds the reads of one composer and listens for the ranker's commit notices.
+func New(d Deps) (*Inputs, error) {
 	clock := d.Clock
 	if clock == nil {
 		clock = realClock{}
 	}
 	m := newMetrics(d.Reg)
-	return &Inputs{
+	in := &Inputs{
 		probes:   newProbes(d.JS, 5*time.Second),
 		scores:   newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now),
 		contents: newStreamContent(d.JS, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
+		commits:  newCommits(),
 		trace:    d.Trace,
 		clock:    clock,
 		timeout:  d.Timeout,
 	}
+	if d.NC != nil {
+		if _, err := in.commits.listen(d.NC); err != nil {
+			return nil, fmt.Errorf("inputs: listen for commits: %w", err)
+		}
+	}
+	return in, nil
 }
 
 // Reader reads a prompt's inputs through the shared reads, each read a span of the request's.

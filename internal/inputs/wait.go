@@ -13,7 +13,8 @@ import (
 // returns S, the sequence the prompt is computed as of; 0 when no evaluation was ever accepted.
 // With asOf set (an audit render), S is asOf instead, which must not be past the stream's last
 // sequence, and the wait is for the ranker to reach it. Past timeout it answers
-// inputs_not_ready (retryable).
+// inputs_not_ready (retryable). Between probes it waits for the ranker's commit notice, or polls
+// (5 ms, doubling to 100 ms) when none comes.
 func (in *Inputs) Wait(ctx context.Context, asOf *uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, in.timeout)
 	defer cancel()
@@ -22,6 +23,7 @@ func (in *Inputs) Wait(ctx context.Context, asOf *uint64) (uint64, error) {
 	known := false
 	delay := 5 * time.Millisecond
 	for {
+		woken := in.commits.next() // before the probe: a commit after it wakes this wait
 		p, err := in.probes.join(ctx)
 		if err != nil {
 			break
@@ -48,6 +50,7 @@ func (in *Inputs) Wait(ctx context.Context, asOf *uint64) (uint64, error) {
 		detail = why
 		select {
 		case <-ctx.Done():
+		case <-woken:
 		case <-in.clock.After(delay):
 		}
 		if ctx.Err() != nil {

@@ -82,3 +82,15 @@ func ParseTeamSubject(eventType, subject string) (Address, error) {
 	}
 	return Address{Type: eventType, ExecutionID: exec, TeamID: team}, nil
 }
+
+// SubjectCommitted is where the ranker says, on core NATS (nothing stores it), that it has
+// committed evaluations: the body is a Committed. Composers wake on it instead of polling the
+// ranker's ack floor; they still check the floor, so a notice lost or early changes nothing but
+// latency.
+const SubjectCommitted = "ranker.committed"
+
+// Committed is the body of a SubjectCommitted notice: the highest EVALUATIONS sequence of the
+// batch just committed.
+type Committed struct {
+	EvaluationsSeq uint64 `json:"evaluations_seq"`
+}
