@@ -132,3 +132,33 @@ func TestSchemasAndGoValidationAgree(t *testing.T) {
 		t.Errorf("only %d examples; the corpus shrank", total)
 	}
 }
+
+// TestCommittedNoticeMatchesItsSchema: what the ranker publishes on ranker.committed is what its
+// schema says.
+func TestCommittedNoticeMatchesItsSchema(t *testing.T) {
+	c := jsonschema.NewCompiler()
+	b, err := fs.ReadFile(schemas.Events(), "ranker.committed.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("ranker.committed.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("ranker.committed.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(events.Committed{EvaluationsSeq: 42})
+	notice, _ := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err := sch.Validate(notice); err != nil {
+		t.Errorf("%s: %v", body, err)
+	}
+	bad, _ := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(`{"evaluations_seq": -1}`)))
+	if sch.Validate(bad) == nil {
+		t.Error("a negative sequence passed")
+	}
+}
