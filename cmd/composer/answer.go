@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -67,7 +68,9 @@ func (c *composer) publishFailed(ctx context.Context, requestID, exec, team stri
 func (c *composer) publish(ctx context.Context, subject, id string, body []byte, tc events.TraceContext) error {
 	ctx, span := c.trace.Start(ctx, "composer.publish", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", subject), attribute.Int("messaging.message.body.size", len(body))))
+	start := time.Now()
 	_, err := events.PublishTraced(ctx, c.js, subject, id, body, tc)
+	tracing.Observe(ctx, c.m.publishDuration, time.Since(start).Seconds())
 	tracing.End(span, err)
 	return err
 }

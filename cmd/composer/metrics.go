@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	requests          *prometheus.CounterVec
 	renderDuration    prometheus.Histogram
+	publishDuration   prometheus.Histogram
 	inputsWait        prometheus.Histogram
 	promptTokens      prometheus.Histogram
 	truncations       *prometheus.CounterVec
@@ -28,6 +29,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "composer_render_duration_seconds",
 			Help:    "Time to render one prompt from its inputs.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18),
+		}),
+		publishDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "composer_publish_duration_seconds",
+			Help:    "Time to publish one answer (prompt.composed or prompt.failed) until JetStream acknowledged it.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 		inputsWait: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_inputs_wait_seconds",

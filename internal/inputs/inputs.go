@@ -61,6 +61,7 @@ type Metrics struct {
 	storeReads   *prometheus.CounterVec
 	contentRead  prometheus.Histogram
 	contentReads *prometheus.CounterVec
+	requestReads *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *Metrics {
@@ -80,6 +81,11 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "composer_content_reads_total",
 			Help: "Where each request's own content came from: stream (EVALUATIONS messages by sequence) or clickhouse (the stream no longer held one of them).",
 		}, []string{"source"}),
+		requestReads: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "composer_request_read_seconds",
+			Help:    "Time one request spent getting its inputs, by read: scores (shared, kept or queried) and content (stream direct gets, or the ClickHouse fallback).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"read"}),
 		storeReads: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "composer_store_reads_total",
 			Help: "How each request got its inputs: queried (a ClickHouse read started for it), shared (joined a read of its execution) or cached (a kept read covering its sequence).",
@@ -93,6 +99,7 @@ type Inputs struct {
 	scores   *storeReads
 	contents *streamContent
 	commits  *commits
+	m        *Metrics
 	trace    *tracing.Tracing
 	clock    Clock
 	timeout  time.Duration
@@ -110,6 +117,7 @@ func New(d Deps) (*Inputs, error) {
 		scores:   newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now),
 		contents: newStreamContent(d.JS, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
 		commits:  newCommits(),
+		m:        m,
 		trace:    d.Trace,
 		clock:    clock,
 		timeout:  d.Timeout,
@@ -130,7 +138,9 @@ type reader struct{ in *Inputs }
 func (r reader) Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
 	ctx, span := r.in.trace.Start(ctx, "composer.read_scores", trace.WithAttributes(attribute.String("podium.execution_id", executionID),
 		attribute.Int64("podium.evaluations_seq", int64(seq))))
+	start := time.Now()
 	evs, err := r.in.scores.get(ctx, executionID, seq)
+	tracing.Observe(ctx, r.in.m.requestReads.WithLabelValues("scores"), time.Since(start).Seconds())
 	tracing.End(span, err)
 	return evs, err
 }
@@ -138,7 +148,9 @@ func (r reader) Scores(ctx context.Context, executionID string, seq uint64) (*ra
 func (r reader) Content(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error) {
 	ctx, span := r.in.trace.Start(ctx, "composer.read_content", trace.WithAttributes(attribute.Int("podium.evaluations", len(refs)),
 		attribute.Int("podium.from_round", from)))
+	start := time.Now()
 	c, err := r.in.contents.get(ctx, key, from, before, refs)
+	tracing.Observe(ctx, r.in.m.requestReads.WithLabelValues("content"), time.Since(start).Seconds())
 	tracing.End(span, err)
 	return c, err
 }
