@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -108,14 +109,18 @@ func TestRoundTwoPromptCarriesRoundOneAndTheLeaderboard(t *testing.T) {
 		t.Errorf("evaluations_seq = %d, want 3", lb.EvaluationsSeq)
 	}
 
-	// The ranker announced the leaderboard it committed.
-	updates := e.collect(events.StreamLeaderboards, events.LeaderboardSubject(exec), 1, 10*time.Second)
-	if len(updates) != 1 {
-		t.Fatalf("got %d leaderboard.updated, want the last one kept", len(updates))
-	}
+	// The ranker announced the leaderboard it committed: the stream keeps the last one, which
+	// reaches seq 3 once the last commit is announced (evaluations may be committed one by one).
 	var lu events.LeaderboardUpdated
-	dataOf(t, updates[0].Body, &lu)
-	if lu.EvaluationsSeq != 3 || len(lu.Leaderboard) != 3 {
+	testenv.WaitFor(t, 10*time.Second, "leaderboard.updated of all three evaluations", func() (bool, string) {
+		updates := e.collect(events.StreamLeaderboards, events.LeaderboardSubject(exec), 1, time.Second)
+		if len(updates) != 1 {
+			return false, fmt.Sprintf("%d kept", len(updates))
+		}
+		dataOf(t, updates[0].Body, &lu)
+		return lu.EvaluationsSeq == 3, fmt.Sprintf("%+v", lu)
+	})
+	if len(lu.Leaderboard) != 3 {
 		t.Errorf("leaderboard.updated = %+v, want 3 rows at seq 3", lu)
 	}
 }

@@ -275,7 +275,7 @@ func TestTraceFromOrchestratorToPrompt(t *testing.T) {
 	e := newEnv(t)
 	rcv := newOTLPReceiver(t)
 	// One batch for both evaluations, so one batch span links to both.
-	e.start("ranker", append(rcv.env(), "RANKER_FLUSH_INTERVAL=1s")...)
+	e.start("ranker", append(rcv.env(), "RANKER_FLUSH_INTERVAL=1s", "RANKER_LINGER=1s")...) // one batch of both evaluations, whose span links to each
 	composer := e.start("composer", rcv.env()...)
 
 	const (

@@ -182,5 +182,12 @@ func headerValue(h nats.Header, key string) string {
 	if v := h[key]; len(v) > 0 {
 		return v[0]
 	}
-	return h.Get(key)
+	// Header names are case-insensitive on the wire (other clients send Traceparent or
+	// TRACEPARENT); nats.go keys them as sent.
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
 }

@@ -36,6 +36,8 @@ func TestExtractAndInject(t *testing.T) {
 		{"envelope", events.TraceContext{Parent: envParent, State: "rojo=1"}, nil, "4bf92f3577b34da6a3ce929d0e0e4736", 0},
 		{"the envelope wins over the header", events.TraceContext{Parent: envParent}, header, "4bf92f3577b34da6a3ce929d0e0e4736", 0},
 		{"header only", events.TraceContext{}, header, "11111111111111111111111111111111", 0},
+		{"a header named as another client sends it", events.TraceContext{}, nats.Header{"Traceparent": {headerParent}}, "11111111111111111111111111111111", 0},
+		{"a header in capitals", events.TraceContext{}, nats.Header{"TRACEPARENT": {headerParent}}, "11111111111111111111111111111111", 0},
 		{"none", events.TraceContext{}, nil, "", 0},
 		{"malformed", events.TraceContext{Parent: "not-a-traceparent"}, nil, "", 1},
 		{"all-zero ids", events.TraceContext{Parent: "00-00000000000000000000000000000000-0000000000000000-01"}, nil, "", 1},

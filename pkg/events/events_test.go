@@ -327,3 +327,15 @@ func TestRenderRequestSequence(t *testing.T) {
 		t.Errorf("without evaluations_seq: %v, %v; want none", r.EvaluationsSeq, err)
 	}
 }
+
+// TestMarshalWritesTextAsItIs: an event holds "<", ">" and "&" as themselves, as the render API
+// writes them, so the bytes of a prompt are the same in both.
+func TestMarshalWritesTextAsItIs(t *testing.T) {
+	b, err := events.Marshal("id", "test", events.TypePromptComposed, time.Unix(0, 0), map[string]string{"prompt": "a <b> & c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"prompt":"a <b> & c"`) || strings.HasSuffix(string(b), "\n") {
+		t.Errorf("marshalled %s", b)
+	}
+}

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -83,11 +84,15 @@ func MarshalTraced(id, source, eventType string, t time.Time, data any, tc Trace
 		TraceState:      tc.State,
 		Data:            data,
 	}
-	b, err := json.Marshal(env)
-	if err != nil {
+	// Without HTML escaping: a prompt's "<" and "&" are written as themselves, as the render API
+	// writes them, so an event and a render of the same prompt hold the same bytes for it.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(env); err != nil {
 		return nil, fmt.Errorf("events: marshal %s data: %w", eventType, err)
 	}
-	return b, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // DerivedID is a stable event id computed from parts alone, so that whichever replica produces
