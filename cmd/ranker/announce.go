@@ -121,8 +121,11 @@ func (r *ranker) announce(ctx context.Context, a *announcer) {
 func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.SpanContext) (failed map[string]trace.SpanContext) {
 	ids := slices.Sorted(maps.Keys(batches))
 	failed = map[string]trace.SpanContext{}
+	// Read after the ack floor: every evaluation up to it is committed, so the rows read next
+	// hold all of them, and the snapshots written of them are complete through it.
+	through := r.committedThrough(ctx)
 	start := time.Now()
-	boards, err := r.store.Leaderboards(ctx, ids, events.Desc, rank.Everything())
+	evs, err := r.store.Scores(ctx, ids)
 	r.m.leaderboardQuery.Observe(time.Since(start).Seconds())
 	if err != nil {
 		r.m.clickhouseErrors.WithLabelValues("query").Inc()
@@ -130,7 +133,8 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 		return batches
 	}
 	for _, id := range ids {
-		b := boards[id]
+		r.putSnapshot(ctx, id, evs[id], through)
+		b := evs[id].Reduce(rank.Everything()).Leaderboard(events.Desc)
 		sctx, span := r.trace.Start(trace.ContextWithSpanContext(ctx, batches[id]), "ranker.announce", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.String("podium.execution_id", id), attribute.Int64("podium.evaluations_seq", int64(b.Seq))))
 		data := events.LeaderboardUpdated{ExecutionID: id, Leaderboard: b.Rows, EvaluationsSeq: b.Seq}

@@ -14,6 +14,7 @@ type metrics struct {
 	clickhouseErrors  *prometheus.CounterVec
 	quorumFailures    prometheus.Counter
 	clickhouseRepairs prometheus.Counter
+	snapshots         *prometheus.CounterVec
 	leaderboardQuery  prometheus.Histogram
 	leaderboardsSent  prometheus.Counter
 	pending           prometheus.Gauge
@@ -45,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ranker_insert_quorum_failures_total",
 			Help: "Inserts that a quorum of ClickHouse replicas did not confirm (too few alive, an earlier write unconfirmed, or the quorum timeout); the batch is held and retried.",
 		}),
+		snapshots: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ranker_score_snapshots_total",
+			Help: "Score snapshots of executions for composers (the SCORES bucket), by result: written, too_large (composers read ClickHouse), failed.",
+		}, []string{"result"}),
 		clickhouseRepairs: f.NewCounter(prometheus.CounterOpts{
 			Name: "ranker_clickhouse_repairs_total",
 			Help: "Times the ranker recreated its database or table from the migrations because an insert found it missing.",

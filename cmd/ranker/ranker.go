@@ -24,6 +24,7 @@ import (
 type store interface {
 	Insert(ctx context.Context, recs []rank.Record) error
 	Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, b rank.Bound) (map[string]rank.Board, error)
+	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 	Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, b rank.Bound) (rank.Board, error)
 	History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error)
 	Ping(ctx context.Context) error
@@ -38,6 +39,7 @@ type ranker struct {
 	log           *slog.Logger
 	js            jetstream.JetStream
 	nc            *nats.Conn
+	snapshots     jetstream.KeyValue // nil: no SCORES bucket (an operator's deployment without one)
 	settler       *settle.Settler
 	trace         *tracing.Tracing
 	store         store

@@ -51,6 +51,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	r := newRanker(base, &cfg, st)
+	if r.snapshots, err = scoresBucket(ctx, base, &cfg); err != nil {
+		base.Close()
+		return err
+	}
 	// The pull buffer holds a batch by count and by bytes, so large submissions bound memory too.
 	runtime, cons, err := base.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker, events.ConsumerOptions{
 		AckWait:       cfg.AckWait,
@@ -130,4 +134,22 @@ func (r *ranker) storeReady(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// scoresBucket opens the SCORES bucket, creating it when the ranker manages its streams; nil when
+// an operator-managed deployment has none (composers then read ClickHouse).
+func scoresBucket(ctx context.Context, base *service.Base, cfg *config) (jetstream.KeyValue, error) {
+	if cfg.ManageStreams {
+		kv, err := base.JS.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(cfg.StreamReplicas))
+		if err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", events.BucketScores, err)
+		}
+		return kv, nil
+	}
+	kv, err := base.JS.KeyValue(ctx, events.BucketScores)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		base.Log.Info("no SCORES bucket: composers read every execution's scores from ClickHouse")
+		return nil, nil
+	}
+	return kv, err
 }

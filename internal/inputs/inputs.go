@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"read"}),
 		storeReads: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "composer_store_reads_total",
-			Help: "How each request got its inputs: queried (a ClickHouse read started for it), shared (joined a read of its execution) or cached (a kept read covering its sequence).",
+			Help: "How each request got its inputs: queried (a ClickHouse read started for it), snapshot (the ranker's score snapshot, complete through its sequence), shared (joined a read of its execution) or cached (a kept read covering its sequence).",
 		}, []string{"result"}),
 	}
 }
@@ -112,9 +112,11 @@ func New(d Deps) (*Inputs, error) {
 		clock = realClock{}
 	}
 	m := newMetrics(d.Reg)
+	scores := newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now)
+	scores.snaps = newSnapshots(d.JS, clock)
 	in := &Inputs{
 		probes:   newProbes(d.JS, 5*time.Second),
-		scores:   newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now),
+		scores:   scores,
 		contents: newStreamContent(d.JS, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
 		commits:  newCommits(),
 		m:        m,

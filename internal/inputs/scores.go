@@ -34,6 +34,7 @@ const (
 // read already running (covers), or take a kept one.
 type storeReads struct {
 	read    func(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
+	snaps   *snapshots // nil: ClickHouse only
 	ttl     time.Duration
 	maxKept int // bytes of kept reads
 	m       *Metrics
@@ -56,13 +57,6 @@ func newStoreReads(read func(context.Context, []string) (map[string]*rank.Evalua
 	s.b = newBatcher(maxQueries, maxBatch, s.fetch)
 	s.b.now = now
 	s.b.covers = func(running []uint64, seq uint64) bool { return seq <= slices.Max(running) }
-	s.b.ran = func(batch map[string][]uint64, took time.Duration) {
-		m.storeRead.Observe(took.Seconds())
-		for _, seqs := range batch {
-			m.storeReads.WithLabelValues("queried").Inc()
-			m.storeReads.WithLabelValues("shared").Add(float64(len(seqs) - 1))
-		}
-	}
 	return s
 }
 
@@ -82,17 +76,44 @@ func (s *storeReads) get(ctx context.Context, executionID string, seq uint64) (*
 	return ev, err
 }
 
-// fetch is one read of the executions of a batch; each is kept for the highest sequence its
-// requests waited for.
+// fetch is one read of the executions of a batch: from the ranker's snapshots those complete
+// through the sequence their requests wait for, the rest from ClickHouse in one query. Each is
+// kept for the highest sequence its requests waited for.
 func (s *storeReads) fetch(ctx context.Context, batch map[string][]uint64) (map[string]*rank.Evaluations, error) {
-	evs, err := s.read(ctx, slices.Sorted(maps.Keys(batch)))
-	if err != nil {
-		return nil, err
+	need := make(map[string]uint64, len(batch))
+	for exec, seqs := range batch {
+		need[exec] = slices.Max(seqs)
+	}
+	evs := map[string]*rank.Evaluations{}
+	if s.snaps != nil {
+		evs = s.snaps.read(ctx, need)
+		if evs == nil {
+			evs = map[string]*rank.Evaluations{}
+		}
+	}
+	var rest []string
+	for exec, seqs := range batch {
+		result := "snapshot"
+		if evs[exec] == nil {
+			rest, result = append(rest, exec), "queried"
+		}
+		s.m.storeReads.WithLabelValues(result).Inc()
+		s.m.storeReads.WithLabelValues("shared").Add(float64(len(seqs) - 1))
+	}
+	if len(rest) > 0 {
+		slices.Sort(rest)
+		start := s.now()
+		read, err := s.read(ctx, rest)
+		s.m.storeRead.Observe(s.now().Sub(start).Seconds())
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(evs, read)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for exec, seqs := range batch {
-		s.keep(exec, evs[exec], slices.Max(seqs))
+	for exec, seq := range need {
+		s.keep(exec, evs[exec], seq)
 	}
 	return evs, nil
 }

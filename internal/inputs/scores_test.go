@@ -696,3 +696,54 @@ func TestStoreReadsKeepWithinMaxKeptBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreReadsUseCompleteSnapshots: an execution whose snapshot in SCORES is complete through
+// the sequence a request waits for is served from it, without a ClickHouse read; one whose
+// snapshot stops short, or that has none, is read from ClickHouse.
+func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
+	h := newReadsHarness(t, harnessOptions{})
+	h.insert(t, "fresh", "stale", "none")
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	kv, err := js.CreateOrUpdateKeyValue(t.Context(), events.ScoresBucketConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.st.Scores(t.Context(), []string{"fresh", "stale"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for exec, through := range map[string]uint64{"fresh": 10, "stale": 2} {
+		b, _ := evs[exec].Snapshot(through)
+		if _, err := kv.Put(t.Context(), exec, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.s.snaps = newSnapshots(js, realClock{})
+	for exec, want := range map[string]string{"fresh": "snapshot", "stale": "queried", "none": "queried"} {
+		before := readCounts(t, h.m)
+		var pb dto.Metric
+		_ = h.m.storeReads.WithLabelValues("snapshot").Write(&pb)
+		snapBefore := pb.GetCounter().GetValue()
+		ev := h.getNow(t, exec, 5)
+		if got := teamsOf(ev); !slices.Equal(got, []string{"team-" + exec}) {
+			t.Errorf("%s: teams %v", exec, got)
+		}
+		_ = h.m.storeReads.WithLabelValues("snapshot").Write(&pb)
+		fromSnapshot := pb.GetCounter().GetValue() - snapBefore
+		queried := readCounts(t, h.m)["queried"] - before["queried"]
+		if want == "snapshot" && (fromSnapshot != 1 || queried != 0) || want == "queried" && (fromSnapshot != 0 || queried != 1) {
+			t.Errorf("%s: %v from the snapshot, %v queried; want %s", exec, fromSnapshot, queried, want)
+		}
+	}
+	if calls := h.r.callIDs(); !slices.Equal(slices.Sorted(slices.Values(flatten(calls))), []string{"none", "stale"}) {
+		t.Errorf("ClickHouse reads %v, want none and stale only", calls)
+	}
+}
+
+func flatten(calls [][]string) []string {
+	var out []string
+	for _, c := range calls {
+		out = append(out, c...)
+	}
+	return out
+}

@@ -113,3 +113,15 @@ func ConsumerConfig(durable string, o ConsumerOptions) (jetstream.ConsumerConfig
 	}
 	return cfg, nil
 }
+
+// BucketScores is the key-value bucket of score snapshots: one key per execution, the
+// rank.Evaluations.Snapshot the ranker wrote after its last commit of that execution. Only the
+// latest value of a key is kept; an execution larger than the server's max payload has none,
+// and composers read ClickHouse for it.
+const BucketScores = "SCORES"
+
+// ScoresBucketConfig is the configuration of BucketScores.
+func ScoresBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: BucketScores, Description: "podium: each execution's score rows as of the ranker's last commit of it, so composer replicas share one ClickHouse read",
+		History: 1, Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
+}

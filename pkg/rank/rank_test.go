@@ -315,3 +315,32 @@ func TestBytesCountsReductions(t *testing.T) {
 		t.Errorf("Bytes after two reductions of 50 rows = %d, rows alone %d", got, rows)
 	}
 }
+
+// TestSnapshotRoundTrips: an execution's rows written as a snapshot and read back rank and
+// reduce exactly as the rows did, at every bound.
+func TestSnapshotRoundTrips(t *testing.T) {
+	var recs []rank.Record
+	scores := []float64{70.25, 1e-05, 99.99, -3, 0.1 + 0.2, 77.5}
+	for i := range 60 {
+		recs = append(recs, rank.Record{EventID: fmt.Sprintf("ev-%d", i), Seq: uint64(i + 1), EvaluationCompleted: events.EvaluationCompleted{
+			ExecutionID: "x", TeamID: fmt.Sprintf("t%d", i%7), TeamName: fmt.Sprintf("Team «%d»", i%7), RoundNumber: 1 + i/7,
+			Evaluation: events.Scores{OverallScore: scores[i%len(scores)]}, EvaluatedAt: time.Unix(int64(i%5), int64(i%3)*1000)}})
+	}
+	ev, _ := rank.FromRecords(recs)
+	b, err := ev.Snapshot(55)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, through, err := rank.ParseSnapshot(b)
+	if err != nil || through != 55 {
+		t.Fatalf("parse: %v, through %d", err, through)
+	}
+	for _, bound := range []rank.Bound{rank.Everything(), {BeforeRound: 4, UpToSeq: 40}, {UpToSeq: 12}} {
+		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
+			want, got := ev.Reduce(bound).Leaderboard(order), back.Reduce(bound).Leaderboard(order)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%+v %s (-rows +snapshot):\n%s", bound, order, diff)
+			}
+		}
+	}
+}

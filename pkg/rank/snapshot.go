@@ -1,0 +1,49 @@
+package rank
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// A snapshot is an execution's score rows as one value: what a Scores read returns for it, every
+// stored copy, with the EVALUATIONS sequence through which it is complete (every evaluation up to
+// that sequence is among its rows). The ranker writes one after it commits an execution's
+// evaluations; composers read it instead of ClickHouse when it is complete through the sequence
+// they wait for, so N composer replicas do not read the same rows from ClickHouse N times.
+type snapshot struct {
+	Through uint64        `json:"complete_through"`
+	Rows    []snapshotRow `json:"rows"`
+}
+
+type snapshotRow struct {
+	Team  string  `json:"t"`
+	Event string  `json:"e"`
+	Round int     `json:"r"`
+	Name  string  `json:"n"`
+	Score float64 `json:"s"`
+	AtUs  int64   `json:"a"`
+	Seq   uint64  `json:"q"`
+}
+
+// Snapshot encodes the rows, complete through the given sequence.
+func (ev *Evaluations) Snapshot(through uint64) ([]byte, error) {
+	s := snapshot{Through: through, Rows: make([]snapshotRow, len(ev.rows))}
+	for i, r := range ev.rows {
+		s.Rows[i] = snapshotRow{Team: r.TeamID, Event: r.EventID, Round: r.Round, Name: r.TeamName, Score: r.Score, AtUs: r.AtMicros, Seq: r.Seq}
+	}
+	return json.Marshal(s)
+}
+
+// ParseSnapshot decodes a snapshot: the evaluations, and the sequence they are complete through.
+func ParseSnapshot(b []byte) (*Evaluations, uint64, error) {
+	var s snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, 0, fmt.Errorf("rank: snapshot: %w", err)
+	}
+	ev := newEvaluations()
+	ev.rows = make([]Stored, len(s.Rows))
+	for i, r := range s.Rows {
+		ev.rows[i] = Stored{RoundScore: RoundScore{TeamID: r.Team, EventID: r.Event, Round: r.Round, TeamName: r.Name, Score: r.Score, AtMicros: r.AtUs}, Seq: r.Seq}
+	}
+	return ev, s.Through, nil
+}
