@@ -66,9 +66,7 @@ func (c *Console) templates(r *http.Request) (any, error) {
 		for _, v := range s.VersionsOf(name) {
 			n.Versions = append(n.Versions, v.Version)
 		}
-		for _, l := range sortedLabels(s.Labels[name]) {
-			n.Labels = append(n.Labels, l)
-		}
+		n.Labels = sortedLabels(s.Labels[name])
 		p.Registry = append(p.Registry, n)
 	}
 	return p, nil
