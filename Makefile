@@ -14,16 +14,19 @@ help: ## list the targets
 build: ## build ranker, composer, console, podium and demo into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-clickhouse: ## install what the tests run for real, from Debian, when missing: ClickHouse, ZooKeeper, Jinja2, Chromium
+clickhouse: ## install what the tests run for real when missing: ClickHouse, ZooKeeper, Jinja2, Chromium, Node (Debian); ajv (npm, locked)
 	@missing=""; \
 	command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || missing="$$missing clickhouse-server clickhouse-client"; \
 	[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1 || missing="$$missing zookeeper"; \
 	/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$$missing python3-jinja2"; \
 	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian's$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+	@# ajv for the differential test of the schemas, from the lockfile
+	@[ -d schemas/conformance/node_modules/ajv ] || npm ci --prefix schemas/conformance --no-audit --no-fund --loglevel=error
 
 demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse, with the web console (SERVE=1 keeps it up until Ctrl-C)
 	$(BIN)/demo --bin $(BIN) $(if $(SERVE),--serve)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"mime"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -252,7 +253,7 @@ func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int)
 		meta.ID = v
 	}
 	if v, ok := c.str(m, "", "source", true); ok {
-		if _, err := url.Parse(v); v == "" || err != nil {
+		if _, err := url.Parse(v); v == "" || err != nil || !uriReference(v) {
 			c.add("source", "must be a non-empty URI-reference")
 		}
 		meta.Source = v
@@ -265,7 +266,7 @@ func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int)
 	}
 	meta.Time = c.timestamp(m, "", "time")
 	if v, ok := c.str(m, "", "datacontenttype", false); ok {
-		if mt, _, err := mime.ParseMediaType(v); err != nil || mt != "application/json" {
+		if _, _, err := mime.ParseMediaType(v); err != nil || !mediaType.MatchString(v) {
 			c.add("datacontenttype", fmt.Sprintf("must be \"application/json\" when present, got %s", Quote(v)))
 		}
 	}
@@ -647,12 +648,61 @@ func (c *checker) timestamp(m map[string]any, p, key string) time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := ParseTime(s)
 	if err != nil {
 		c.add(join(p, key), fmt.Sprintf("must be an RFC 3339 time with an offset, like 2026-11-21T10:00:00Z, got %s", Quote(s)))
 	}
 	return t
 }
+
+// TimePattern is the one form of a time in an event, in the schemas' "pattern" too: RFC 3339
+// with an upper-case T and Z, seconds 00-59 (no leap second: Go's time cannot hold one), a point
+// before fractions and an offset with a colon. Every JSON Schema validator with date-time then
+// accepts what the services accept (the differential test checks it with ajv).
+const TimePattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-5][0-9](\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`
+
+var timeForm = regexp.MustCompile(TimePattern)
+
+// ParseTime reads a time of an event: TimePattern, a real date and time, an offset of at most
+// 23:59.
+func ParseTime(s string) (time.Time, error) {
+	if !timeForm.MatchString(s) {
+		return time.Time{}, fmt.Errorf("events: %s is not of the form 2026-11-21T10:00:00Z", Quote(s))
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if _, off := t.Zone(); off <= -24*3600 || off >= 24*3600 {
+		return time.Time{}, fmt.Errorf("events: offset of %s out of range", Quote(s))
+	}
+	return t, nil
+}
+
+// MediaTypePattern is what datacontenttype may be (in the schemas' "pattern" too):
+// application/json in any case, with parameters, without surrounding spaces.
+const MediaTypePattern = `^[Aa][Pp][Pp][Ll][Ii][Cc][Aa][Tt][Ii][Oo][Nn]/[Jj][Ss][Oo][Nn](\s*;.*)?$`
+
+var mediaType = regexp.MustCompile(MediaTypePattern)
+
+// uriReference reports whether s is made of the characters an RFC 3986 URI-reference may hold
+// (unreserved, reserved, and %-escapes of two hex digits), as JSON Schema's uri-reference format
+// asks: no spaces, no controls, no raw non-ASCII.
+func uriReference(s string) bool {
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', strings.IndexByte("-._~:/?#[]@!$&'()*+,;=", b) >= 0:
+		case b == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			i += 2
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func isHex(b byte) bool { return b >= '0' && b <= '9' || b >= 'a' && b <= 'f' || b >= 'A' && b <= 'F' }
 
 func (c *checker) object(m map[string]any, p, key string, required bool) map[string]any {
 	v, ok := c.get(m, p, key, required)
