@@ -60,7 +60,7 @@ func TestRenderOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got micro.Info
-	if err := json.Unmarshal(info.Data, &got); err != nil || got.Name != "podium" || len(got.Endpoints) != 1 || got.Endpoints[0].Subject != "podium.render" {
+	if err := json.Unmarshal(info.Data, &got); err != nil || got.Name != "podium" || len(got.Endpoints) != 1 || got.Endpoints[0].Subject != "podium.render" || got.Endpoints[0].Name != "render" {
 		t.Errorf("$SRV.INFO.podium = %s (ping %s)", info.Data, ping.Data)
 	}
 }

@@ -148,10 +148,15 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (stop 
 		Name:        "podium",
 		Version:     "1.0.0",
 		Description: "renders round.requested data into the prompt.composed data it would publish (as POST /v1/render)",
-		Endpoint:    &micro.EndpointConfig{Subject: renderSubject, Handler: handler},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("micro service podium: %w", err)
+	}
+	// A named endpoint, so $SRV.INFO lists "render" (an endpoint given in the service's config
+	// is named "default").
+	if err := svc.AddEndpoint("render", handler, micro.WithEndpointSubject(renderSubject)); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("micro service podium: endpoint render: %w", err)
 	}
 	return func() {
 		_ = svc.Stop() // no new requests
