@@ -75,7 +75,7 @@ func tournament(seed uint64, executions, teams, rounds int) (sends []published, 
 	return sends, firstByID
 }
 
-// truth computes the leaderboards and histories of CONTRACT section 4 directly, without pkg/rank.
+// truth computes the leaderboards and histories of docs/contract.md#ranking directly, without pkg/rank.
 func truth(firstByID map[string]published, asc bool) (boards map[string][]events.LeaderboardRow, latest map[string]map[string][]published) {
 	type key struct{ exec, team string }
 	type rkey struct {

@@ -76,7 +76,7 @@ func (r *renders) render(ctx context.Context, body []byte) (status int, answer a
 	return http.StatusOK, out, true
 }
 
-// failure is the answer of CONTRACT section 7 for a failure's code.
+// failure is the answer of docs/contract.md#http-and-nats-services for a failure's code.
 func failure(f *events.Failure) (int, any, bool) {
 	status := http.StatusServiceUnavailable // inputs_not_ready, store_unavailable: try again
 	switch f.Code {

@@ -82,7 +82,7 @@ func (c *composer) answer(ctx context.Context, span trace.Span, msg jetstream.Ms
 			}
 			return settle.Ack()
 		}
-		// It can never be published: answer why instead of retrying (CONTRACT section 3).
+		// It can never be published: answer why instead of retrying (docs/contract.md#events).
 		err = events.Failf(events.CodeBudgetExceeded, "the prompt.composed event would be %d bytes, over the largest message the server takes (%d bytes)", tooLarge.Size, tooLarge.Limit)
 	}
 	if ctx.Err() != nil {

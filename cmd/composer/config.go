@@ -10,7 +10,7 @@ import (
 	"github.com/podium-llm/podium/pkg/compose"
 )
 
-// config is CONTRACT section 6 plus the composer's own tuning.
+// config is docs/operating.md#configuration plus the composer's own tuning.
 type config struct {
 	service.Common
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8081" desc:"address of /metrics, /healthz, /readyz and POST /v1/render"`

@@ -172,6 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *serve {
 		step(stdout, fmt.Sprintf("the console is at http://%s/executions/%s; everything keeps running until Ctrl-C", console.addr, exec))
+		fmt.Fprintf(stdout, "  to use bin/podium against it from another terminal:\n  export NATS_URL=%s CLICKHOUSE_ADDR=%s CLICKHOUSE_DATABASE=demo\n", ns.ClientURL(), ch.Addr)
 		<-ctx.Done()
 	} else {
 		fmt.Fprintf(stdout, "\n  (make demo SERVE=1, or bin/demo --serve, keeps the console at http://%s up until Ctrl-C)\n", console.addr)

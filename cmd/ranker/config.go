@@ -8,7 +8,7 @@ import (
 	"github.com/podium-llm/podium/internal/service"
 )
 
-// config is CONTRACT section 6 plus the ranker's own tuning.
+// config is docs/operating.md#configuration plus the ranker's own tuning.
 type config struct {
 	service.Common
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8082" desc:"address of /metrics, /healthz, /readyz and the API"`

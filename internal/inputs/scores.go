@@ -28,7 +28,7 @@ const (
 // read serves later requests of its execution for ttl.
 //
 // A read may serve a request only if it started after the ranker had committed every evaluation
-// the request waits for (CONTRACT section 5). A request finishes that wait before it asks, so a
+// the request waits for (docs/contract.md#read-your-writes). A request finishes that wait before it asks, so a
 // read started after it asked serves it; and a read started for requests that waited up to
 // sequence S serves any request that waited up to S or less. That rule lets a request join a
 // read already running (covers), or take a kept one.

@@ -1,5 +1,5 @@
 // Package service is the wiring both services share: the command line and configuration from the
-// environment (CONTRACT section 6), the JSON logger, the NATS connection and the streams, the
+// environment (docs/operating.md#configuration), the JSON logger, the NATS connection and the streams, the
 // metrics registry, and the HTTP server with /metrics, /healthz and /readyz; then serving,
 // draining and joining on shutdown. Business logic lives in cmd/* and pkg/*; this package only
 // connects it to the world, so each service's run reads as the list of what that service does.

@@ -53,7 +53,7 @@ type Meta struct {
 	Trace  TraceContext // as the envelope carries it, unchecked: a malformed one is ignored, never refused
 }
 
-// TraceContext is W3C trace context as events carry it (CONTRACT section 1): the CloudEvents
+// TraceContext is W3C trace context as events carry it (docs/contract.md#envelope): the CloudEvents
 // distributed-tracing attributes traceparent and tracestate in the envelope, and the same names
 // as NATS headers. The envelope wins when both are present.
 type TraceContext struct {
@@ -155,7 +155,7 @@ func ParseScoreOrder(s string) (ScoreOrder, bool) {
 	return "", false
 }
 
-// Standings says which evaluations a prompt's leaderboard counts (CONTRACT section 5).
+// Standings says which evaluations a prompt's leaderboard counts (docs/contract.md#read-your-writes).
 type Standings string
 
 // Standings modes. The zero value means Live.
@@ -179,7 +179,7 @@ func ParseStandings(s string) (Standings, bool) {
 	return "", false
 }
 
-// LeaderboardRow is one team's standing in an execution (CONTRACT section 4).
+// LeaderboardRow is one team's standing in an execution (docs/contract.md#ranking).
 type LeaderboardRow struct {
 	Position  int     `json:"position"`
 	Rank      int     `json:"rank"`

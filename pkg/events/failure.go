@@ -8,7 +8,7 @@ import (
 // FailureCode is the machine-readable reason of a prompt.failed.
 type FailureCode string
 
-// The failure codes of CONTRACT section 3.
+// The failure codes of docs/contract.md#events.
 const (
 	CodeInvalidRequest   FailureCode = "invalid_request"
 	CodeUnknownTemplate  FailureCode = "unknown_template"

@@ -25,7 +25,7 @@ const (
 	HeaderDeadTruncated = "Dead-Truncated"
 )
 
-// MaxReasonBytes bounds a Dead-Reason header (CONTRACT: at most 512 bytes).
+// MaxReasonBytes bounds a Dead-Reason header (docs/contract.md#dead-letters: at most 512 bytes).
 const MaxReasonBytes = 512
 
 // TooLargeError says a message would exceed the largest message the server takes.

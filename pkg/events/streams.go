@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Stream names of CONTRACT section 2.
+// Stream names of docs/contract.md#subjects-and-streams.
 const (
 	StreamEvaluations  = "EVALUATIONS"
 	StreamRounds       = "ROUNDS"

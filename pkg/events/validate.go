@@ -79,7 +79,7 @@ func ParseRoundRequest(subject string, body []byte, maxBytes int) (RoundRequest,
 	return rr, c.err()
 }
 
-// RenderRequest is a validated body of POST /v1/render (CONTRACT section 7).
+// RenderRequest is a validated body of POST /v1/render (docs/contract.md#http-and-nats-services).
 type RenderRequest struct {
 	Data      RoundRequested
 	Time      time.Time // zero when absent: the caller then uses the current time
@@ -271,7 +271,7 @@ func (c *checker) envelope(eventType, subject string, body []byte, maxBytes int)
 		}
 	}
 	// Trace context is taken as it is: a malformed or non-string value is ignored downstream,
-	// never a reason to refuse the event (CONTRACT section 1).
+	// never a reason to refuse the event (docs/contract.md#envelope).
 	// A value that is not a string is kept as its text, so it is counted as malformed.
 	if v, ok := m["traceparent"]; ok && v != nil {
 		meta.Trace.Parent = fmt.Sprint(v)

@@ -106,7 +106,7 @@ func (r *Reduction) ContentRefs(teamID string, from, before int) []ContentRef {
 	return refs
 }
 
-// Leaderboard ranks the reduction (CONTRACT section 4).
+// Leaderboard ranks the reduction (docs/contract.md#ranking).
 func (r *Reduction) Leaderboard(order events.ScoreOrder) Board {
 	return Board{Rows: Rank(r.rounds, order), Seq: r.seq}
 }

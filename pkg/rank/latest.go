@@ -17,7 +17,7 @@ type Bound struct {
 	// BeforeRound counts rounds below it only; 0 counts every round.
 	BeforeRound int
 	// UpToSeq counts copies with an EVALUATIONS sequence up to it only, so that a prompt computed
-	// as of a sequence gives the same result however much was stored since (CONTRACT section 5).
+	// as of a sequence gives the same result however much was stored since (docs/contract.md#read-your-writes).
 	UpToSeq uint64
 }
 

@@ -29,7 +29,7 @@ func better(a, b float64, order events.ScoreOrder) bool {
 	return a > b
 }
 
-// Rank builds the leaderboard of CONTRACT section 4 from the latest evaluation of each (team,
+// Rank builds the leaderboard of docs/contract.md#ranking from the latest evaluation of each (team,
 // round): best score per team, the first round that reached it, the number of rounds, a total
 // order by best score then team_id, and competition ranks for equal best scores.
 func Rank(rounds []RoundScore, order events.ScoreOrder) []events.LeaderboardRow {

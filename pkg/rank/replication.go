@@ -19,7 +19,7 @@ import (
 // listed: reads count on it). Writes are quorum inserts: ClickHouse answers only when
 // InsertQuorum replicas have the rows, so the ranker acks an evaluation only when losing a
 // replica cannot lose it. Reads are quorum reads (replicas.go): together with the quorum writes
-// they keep read-your-writes (CONTRACT section 5) on any replicas, lagging or not.
+// they keep read-your-writes (docs/contract.md#read-your-writes) on any replicas, lagging or not.
 type Replication struct {
 	Enabled bool
 	// Cluster, when set, names the remote_servers cluster the DDL runs on (ON CLUSTER) instead of

@@ -12,7 +12,7 @@ type PromptInputs struct {
 }
 
 // ForPrompt is the rule of what a prompt for round of teamID counts, as of the EVALUATIONS
-// sequence asOf (CONTRACT section 5): the team's own history is its rounds below round, with the
+// sequence asOf (docs/contract.md#read-your-writes): the team's own history is its rounds below round, with the
 // content read for it; the standings count every round (live) or rounds below round only
 // (before_round); nothing stored after asOf counts. Round 1 has no standings in either mode
 // (PROMPTS.md: it gets no ranking).
