@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -70,17 +72,27 @@ func burst(b *testing.B, e *env, reqs []outgoing, answers string) (time.Duration
 		b.Fatal(err)
 	}
 	for i, r := range reqs {
-		sent[i] = time.Now()
-		if _, err := e.js.PublishAsync(r.subject, r.body, jetstream.WithMsgID(r.id)); err != nil {
-			b.Fatal(err)
+		for {
+			// More than the client's 4,000 publishes awaiting their ack (a long burst) stall it
+			// for 200 ms, then fail: wait for acks and go on.
+			sent[i] = time.Now()
+			_, err := e.js.PublishAsync(r.subject, r.body, jetstream.WithMsgID(r.id))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				b.Fatal(err)
+			}
 		}
 	}
+	// Two minutes, or longer for a burst of more than 10,000 requests.
+	limit := max(2*time.Minute, time.Duration(len(reqs))*12*time.Millisecond)
 	select {
 	case <-done:
-	case <-time.After(2 * time.Minute):
+	case <-time.After(limit):
 		mu.Lock()
 		defer mu.Unlock()
-		b.Fatalf("%d of %d answers after 2 minutes", got, len(reqs))
+		b.Fatalf("%d of %d answers after %s", got, len(reqs), limit)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -226,6 +238,17 @@ func coldText(seed uint64, n int) string {
 //     the in-process NATS server): the ingest, the merges it leaves ClickHouse, and the prompts.
 //
 // Wall-clock rates are reported too, as information. One iteration is one burst.
+//
+// Scaling out: -composers 1,2,4 (after -args; or BENCH_COMPOSERS=1,2,4, the flag wins) runs cold
+// once per count of composer replicas sharing the durable, as cold/composers=N; the other
+// workloads run with one, and compare with cold/composers=1 when it runs. With the default, 1,
+// cold is named and measured as before. Each run also reports, per prompt over the burst phase,
+// the ClickHouse queries (its own counter, system.events 'Query', less the reads of it) and the
+// composers' store reads that queried ClickHouse, summed over the replicas as their CPU is.
+// BENCH_PROMPTS=n composes for n/10 executions instead of 200 (n requests; the default is
+// 2,000), and stores as many more executions as each workload stores beside the ones it composes
+// for (cold: twice as many; cold-10x: twenty times), so a longer burst reads the same kind of
+// store; BENCH_SCALE then divides both.
 func BenchmarkComposerPipeline(b *testing.B) {
 	scale := 1
 	if s := os.Getenv("BENCH_SCALE"); s != "" {
@@ -235,6 +258,20 @@ func BenchmarkComposerPipeline(b *testing.B) {
 		}
 		scale = n
 	}
+	const teams = 10
+	composed := 200
+	if s := os.Getenv("BENCH_PROMPTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("BENCH_PROMPTS=%q: want a whole number of 1 or more", s)
+		}
+		composed = (n + teams - 1) / teams
+	}
+	counts, err := composerCounts()
+	if err != nil {
+		b.Fatal(err)
+	}
+	nested := !slices.Equal(counts, []int{1})
 	// cold-10x's ClickHouse CPU per prompt is compared with cold's of the same process run: the
 	// question is whether a ten times larger store costs a prompt more.
 	// cold-traced's composer CPU per prompt is compared with cold's: the cost of tracing every
@@ -246,18 +283,58 @@ func BenchmarkComposerPipeline(b *testing.B) {
 		{name: "cold-10x", stored: 4000, composed: 200, cold: true},
 		{name: "warm", stored: 200, composed: 200},
 	} {
+		w.stored, w.composed = w.stored*composed/w.composed, composed
 		w.stored, w.composed = max(1, w.stored/scale), max(1, w.composed/scale)
 		b.Run(w.name, func(b *testing.B) {
-			ref := perPrompt{}
-			if w.name != "cold" && w.cold {
-				ref = cold
+			if w.name != "cold" {
+				ref := perPrompt{}
+				if w.cold {
+					ref = cold
+				}
+				benchmarkPipeline(b, w, ref, 1)
+				return
 			}
-			got := benchmarkPipeline(b, w, ref)
-			if w.name == "cold" {
-				cold = got
+			if !nested {
+				cold = benchmarkPipeline(b, w, perPrompt{}, 1)
+				return
+			}
+			for _, n := range counts {
+				b.Run(fmt.Sprintf("composers=%d", n), func(b *testing.B) {
+					got := benchmarkPipeline(b, w, perPrompt{}, n)
+					if n == 1 {
+						cold = got
+					}
+				})
 			}
 		})
 	}
+}
+
+// composersFlag is BenchmarkComposerPipeline's counts of composer replicas: go test -bench
+// ComposerPipeline ./e2e -args -composers 1,2,4.
+var composersFlag = flag.String("composers", "", "BenchmarkComposerPipeline: comma-separated counts of composer replicas to run cold with, each a sub-benchmark cold/composers=N (default 1, or BENCH_COMPOSERS)")
+
+// composerCounts is -composers, else BENCH_COMPOSERS, else 1: the counts of composer replicas,
+// each once, in the order given.
+func composerCounts() ([]int, error) {
+	list, from := *composersFlag, "-composers"
+	if list == "" {
+		list, from = os.Getenv("BENCH_COMPOSERS"), "BENCH_COMPOSERS"
+	}
+	if strings.TrimSpace(list) == "" {
+		return []int{1}, nil
+	}
+	var counts []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s %q: want a comma-separated list of whole numbers of 1 or more", from, list)
+		}
+		if !slices.Contains(counts, n) {
+			counts = append(counts, n)
+		}
+	}
+	return counts, nil
 }
 
 // workload is one tournament of the benchmark: stored executions of 10 teams and 5 evaluated
@@ -272,9 +349,10 @@ type workload struct {
 // perPrompt is CPU seconds per prompt of ClickHouse and of the composer.
 type perPrompt struct{ clickhouse, composer float64 }
 
-// benchmarkPipeline runs one workload and returns its CPU per prompt. Given cold's figures, it
-// reports ClickHouse's (cold-10x) or the composer's (cold-traced) as a multiple of them.
-func benchmarkPipeline(b *testing.B, w workload, cold perPrompt) perPrompt {
+// benchmarkPipeline runs one workload with composers replicas sharing the durable and returns
+// its CPU per prompt (the composers' summed). Given cold's figures, it reports ClickHouse's
+// (cold-10x) or the composer's (cold-traced) as a multiple of them.
+func benchmarkPipeline(b *testing.B, w workload, cold perPrompt, composers int) perPrompt {
 	coldClickHouse := 0.0
 	if !w.traced {
 		coldClickHouse = cold.clickhouse
@@ -347,9 +425,23 @@ func benchmarkPipeline(b *testing.B, w workload, cold perPrompt) perPrompt {
 	}
 	settle()
 
-	composer := e.start("composer", append([]string{"LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true", os.Getenv("BENCH_COMPOSER_ENV")}, tracingEnv...)...)
-	composerPid := composer.cmd.Process.Pid
-	composerStart := cpuSeconds(composerPid)
+	replicas := make([]*proc, composers)
+	composerPids := make([]int, composers)
+	composerStart := 0.0
+	for r := range replicas {
+		replicas[r] = e.start("composer", append([]string{"LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true", os.Getenv("BENCH_COMPOSER_ENV")}, tracingEnv...)...)
+		composerPids[r] = replicas[r].cmd.Process.Pid
+		composerStart += cpuSeconds(composerPids[r])
+	}
+	composer := replicas[0]
+	// replicaSum sums a series of every replica's /metrics.
+	replicaSum := func(series string) float64 {
+		t := 0.0
+		for _, p := range replicas {
+			t += p.metric(b, series)
+		}
+		return t
+	}
 
 	// Baseline: a broker-only loop over the same server, the same workers, 2 KiB answers. Its
 	// CPU (this process: the in-process server and the loop's client) per message is the unit.
@@ -375,11 +467,21 @@ func benchmarkPipeline(b *testing.B, w workload, cold perPrompt) perPrompt {
 	if out := os.Getenv("BENCH_COMPOSER_PROFILE"); out != "" {
 		go saveProfile(b, composer, out) // two seconds of the measured bursts
 	}
-	// ClickHouse's own background work (merges, flushes of its logs) with no request, for scale.
-	idle0 := cpuSeconds(chPid)
+	// ClickHouse's queries, counted by the server (system.events 'Query', since it started),
+	// read over a connection of their own; each read of the counter is a query, and what two
+	// reads one after the other differ by is taken off every delta.
+	queries := queryCounter(b, e)
+	q0 := queries()
+	readQuery := queries() - q0
+	// ClickHouse's own background work (merges, flushes of its logs) with no request, for scale,
+	// and the queries meanwhile (other services' polls).
+	idle0, idleQ0 := cpuSeconds(chPid), queries()
 	time.Sleep(time.Second)
-	chIdle := cpuSeconds(chPid) - idle0
+	chIdle, idleQueries := cpuSeconds(chPid)-idle0, queries()-idleQ0-readQuery
 	var cpuComposer, cpuClickHouse, cpuSelf, cpuRanker float64
+	var chQueries float64
+	readResults := []string{"queried", "snapshot", "shared", "cached"}
+	readCounts := make([]float64, len(readResults))
 	b.ResetTimer()
 	var elapsed time.Duration
 	var lat []time.Duration
@@ -392,10 +494,23 @@ func benchmarkPipeline(b *testing.B, w workload, cold perPrompt) perPrompt {
 		tick(b, e, fmt.Sprintf("tick-%d", i), i+1, total+i+1)
 		settle()
 		b.StartTimer()
-		burstCPU := cpuSince(composerPid, chPid, self, rankerPid)
+		b.StopTimer()
+		reads0 := make([]float64, len(readResults))
+		for k, r := range readResults {
+			reads0[k] = replicaSum(`composer_store_reads_total{result="` + r + `"}`)
+		}
+		b.StartTimer()
+		queries0 := queries()
+		burstCPU := cpuSince(append([]int{chPid, self, rankerPid}, composerPids...)...)
 		d, l, _ := burst(b, e, reqs, "prompt.>")
 		c := burstCPU()
-		cpuComposer, cpuClickHouse, cpuSelf, cpuRanker = cpuComposer+c[0], cpuClickHouse+c[1], cpuSelf+c[2], cpuRanker+c[3]
+		chQueries += queries() - queries0 - readQuery
+		b.StopTimer()
+		for k, r := range readResults {
+			readCounts[k] += replicaSum(`composer_store_reads_total{result="`+r+`"}`) - reads0[k]
+		}
+		b.StartTimer()
+		cpuClickHouse, cpuSelf, cpuRanker, cpuComposer = cpuClickHouse+c[0], cpuSelf+c[1], cpuRanker+c[2], cpuComposer+sum(c[3:])
 		elapsed += d
 		lat = append(lat, l...)
 	}
@@ -447,7 +562,14 @@ func benchmarkPipeline(b *testing.B, w workload, cold perPrompt) perPrompt {
 	b.ReportMetric(rate/brokerRate, "rate-vs-broker")
 	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
-	b.ReportMetric(float64(rssHighWater(composerPid))/1024, "composer-peak-rss-MiB")
+	peakRSS, totalRSS := 0, 0 // KiB: the largest replica's, every replica's
+	for _, pid := range composerPids {
+		peakRSS, totalRSS = max(peakRSS, rssHighWater(pid)), totalRSS+rssHighWater(pid)
+	}
+	b.ReportMetric(float64(peakRSS)/1024, "composer-peak-rss-MiB")
+	b.ReportMetric(chQueries/n, "clickhouse-queries/prompt")
+	b.ReportMetric(readCounts[0]/n, "composer-queried-reads/prompt")
+	b.ReportMetric(readCounts[1]/n, "composer-snapshot-reads/prompt")
 
 	b.Logf("store: %d evaluations (%d executions x %d teams x %d rounds, %s); round %d for %d executions, %d prompts",
 		total, w.stored, teams, rounds, text, rounds+1, len(execs), int(n))
@@ -471,24 +593,51 @@ func benchmarkPipeline(b *testing.B, w workload, cold perPrompt) perPrompt {
 	b.Logf("tournament: %.2f CPU-s, every process = ingest %.2f + merges %.2f + prompts %.2f; %.0f µs per prompt",
 		tournament, sum(ingest), merges, cpuComposer+cpuClickHouse+cpuSelf+cpuRanker, tournament/n*1e6)
 	b.Logf("burst: %.0f prompts/s = %.3f of the broker loop's rate; p50 %s, p99 %s; composer peak RSS %d MiB",
-		rate, rate/brokerRate, round(percentile(lat, 0.5)), round(percentile(lat, 0.99)), rssHighWater(composerPid)/1024)
+		rate, rate/brokerRate, round(percentile(lat, 0.5)), round(percentile(lat, 0.99)), peakRSS/1024)
+	perRead := make([]string, len(readResults))
+	for k, r := range readResults {
+		perRead[k] = fmt.Sprintf("%s %.4f", r, readCounts[k]/n)
+	}
+	b.Logf("composers=%d: %.0f prompts/s; CPU per prompt: composers %.0f µs (all replicas), ClickHouse %.0f µs; ClickHouse queries per prompt %.4f (%.0f over the burst phase, less %.0f per read of the counter; %.0f/s idle before it); composers' store reads per prompt: %s; peak RSS %d MiB per replica, %d MiB together",
+		composers, rate, composerPrompt*1e6, chPrompt*1e6, chQueries/n, chQueries, readQuery, idleQueries, strings.Join(perRead, ", "), peakRSS/1024, totalRSS/1024)
 	if w.traced {
 		spans, requests := sink.counts()
 		b.Logf("tracing every request: composer %.0f µs CPU per prompt = %.3fx cold's untraced %.0f µs; %d spans exported in %d OTLP requests",
 			composerPrompt*1e6, composerPrompt/cold.composer, cold.composer*1e6, spans, requests)
 	}
 	if testing.Verbose() {
-		b.Logf("store reads: queried %v, shared %v, cached %v; content reads from ClickHouse %v (requests served from the stream %v, from ClickHouse %v)",
-			composer.metric(b, `composer_store_reads_total{result="queried"}`), composer.metric(b, `composer_store_reads_total{result="shared"}`),
-			composer.metric(b, `composer_store_reads_total{result="cached"}`), composer.metric(b, "composer_content_read_duration_seconds_count"),
-			composer.metric(b, `composer_content_reads_total{source="stream"}`), composer.metric(b, `composer_content_reads_total{source="clickhouse"}`))
+		b.Logf("store reads (every replica, since start): queried %v, snapshot %v, shared %v, cached %v; content reads from ClickHouse %v (requests served from the stream %v, from ClickHouse %v)",
+			replicaSum(`composer_store_reads_total{result="queried"}`), replicaSum(`composer_store_reads_total{result="snapshot"}`), replicaSum(`composer_store_reads_total{result="shared"}`),
+			replicaSum(`composer_store_reads_total{result="cached"}`), replicaSum("composer_content_read_duration_seconds_count"),
+			replicaSum(`composer_content_reads_total{source="stream"}`), replicaSum(`composer_content_reads_total{source="clickhouse"}`))
+		b.Logf("ranker's score snapshots: written %v, too large %v, failed %v",
+			ranker.metric(b, `ranker_score_snapshots_total{result="written"}`), ranker.metric(b, `ranker_score_snapshots_total{result="too_large"}`),
+			ranker.metric(b, `ranker_score_snapshots_total{result="failed"}`))
 		for _, m := range []string{"composer_inputs_wait_seconds", "composer_store_read_duration_seconds", "composer_content_read_duration_seconds", "composer_render_duration_seconds"} {
-			if count := composer.metric(b, m+"_count"); count > 0 {
-				b.Logf("%s mean %.3fms", m, 1000*composer.metric(b, m+"_sum")/count)
+			if count := replicaSum(m + "_count"); count > 0 {
+				b.Logf("%s mean %.3fms", m, 1000*replicaSum(m+"_sum")/count)
 			}
 		}
 	}
 	return perPrompt{clickhouse: chPrompt, composer: composerPrompt}
+}
+
+// queryCounter opens a connection to e's ClickHouse, closed when the benchmark ends, and returns
+// a function reading the server's count of queries since it started (system.events 'Query').
+func queryCounter(b *testing.B, e *env) func() float64 {
+	b.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{e.chAddr}, Auth: clickhouse.Auth{Database: e.database}, MaxOpenConns: 1, MaxIdleConns: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return func() float64 {
+		var v uint64
+		if err := conn.QueryRow(context.Background(), "SELECT value FROM system.events WHERE event = 'Query'").Scan(&v); err != nil {
+			b.Fatal(err)
+		}
+		return float64(v)
+	}
 }
 
 // tick publishes one evaluation of another execution and waits until the ranker committed it

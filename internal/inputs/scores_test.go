@@ -698,44 +698,55 @@ func TestStoreReadsKeepWithinMaxKeptBytes(t *testing.T) {
 }
 
 // TestStoreReadsUseCompleteSnapshots: an execution whose snapshot in SCORES is complete through
-// the sequence a request waits for is served from it, without a ClickHouse read; one whose
-// snapshot stops short, or that has none, is read from ClickHouse.
+// the sequence a request waits for is served from it, without a ClickHouse read; so is one whose
+// snapshot stops short of it while the EVALUATIONS stream holds nothing of that execution since;
+// one with an evaluation since, or without a snapshot, is read from ClickHouse.
 func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 	h := newReadsHarness(t, harnessOptions{})
-	h.insert(t, "fresh", "stale", "none")
+	h.insert(t, "fresh", "quiet", "stale", "none")
 	_, js := testenv.JetStream(t, testenv.NATS(t))
-	kv, err := js.CreateOrUpdateKeyValue(t.Context(), events.ScoresBucketConfig(1))
+	ctx := t.Context()
+	kv, err := js.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, err := h.st.Scores(t.Context(), []string{"fresh", "stale"})
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	// Sequences 1-6: quiet and stale before 3, then other executions, and stale again at 4.
+	for _, exec := range []string{"quiet", "stale", "other", "stale", "other", "other"} {
+		if _, err := js.Publish(ctx, events.EvaluationSubject(exec, "t"), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := h.st.Scores(ctx, []string{"fresh", "quiet", "stale"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for exec, through := range map[string]uint64{"fresh": 10, "stale": 2} {
+	for exec, through := range map[string]uint64{"fresh": 10, "quiet": 2, "stale": 2} {
 		b, _ := evs[exec].Snapshot(through)
-		if _, err := kv.Put(t.Context(), exec, b); err != nil {
+		if _, err := kv.Put(ctx, exec, b); err != nil {
 			t.Fatal(err)
 		}
 	}
 	h.s.snaps = newSnapshots(js, realClock{})
-	for exec, want := range map[string]string{"fresh": "snapshot", "stale": "queried", "none": "queried"} {
+	for _, tt := range []struct{ exec, want string }{{"fresh", "snapshot"}, {"quiet", "snapshot"}, {"stale", "queried"}, {"none", "queried"}} {
 		before := readCounts(t, h.m)
 		var pb dto.Metric
 		_ = h.m.storeReads.WithLabelValues("snapshot").Write(&pb)
 		snapBefore := pb.GetCounter().GetValue()
-		ev := h.getNow(t, exec, 5)
-		if got := teamsOf(ev); !slices.Equal(got, []string{"team-" + exec}) {
-			t.Errorf("%s: teams %v", exec, got)
+		ev := h.getNow(t, tt.exec, 5)
+		if got := teamsOf(ev); !slices.Equal(got, []string{"team-" + tt.exec}) {
+			t.Errorf("%s: teams %v", tt.exec, got)
 		}
 		_ = h.m.storeReads.WithLabelValues("snapshot").Write(&pb)
 		fromSnapshot := pb.GetCounter().GetValue() - snapBefore
 		queried := readCounts(t, h.m)["queried"] - before["queried"]
-		if want == "snapshot" && (fromSnapshot != 1 || queried != 0) || want == "queried" && (fromSnapshot != 0 || queried != 1) {
-			t.Errorf("%s: %v from the snapshot, %v queried; want %s", exec, fromSnapshot, queried, want)
+		if tt.want == "snapshot" && (fromSnapshot != 1 || queried != 0) || tt.want == "queried" && (fromSnapshot != 0 || queried != 1) {
+			t.Errorf("%s: %v from the snapshot, %v queried; want %s", tt.exec, fromSnapshot, queried, tt.want)
 		}
 	}
-	if calls := h.r.callIDs(); !slices.Equal(slices.Sorted(slices.Values(flatten(calls))), []string{"none", "stale"}) {
+	if calls := slices.Sorted(slices.Values(flatten(h.r.callIDs()))); !slices.Equal(calls, []string{"none", "stale"}) {
 		t.Errorf("ClickHouse reads %v, want none and stale only", calls)
 	}
 }

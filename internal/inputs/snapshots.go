@@ -14,15 +14,22 @@ import (
 )
 
 // snapshots read the ranker's score snapshots (events.BucketScores): an execution's rows, complete
-// through a sequence, written after its last commit. Every composer replica reads the same value
-// from JetStream instead of the same rows from ClickHouse; a snapshot that is missing, or not
-// complete through the sequence a request waits for, leaves that execution to ClickHouse.
+// through a sequence T (the ranker's ack floor before it read them), written after its commits.
+// Every composer replica reads the same value from JetStream instead of the same rows from
+// ClickHouse.
+//
+// A request waits for a sequence S, usually past T: other executions' evaluations arrived since.
+// The snapshot still holds every evaluation of its execution up to S when the EVALUATIONS stream
+// has none of that execution's after T up to S; one direct get (the next message of the
+// execution's subjects from T+1) tells. A snapshot that is missing, or stale by that rule, leaves
+// the execution to ClickHouse.
 type snapshots struct {
 	js    jetstream.JetStream
 	clock Clock
 
-	mu      sync.Mutex // guards kv and retryAt; never held across I/O
+	mu      sync.Mutex // guards kv, stream and retryAt; never held across I/O
 	kv      jetstream.KeyValue
+	stream  jetstream.Stream
 	retryAt time.Time // no bucket: look again after this
 }
 
@@ -71,7 +78,7 @@ func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string
 				return nil // ClickHouse serves it
 			}
 			ev, through, err := rank.ParseSnapshot(e.Value())
-			if err != nil || through < seq {
+			if err != nil || through < seq && !s.nothingSince(gctx, exec, through, seq) {
 				return nil
 			}
 			mu.Lock()
@@ -84,9 +91,44 @@ func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string
 	return got
 }
 
-// forget drops the bucket handle after a failed get, so the next read looks it up again.
+// nothingSince reports whether EVALUATIONS holds no message of the execution's subjects after
+// sequence from, up to to: then a snapshot complete through from is complete through to.
+func (s *snapshots) nothingSince(ctx context.Context, exec string, from, to uint64) bool {
+	st := s.evaluations(ctx)
+	if st == nil {
+		return false
+	}
+	msg, err := st.GetMsg(ctx, from+1, jetstream.WithGetMsgSubject(events.TypeEvaluationCompleted+"."+exec+".*"))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return true // nothing of it since from
+	case err != nil:
+		s.forget()
+		return false
+	}
+	return msg.Sequence > to
+}
+
+func (s *snapshots) evaluations(ctx context.Context) jetstream.Stream {
+	s.mu.Lock()
+	st := s.stream
+	s.mu.Unlock()
+	if st != nil {
+		return st
+	}
+	st, err := s.js.Stream(ctx, events.StreamEvaluations)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	s.stream = st
+	s.mu.Unlock()
+	return st
+}
+
+// forget drops the handles after a failed read, so the next read looks them up again.
 func (s *snapshots) forget() {
 	s.mu.Lock()
-	s.kv = nil
+	s.kv, s.stream = nil, nil
 	s.mu.Unlock()
 }
