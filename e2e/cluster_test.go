@@ -326,7 +326,9 @@ func testQuorumLost(t *testing.T, cl *servers.Cluster) {
 		t.Errorf("podium store status with two replicas down: exit %d, want 1 and the count:\n%s", code, out)
 	}
 	time.Sleep(3 * time.Second) // past their 2 s ZooKeeper sessions: the live replicas are one
-	// Nothing pending, but a read needs two replicas: the last delivery answers store_unavailable.
+	// Nothing pending, but a read needs two replicas: the last delivery answers store_unavailable
+	// (once the ranker's score snapshot, which would serve it without ClickHouse, is gone).
+	e.dropSnapshot("quorum")
 	e.requestRound("req-alone", events.RoundRequested{ExecutionID: "quorum", TeamID: "team-0", TeamName: "Team team-0",
 		RoundNumber: 2, UserPrompt: "Improve."}, t0.Add(time.Hour))
 	if a := e.answers("prompt.*.quorum.team-0", 2, 30*time.Second)["req-alone"]; a.ok() || a.failed.Code != events.CodeStoreUnavailable || !a.failed.Retryable {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -272,6 +273,8 @@ func TestThreeComposersOneKilled(t *testing.T) {
 	// Freeze the victim once it has answered some and count what it holds from the consumer (no
 	// other replica consumes yet), then kill it at once: counted after the others started, the
 	// held requests could pass AckWait on a loaded machine and be answered before the kill.
+	// Polled every 2 ms, not with testenv.WaitFor's backoff: the victim must be frozen while it still
+	// holds requests.
 	deadline := time.Now().Add(30 * time.Second)
 	var answered float64
 	for answered < 1 {
@@ -322,8 +325,15 @@ func TestThreeComposersOneKilled(t *testing.T) {
 		}
 	}
 	// A request the victim answered but did not ack is composed again by another replica: the
-	// duplicate window must have dropped the second answer.
-	time.Sleep(time.Second)
+	// duplicate window must have dropped the second answer. Every such answer is published before
+	// its request is acked, so once the consumer is settled all of them were sent.
+	testenv.WaitFor(t, 30*time.Second, "the composer consumer settled", func() (bool, string) {
+		info, err := cons.Info(t.Context())
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 0 && info.NumPending == 0, fmt.Sprintf("%d ack pending, %d pending", info.NumAckPending, info.NumPending)
+	})
 	if n := promptsCount(); n != requests {
 		t.Errorf("PROMPTS holds %d messages, want exactly %d", n, requests)
 	}
@@ -527,6 +537,9 @@ func TestEveryFailureCodeIsAnswered(t *testing.T) {
 
 	// ClickHouse answering errors: with one delivery allowed, store_unavailable at once, retryable.
 	e.storeExec("RENAME TABLE evaluations TO evaluations_away")
+	// The ranker's score snapshot of the execution would serve the request without ClickHouse:
+	// without it, the composer has to read the store.
+	e.dropSnapshot("fc")
 	e.requestRound("req-store", base, t0.Add(time.Hour))
 	got = e.answers("prompt.*.fc.t1", len(cases)+2, 30*time.Second)
 	if a := got["req-store"]; a.ok() || a.failed.Code != events.CodeStoreUnavailable || !a.failed.Retryable {

@@ -141,14 +141,15 @@ func (e *env) baseEnv(extra ...string) []string {
 func (e *env) start(name string, extra ...string) *proc {
 	e.t.Helper()
 	p := e.spawn(name, extra...)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.WaitFor(e.t, 30*time.Second, name+" /readyz 200", func() (bool, string) {
+		seen := "no answer"
 		resp, err := http.Get("http://" + p.addr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return p
+				return true, ""
 			}
+			seen = resp.Status
 		}
 		select {
 		case err := <-p.done:
@@ -156,11 +157,9 @@ func (e *env) start(name string, extra ...string) *proc {
 			e.t.Fatalf("%s exited at start: %v\n%s", name, err, p.logs)
 		default:
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s not ready after 30s\n%s", name, p.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, seen // the cleanup logs p's output when the test failed
+	})
+	return p
 }
 
 // spawn runs a service binary without waiting for it; it is killed when the test ends.
@@ -302,17 +301,12 @@ func (e *env) collect(stream, filter string, n int, limit time.Duration) []recei
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var cons jetstream.Consumer
-	var err error
-	for {
+	// The stream is created by a service at start.
+	testenv.WaitFor(e.t, limit, fmt.Sprintf("an ordered consumer of %s %s", stream, filter), func() (bool, string) {
+		var err error
 		cons, err = e.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // the stream is created by a service at start
-	}
-	if err != nil {
-		e.t.Fatalf("consume %s %s: %v", stream, filter, err)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 	var out []received
 	for len(out) < n {
 		batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(200*time.Millisecond))
@@ -353,5 +347,20 @@ func (e *env) storeExec(query string) {
 	defer conn.Close()
 	if err := conn.Exec(context.Background(), query); err != nil {
 		e.t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// dropSnapshot removes the ranker's score snapshot of an execution (events.BucketScores), so that
+// the next prompt of it reads ClickHouse.
+func (e *env) dropSnapshot(executionID string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := e.js.KeyValue(ctx, events.BucketScores)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, executionID); err != nil {
+		e.t.Fatal(err)
 	}
 }
