@@ -17,7 +17,7 @@ import (
 // prompt_builder.toml, push it, label it production, and have round 2 composed by the pipeline.
 // The prompt must be byte for byte what mixseek-core renders: its Jinja2 Environment
 // (autoescape=False, undefined=StrictUndefined) over the values its UserPromptBuilder computes,
-// written out here by hand from PROMPTS.md for this small tournament.
+// written out here by hand from docs/prompts.md for this small tournament.
 func TestMixseekUserSession(t *testing.T) {
 	t.Parallel()
 	python := ""

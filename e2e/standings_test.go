@@ -35,7 +35,7 @@ func asyncTournament(e *env, exec string) uint64 {
 // live standings (the default) the board counts every evaluation committed before the request,
 // as mixseek-core ranks them; with before_round only round 1, the same board for every team of
 // round 2. The mixseek-team prompt is compared whole, with its text worked out by hand from
-// PROMPTS.md. The team's own history is its rounds below 2 in both modes.
+// docs/prompts.md. The team's own history is its rounds below 2 in both modes.
 func TestStandingsOfAsynchronousTeams(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

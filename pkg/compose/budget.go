@@ -8,7 +8,7 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// cuts are what the budget takes out of a prompt, in the order PROMPTS.md gives: level 3 first
+// cuts are what the budget takes out of a prompt, in the order docs/prompts.md gives: level 3 first
 // (older rounds, oldest first; the leaderboard below the top 3; per-metric details; whole
 // submissions), then level 2 (the trend; the top rows; the latest feedback). Level 1 (the task,
 // the team's position, its latest score) is never cut.
@@ -41,7 +41,7 @@ type cutStep struct {
 	says  func(in Inputs, lim Limits, k int) string
 }
 
-// cutOrder is PROMPTS.md's order: level 3 (older rounds, oldest first; the leaderboard below
+// cutOrder is docs/prompts.md's order: level 3 (older rounds, oldest first; the leaderboard below
 // the top 3; per-metric details; whole submissions), then level 2 (the trend; the top rows; the
 // latest feedback). Level 1 (the task, the team's position, its latest score) is never cut.
 func cutOrder() []cutStep {

@@ -89,7 +89,7 @@ func TestBudgetCutsInOrderAndKeepsLevelOne(t *testing.T) {
 		if out.TokenEstimate > max {
 			t.Errorf("max %d: token_estimate %d is over it", max, out.TokenEstimate)
 		}
-		// Cuts come in PROMPTS.md's order: level 3 (oldest rounds first), then level 2.
+		// Cuts come in docs/prompts.md's order: level 3 (oldest rounds first), then level 2.
 		at := 0
 		for _, c := range out.Truncated {
 			for at < len(levels) && levels[at] != c.Section {

@@ -2,7 +2,7 @@
 // It is pure: no NATS, no ClickHouse, no clock. The same Inputs always give the same bytes.
 //
 // Templates are Mustache, parsed raw (no HTML escaping) and checked at load against the variables
-// of PROMPTS.md, so a template that names something the composer does not provide never starts.
+// of docs/prompts.md, so a template that names something the composer does not provide never starts.
 package compose
 
 import (

@@ -8,7 +8,7 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// buildContext computes every variable of PROMPTS.md with the budget's cuts c applied. It uses
+// buildContext computes every variable of docs/prompts.md with the budget's cuts c applied. It uses
 // maps, not structs, because mustache looks struct fields up by Go name; and only values that
 // print the same everywhere. The costly values are computed only when the template uses them.
 // TestContextMatchesVariables checks it produces exactly the names of variables().

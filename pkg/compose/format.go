@@ -10,7 +10,7 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// The texts of mixseek-core's UserPromptBuilder, byte for byte (PROMPTS.md).
+// The texts of mixseek-core's UserPromptBuilder, byte for byte (docs/prompts.md).
 const (
 	noSubmissions        = "まだ過去のSubmissionはありません。"
 	noRanking            = "まだランキング情報がありません。"

@@ -7,7 +7,7 @@ import (
 )
 
 // FromJinja converts a template of the Jinja2 subset mixseek-core's prompt templates use into
-// this package's Mustache: {{ var }} placeholders of the variables PROMPTS.md names, and the
+// this package's Mustache: {{ var }} placeholders of the variables docs/prompts.md names, and the
 // blocks {% if round_number > 1 %}, {% if ranking_table %}, {% else %} and {% endif %}. Anything
 // else is refused with its line and construct: a silent approximation would change prompts.
 //

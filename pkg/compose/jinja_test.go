@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// mixseekDefault is mixseek-core's default team prompt as PROMPTS.md describes it (date header,
+// mixseekDefault is mixseek-core's default team prompt as docs/prompts.md describes it (date header,
 // task, round, leaderboard, position message, history), in the Jinja2 its prompt_builder.toml
 // holds, with the round-1 branch its default has. The e2e test of a mixseek user reads the same file.
 var mixseekDefault = func() string {

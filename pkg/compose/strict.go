@@ -30,7 +30,7 @@ func leaves(names ...string) map[string]*node {
 	return m
 }
 
-// variables is the schema of PROMPTS.md: every name a template may use.
+// variables is the schema of docs/prompts.md: every name a template may use.
 func variables() *node {
 	root := leaves("user_prompt", "round_number", "is_first_round", "has_history", "has_leaderboard",
 		"current_datetime", "trend", "submission_history", "ranking_table", "team_position_message")

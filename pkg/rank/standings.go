@@ -15,7 +15,7 @@ type PromptInputs struct {
 // sequence asOf (docs/contract.md#read-your-writes): the team's own history is its rounds below round, with the
 // content read for it; the standings count every round (live) or rounds below round only
 // (before_round); nothing stored after asOf counts. Round 1 has no standings in either mode
-// (PROMPTS.md: it gets no ranking).
+// (docs/prompts.md: it gets no ranking).
 //
 // Movement on the board is measured from the previous board: the same execution as of the same
 // asOf, counting rounds below round-1 only, in the same order (in round 2 it is empty: every team
