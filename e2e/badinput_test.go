@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -113,18 +114,11 @@ func TestRankerDeadLettersPoisonAndGoesOn(t *testing.T) {
 	e.publishEvaluation("good-1", good)
 
 	checkDeadLetters(t, e, cases, 0)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, 10*time.Second, "the valid event after the bad ones stored", func() (bool, string) {
 		var lb leaderboard
 		ranker.getJSON(t, "/v1/executions/ex/leaderboard", &lb)
-		if len(lb.Teams) == 1 && lb.Teams[0].BestScore == 50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the valid event after the bad ones was not stored: %+v", lb)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(lb.Teams) == 1 && lb.Teams[0].BestScore == 50, fmt.Sprintf("%+v", lb)
+	})
 	if got := ranker.metric(t, `ranker_events_total{outcome="dead_lettered"}`); got != float64(len(cases)) {
 		t.Errorf("ranker_events_total{outcome=dead_lettered} = %v, want %d", got, len(cases))
 	}

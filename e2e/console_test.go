@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -497,7 +498,9 @@ func TestConsoleInTheBrowser(t *testing.T) {
 	}
 }
 
-// waitBoard polls the ranker's leaderboard of exec until done says so (60 s at most).
+// waitBoard polls the ranker's leaderboard of exec until done says so (60 s at most). It polls
+// every 10 ms rather than with testenv.WaitFor's backoff: the live-update test times the page
+// from the moment the API shows the change.
 func waitBoard(t *testing.T, ranker *proc, exec string, done func(leaderboard) bool) leaderboard {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -585,14 +588,15 @@ func TestConsoleRefusesOpenBindWithoutToken(t *testing.T) {
 	p = e.spawn("console", "CONSOLE_ADDR="+open, "CONSOLE_AUTH_TOKEN=s3cret")
 	// The probes are open: wait on them without a credential.
 	for _, probe := range []string{"/healthz", "/readyz"} {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("%s of the console on %s to answer 200", probe, open), func() (bool, string) {
+			seen := "no answer"
 			resp, err := http.Get("http://" + local + probe)
 			if err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
-					break
+					return true, ""
 				}
+				seen = resp.Status
 			}
 			select {
 			case err := <-p.done:
@@ -600,11 +604,8 @@ func TestConsoleRefusesOpenBindWithoutToken(t *testing.T) {
 				t.Fatalf("console with a token exited: %v\n%s", err, p.logs)
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s of the console on %s not 200 after 30s\n%s", probe, open, p.logs)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return false, seen // the cleanup logs the console's output when the test failed
+		})
 	}
 	cases := []struct {
 		name, path string
@@ -683,17 +684,10 @@ func rssKiB(t *testing.T, pid int) int {
 // waitGauge polls a series of p until it is want, for limit at most.
 func waitGauge(t *testing.T, p *proc, series string, want float64, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
+	testenv.WaitFor(t, limit, fmt.Sprintf("%s = %v", series, want), func() (bool, string) {
 		got := p.metric(t, series)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v after %s, want %v", series, got, limit, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got == want, fmt.Sprint(got)
+	})
 }
 
 // TestConsoleLiveViewersShareOneSubscription: 100 live pages cost the console no NATS

@@ -59,6 +59,8 @@ func TestRankerKilledMidStreamLosesNothing(t *testing.T) {
 	sends, firstByID := tournament(7, 30, 8, 6)
 	half := len(sends) / 2
 	publishAll(t, e, sends, 0, half)
+	// Polled every millisecond, not with testenv.WaitFor's backoff: the kill must land as soon as
+	// the first batch is committed, while the rest of the half is still in flight.
 	for ackFloor(t, e) == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -120,16 +122,10 @@ func TestRankerRidesOutClickHousePauseAndRestart(t *testing.T) {
 
 func waitStatus(t *testing.T, p *proc, want int, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		if code := p.getJSON(t, "/readyz", nil); code == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz did not answer %d within %s", want, limit)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.WaitFor(t, limit, fmt.Sprintf("/readyz to answer %d", want), func() (bool, string) {
+		code := p.getJSON(t, "/readyz", nil)
+		return code == want, fmt.Sprint(code)
+	})
 }
 
 // TestRankerSIGTERMDuringFlushLosesNothing stops a ranker while it holds a batch that is still
@@ -137,23 +133,21 @@ func waitStatus(t *testing.T, p *proc, want int, limit time.Duration) {
 func TestRankerSIGTERMDuringFlushLosesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ranker := e.start("ranker", "RANKER_BATCH_SIZE=100000", "RANKER_FLUSH_INTERVAL=30s", "RANKER_SHUTDOWN_TIMEOUT=5s")
+	ranker := e.start("ranker", "RANKER_BATCH_SIZE=100000", "RANKER_FLUSH_INTERVAL=30s", "RANKER_LINGER=30s", "RANKER_SHUTDOWN_TIMEOUT=5s") // one batch held for 30 s
 	sends, firstByID := tournament(3, 5, 5, 3)
 	publishAll(t, e, sends, 0, len(sends))
 	// Wait until the ranker holds every message unacked in its batch.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, 10*time.Second, "the ranker to hold the whole batch", func() (bool, string) {
 		cons, err := e.js.Consumer(t.Context(), events.StreamEvaluations, events.ConsumerRanker)
-		if err == nil {
-			if info, err := cons.Info(t.Context()); err == nil && info.NumAckPending == len(sends) {
-				break
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ranker never held the whole batch")
+		info, err := cons.Info(t.Context())
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return info.NumAckPending == len(sends), fmt.Sprintf("%d of %d ack pending", info.NumAckPending, len(sends))
+	})
 	took, err := ranker.stop(t, 10*time.Second)
 	if err != nil {
 		t.Fatalf("ranker exited with %v", err)
@@ -188,15 +182,13 @@ func TestRankerKilledRecoveryTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.WaitFor(t, 5*time.Second, "the frozen ranker to be handed the evaluations", func() (bool, string) {
 		info, err := cons.Info(t.Context())
-		if err == nil && info.NumAckPending > 0 {
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the frozen ranker was handed nothing: %+v", info)
-		}
-	}
+		return info.NumAckPending > 0, fmt.Sprintf("%+v", info)
+	})
 	killed := time.Now()
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -218,12 +219,16 @@ func TestRenderAPILimitsAndStopsWithItsClient(t *testing.T) {
 	first, cancelFirst := context.WithCancel(t.Context())
 	firstDone := make(chan error, 1)
 	go func() { _, err := post(first); firstDone <- err }()
-	time.Sleep(300 * time.Millisecond) // the first render holds the slot, waiting for inputs
+	// Deliberate: the first render holds the slot, waiting for inputs; nothing shows the slots from
+	// outside (a probing render would take one).
+	time.Sleep(300 * time.Millisecond)
 	if status, err := post(t.Context()); err != nil || status != http.StatusTooManyRequests {
 		t.Fatalf("second render while one runs: %d %v, want 429", status, err)
 	}
 	cancelFirst()
 	<-firstDone
+	// Deliberate: the server frees the slot once it notices the client left, and nothing shows
+	// the slots from outside (a probing render would take one).
 	time.Sleep(200 * time.Millisecond)
 	// The slot is free again: a third render is admitted (it waits for inputs until our timeout).
 	third, cancelThird := context.WithTimeout(t.Context(), 500*time.Millisecond)
@@ -244,7 +249,17 @@ func TestSIGTERMWithARequestInHand(t *testing.T) {
 	e.publishEvaluation("late", evaluation("term", "t1", "One", 1, 50, "x", t0))
 	first := e.start("composer", "COMPOSER_SHUTDOWN_TIMEOUT=2s", "COMPOSER_INPUTS_TIMEOUT=60s")
 	e.requestRound("term-2", events.RoundRequested{ExecutionID: "term", TeamID: "t1", TeamName: "One", RoundNumber: 2, UserPrompt: "Go."}, t0)
-	time.Sleep(500 * time.Millisecond) // in hand, waiting for the ranker
+	testenv.WaitFor(t, 10*time.Second, "the request in hand, waiting for the ranker", func() (bool, string) {
+		cons, err := e.js.Consumer(t.Context(), events.StreamRounds, events.ConsumerComposer)
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := cons.Info(t.Context())
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending == 1, fmt.Sprintf("ack pending %d, pending %d", info.NumAckPending, info.NumPending)
+	})
 	took, _ := first.stop(t, 10*time.Second)
 	if took > 4*time.Second {
 		t.Errorf("exited %s after SIGTERM, want within the 2s shutdown timeout", took)

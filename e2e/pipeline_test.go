@@ -185,22 +185,15 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	// Nothing was lost: a new ranker finds every evaluation acked or still pending, never dropped.
 	ranker2 := e.start("ranker")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.WaitFor(t, 20*time.Second, "50 evaluated rounds on the leaderboard after the restart", func() (bool, string) {
 		var lb leaderboard
 		ranker2.getJSON(t, "/v1/executions/ex/leaderboard", &lb)
 		rounds := 0
 		for _, r := range lb.Teams {
 			rounds += r.Rounds
 		}
-		if rounds == 50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after restart the leaderboard holds %d evaluated rounds, want 50", rounds)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return rounds == 50, fmt.Sprintf("%d rounds", rounds)
+	})
 }
 
 func TestHelpAndBadConfiguration(t *testing.T) {

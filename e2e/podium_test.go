@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -134,14 +135,10 @@ func TestPodiumCLI(t *testing.T) {
 	if out, code := e.podium(t, nil, "deadletters", "replay", "--all"); code != 0 || !strings.Contains(out, "1 replayed") {
 		t.Fatalf("replay after the fix: exit %d\n%s", code, out)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if out, _ := e.podium(t, nil, "history", exec, "t2"); strings.Contains(out, "big") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replayed evaluation was not stored:\n%s", out)
-		}
-	}
+	testenv.WaitFor(t, 20*time.Second, "the replayed evaluation stored", func() (bool, string) {
+		out, _ := e.podium(t, nil, "history", exec, "t2")
+		return strings.Contains(out, "big"), out
+	})
 	if out, code := e.podium(t, nil, "help"); code != 0 || !strings.Contains(out, "Exit codes") {
 		t.Errorf("help: exit %d\n%s", code, out)
 	}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -235,26 +235,18 @@ func mustMarshal(t testing.TB, p published) []byte {
 // waitCommitted waits until the ranker consumer has acknowledged n messages.
 func waitCommitted(t testing.TB, e *env, n int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	var last *jetstream.ConsumerInfo
-	for {
+	testenv.WaitFor(t, 60*time.Second, fmt.Sprintf("the ranker to commit %d evaluations", n), func() (bool, string) {
 		cons, err := e.js.Consumer(t.Context(), events.StreamEvaluations, events.ConsumerRanker)
-		if err == nil {
-			info, err := cons.Info(t.Context())
-			if err == nil && info.AckFloor.Stream >= uint64(n) {
-				return
-			}
-			last = info
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			if last != nil {
-				t.Fatalf("ranker did not commit %d evaluations within 60s: ack floor %d, delivered %d, pending %d, ack pending %d, redelivered %d",
-					n, last.AckFloor.Stream, last.Delivered.Stream, last.NumPending, last.NumAckPending, last.NumRedelivered)
-			}
-			t.Fatalf("ranker did not commit %d evaluations within 60s", n)
+		info, err := cons.Info(t.Context())
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return info.AckFloor.Stream >= uint64(n), fmt.Sprintf("ack floor %d, delivered %d, pending %d, ack pending %d, redelivered %d",
+			info.AckFloor.Stream, info.Delivered.Stream, info.NumPending, info.NumAckPending, info.NumRedelivered)
+	})
 }
 
 func TestRankerAPIRejectsBadIdentifiers(t *testing.T) {

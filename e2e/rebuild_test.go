@@ -54,7 +54,7 @@ func TestStoreRebuiltFromTheStream(t *testing.T) {
 		}
 	}()
 	dropDatabase(t, e)
-	<-done
+	<-done // before anything can fail the test: the publisher must not outlive it
 	waitCommitted(t, e, len(sends))
 	testenv.WaitFor(t, 30*time.Second, "the ranker to recreate the database", func() (bool, string) {
 		n := ranker.metric(t, "ranker_clickhouse_repairs_total")
@@ -84,7 +84,9 @@ func TestStoreRebuiltFromTheStream(t *testing.T) {
 	checkAgainstTruth(t, ranker, first)
 }
 
-// dropDatabase drops the test's database as an operator would.
+// dropDatabase drops the test's database as an operator would. The ranker may be recreating a
+// table in it at that moment (it was dropped a moment ago, or an insert races the drop); the drop
+// is tried again then, as an operator would.
 func dropDatabase(t *testing.T, e *env) {
 	t.Helper()
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{e.chAddr}})
@@ -92,7 +94,8 @@ func dropDatabase(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := conn.Exec(context.Background(), "DROP DATABASE "+e.database); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WaitFor(t, 10*time.Second, "DROP DATABASE to succeed", func() (bool, string) {
+		err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+e.database)
+		return err == nil, fmt.Sprint(err)
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -165,12 +166,12 @@ func TestTemplateRegistry(t *testing.T) {
 	if _, err := kv.Put(t.Context(), registry.LabelKey("greet", "staging"), []byte("3")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
 	for _, p := range composers {
-		status, body := p.render(t, map[string]any{"execution_id": "reg", "team_id": "t1", "team_name": "One", "round_number": 1, "user_prompt": "Go.", "template": "greet:staging"})
-		if status != http.StatusUnprocessableEntity || !strings.Contains(string(body), `is labelled staging at version 3, which is not loaded`) {
-			t.Errorf("a bad version was served: %d %s", status, body)
-		}
+		// Until the composer has seen the label, it answers as before it moved.
+		testenv.WaitFor(t, 5*time.Second, "the bad version refused", func() (bool, string) {
+			status, body := p.render(t, map[string]any{"execution_id": "reg", "team_id": "t1", "team_name": "One", "round_number": 1, "user_prompt": "Go.", "template": "greet:staging"})
+			return status == http.StatusUnprocessableEntity && strings.Contains(string(body), `is labelled staging at version 3, which is not loaded`), fmt.Sprintf("%d %s", status, body)
+		})
 		waitMetric(t, p, "composer_template_versions_rejected_total", 1)
 	}
 
@@ -199,15 +200,10 @@ func TestTemplateRegistry(t *testing.T) {
 	if out, code := e.podium(t, nil, "templates", "import-mixseek", toml, "--push", "--name", "from-mixseek", "--label", "production"); code != 0 || !strings.Contains(out, "pushed from-mixseek@1") {
 		t.Fatalf("import-mixseek: exit %d\n%s", code, out)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.WaitFor(t, 5*time.Second, "the imported template served", func() (bool, string) {
 		status, body := composers[0].render(t, map[string]any{"execution_id": "reg", "team_id": "t1", "team_name": "One", "round_number": 1, "user_prompt": "Go.", "template": "from-mixseek"})
-		if status == http.StatusOK && strings.Contains(string(body), "初回のラウンドです。") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the imported template is not served: %d %s", status, body)
-		}
-	}
+		return status == http.StatusOK && strings.Contains(string(body), "初回のラウンドです。"), fmt.Sprintf("%d %s", status, body)
+	})
 	unsupported := filepath.Join(t.TempDir(), "prompt_builder.toml")
 	if err := os.WriteFile(unsupported, []byte("[prompt_builder]\nteam_user_prompt = \"\"\"\nA\n{% for r in history %}{{ r }}{% endfor %}\n\"\"\"\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -162,22 +163,20 @@ func (r *otlpReceiver) snapshot() []exportedSpan {
 // missing ("" when nothing is), and fails the test with that when they do not.
 func (r *otlpReceiver) waitFor(t testing.TB, limit time.Duration, done func([]exportedSpan) string) []exportedSpan {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		spans := r.snapshot()
+	var spans []exportedSpan
+	testenv.WaitFor(t, limit, "the receiver to get the spans", func() (bool, string) {
+		spans = r.snapshot()
 		missing := done(spans)
 		if missing == "" {
-			return spans
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			var all strings.Builder
-			for _, s := range spans {
-				fmt.Fprintf(&all, "  %s\n", s)
-			}
-			t.Fatalf("after %s the receiver still lacks %s; it got %d spans:\n%s", limit, missing, len(spans), &all)
+		var all strings.Builder
+		for _, s := range spans {
+			fmt.Fprintf(&all, "  %s\n", s)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("it still lacks %s; it got %d spans:\n%s", missing, len(spans), &all)
+	})
+	return spans
 }
 
 // find returns the spans named name that match.

@@ -67,26 +67,32 @@ func Batches(b Batching, h BatchFunc, warn func(msg string, args ...any)) Loop {
 	}
 }
 
-// fill gathers a batch after its first message.
+// fill gathers a batch after its first message. Its waits end at a stop (the batch in hand then
+// goes at once), except while draining, when the stop has already come.
 func fill(stop context.Context, it jetstream.MessagesContext, first jetstream.Msg, b Batching, draining bool) []jetstream.Msg {
 	batch := []jetstream.Msg{first}
 	size := len(first.Data())
 	deadline := time.Now().Add(b.Flush)
 	linger := max(b.Linger, time.Millisecond)
-	for len(batch) < b.Size && size < b.Bytes {
-		if stop.Err() != nil && !draining {
-			break // a stop sends what is in hand at once
-		}
+	parent := stop
+	if draining {
+		parent = context.Background()
+	}
+	for len(batch) < b.Size && size < b.Bytes && parent.Err() == nil {
+		busy := !draining && b.Busy != nil && b.Busy()
 		wait := linger
-		if !draining && b.Busy != nil && b.Busy() {
+		if busy {
 			// Short waits, so that the batch goes as soon as the stage is free.
 			if wait = min(time.Until(deadline), 5*time.Millisecond); wait <= 0 {
 				break
 			}
 		}
-		msg, err := it.Next(jetstream.NextMaxWait(wait))
+		ctx, cancel := context.WithTimeout(parent, wait)
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		cancel()
 		if err != nil {
-			if errors.Is(err, nats.ErrTimeout) && !draining && b.Busy != nil && b.Busy() && time.Now().Before(deadline) {
+			if parent.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) &&
+				busy && time.Now().Before(deadline) {
 				continue
 			}
 			break

@@ -115,7 +115,9 @@ func New(d Deps) (*Inputs, error) {
 	scores := newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now)
 	scores.snaps = newSnapshots(d.JS, clock)
 	in := &Inputs{
-		probes:   newProbes(d.JS, 5*time.Second),
+		// A probe is two JetStream API calls (milliseconds); one caught by a disconnect must not
+		// hold every waiting request for long, since probes run one at a time.
+		probes:   newProbes(d.JS, 2*time.Second),
 		scores:   scores,
 		contents: newStreamContent(d.JS, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
 		commits:  newCommits(),
