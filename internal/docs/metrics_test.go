@@ -1,0 +1,155 @@
+package docs
+
+import (
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/metrics-reference.md from the code")
+
+// metric is one collector the code defines: its name (with <service> where the namespace is the
+// running service's), kind, labels and help.
+type metric struct {
+	name, kind, help string
+	labels           []string
+	where            string
+}
+
+// TestMetricsReference: docs/metrics-reference.md lists every Prometheus collector the services
+// define, read from the code (every prometheus.*Opts literal: namespace, name, help, and the
+// labels of the vector it makes); it fails when the page differs.
+// `go test ./internal/docs -run TestMetricsReference -update` writes it again.
+func TestMetricsReference(t *testing.T) {
+	root := filepath.Join("..", "..")
+	var metrics []metric
+	for _, dir := range []string{"cmd", "internal", "pkg"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			found, err := metricsOf(path)
+			if err != nil {
+				return err
+			}
+			for i := range found {
+				found[i].where, _ = filepath.Rel(root, filepath.Dir(path))
+			}
+			metrics = append(metrics, found...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.SortFunc(metrics, func(a, b metric) int { return strings.Compare(a.name, b.name) })
+	var page strings.Builder
+	page.WriteString("# Metrics reference\n\n" +
+		"Generated from the code: every Prometheus collector the services define (`go test ./internal/docs\n" +
+		"-run TestMetricsReference -update` writes this page again; the test fails when it differs).\n" +
+		"`<service>` is `ranker`, `composer` or `console`, for the collectors every service has. Beside these,\n" +
+		"each service exports Go's and the process's (`go_*`, `process_*`). What they are for:\n" +
+		"[metrics.md](metrics.md).\n\n| metric | type | labels | meaning | defined in |\n|---|---|---|---|---|\n")
+	for _, m := range metrics {
+		fmt.Fprintf(&page, "| `%s` | %s | %s | %s | `%s` |\n", m.name, m.kind, strings.Join(m.labels, ", "), strings.ReplaceAll(m.help, "|", `\|`), m.where)
+	}
+	if len(metrics) < 30 {
+		t.Fatalf("only %d metrics found in the code", len(metrics))
+	}
+	path := filepath.Join(root, "docs", "metrics-reference.md")
+	if *update {
+		if err := os.WriteFile(path, []byte(page.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	have, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	if string(have) != page.String() {
+		t.Error("docs/metrics-reference.md differs from the code: run `go test ./internal/docs -run TestMetricsReference -update` and review the diff")
+	}
+}
+
+// metricsOf reads the collectors a file defines.
+func metricsOf(path string) ([]metric, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []metric
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || len(call.Args) == 0 {
+			return true
+		}
+		lit, ok := call.Args[0].(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		sel, ok := lit.Type.(*ast.SelectorExpr)
+		if !ok || !strings.HasSuffix(sel.Sel.Name, "Opts") {
+			return true
+		}
+		if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "prometheus" {
+			return true
+		}
+		m := metric{kind: strings.ToLower(strings.TrimSuffix(sel.Sel.Name, "Opts"))}
+		var ns, name string
+		for _, e := range lit.Elts {
+			kv, ok := e.(*ast.KeyValueExpr)
+			if !ok {
+				continue
+			}
+			key := kv.Key.(*ast.Ident).Name
+			val := stringOf(kv.Value)
+			switch key {
+			case "Namespace":
+				ns = val
+			case "Name":
+				name = val
+			case "Help":
+				m.help = val
+			}
+		}
+		m.name = name
+		if ns != "" {
+			m.name = ns + "_" + name
+		}
+		if fn, ok := call.Fun.(*ast.SelectorExpr); ok && strings.HasSuffix(fn.Sel.Name, "Vec") && len(call.Args) > 1 {
+			if labels, ok := call.Args[1].(*ast.CompositeLit); ok {
+				for _, l := range labels.Elts {
+					m.labels = append(m.labels, stringOf(l))
+				}
+			}
+		}
+		if fn, ok := call.Fun.(*ast.SelectorExpr); ok && strings.HasSuffix(fn.Sel.Name, "Func") {
+			m.kind += " (func)"
+		}
+		out = append(out, m)
+		return true
+	})
+	return out, nil
+}
+
+// stringOf is a string literal's value, or <service> for anything computed (the namespace of the
+// service that runs the code).
+func stringOf(e ast.Expr) string {
+	switch v := e.(type) {
+	case *ast.BasicLit:
+		if s, err := strconv.Unquote(v.Value); err == nil {
+			return s
+		}
+	case *ast.BinaryExpr: // "a" + "b"
+		return stringOf(v.X) + stringOf(v.Y)
+	}
+	return "<service>"
+}
