@@ -14,7 +14,7 @@ help: ## list the targets
 build: ## build ranker, composer, console, podium and demo into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-clickhouse: ## install what the tests run for real when missing: ClickHouse, ZooKeeper, Jinja2, Chromium, Node (Debian); ajv and nats.js (npm, locked)
+clickhouse: ## install what the tests run for real when missing: ClickHouse, ZooKeeper, Jinja2, Chromium, Node (Debian); ajv, nats.js and chDB (npm, locked)
 	@missing=""; \
 	command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || missing="$$missing clickhouse-server clickhouse-client"; \
 	[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1 || missing="$$missing zookeeper"; \
@@ -28,6 +28,8 @@ clickhouse: ## install what the tests run for real when missing: ClickHouse, Zoo
 	@# ajv for the differential test of the schemas, and the JavaScript orchestrator example's packages, from their lockfiles
 	@[ -d schemas/conformance/node_modules/ajv ] || npm ci --prefix schemas/conformance --no-audit --no-fund --loglevel=error
 	@[ -d examples/orchestrator-js/node_modules/@nats-io ] || npm ci --prefix examples/orchestrator-js --no-audit --no-fund --loglevel=error
+	@# chDB, a current ClickHouse engine, which the store's queries are compared on
+	@[ -d pkg/rank/chdb/node_modules/chdb ] || npm ci --prefix pkg/rank/chdb --no-audit --no-fund --loglevel=error
 
 demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse, with the web console (SERVE=1 keeps it up until Ctrl-C)
 	$(BIN)/demo --bin $(BIN) $(if $(SERVE),--serve)

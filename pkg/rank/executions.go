@@ -20,14 +20,18 @@ type ExecutionSummary struct {
 	LastSeq     uint64 // highest stream sequence stored
 }
 
+// executionsQuery is one row per execution (see Executions).
+const executionsQuery = `SELECT execution_id, uniqExact(team_id), max(round_number), max(evaluated_at_us), max(stream_seq)
+FROM evaluations GROUP BY execution_id`
+
 // Executions summarizes every execution in the store, newest activity (highest sequence) first,
-// then by id. Counts are of stored rows: a replayed event id adds no team and no round, since a
-// replay names the team and round its first copy did. One row per execution is read; on a
+// then by id. Counts are of stored rows, copies included: a replay of an event id travels on its
+// subject (the same team), but one whose body names another round raises MaxRound until
+// ClickHouse merges the copies. One row per execution is read; on a
 // cluster the rows of several replicas are merged here (a replica may lag, so the largest wins).
 func (s *Store) Executions(ctx context.Context) ([]ExecutionSummary, error) {
 	byID := map[string]ExecutionSummary{}
-	err := s.query(ctx, `SELECT execution_id, uniqExact(team_id), max(round_number), max(evaluated_at_us), max(stream_seq)
-FROM evaluations GROUP BY execution_id`, nil, func(rows driver.Rows) error {
+	err := s.query(ctx, executionsQuery, nil, func(rows driver.Rows) error {
 		var e ExecutionSummary
 		var teams uint64
 		var round uint32

@@ -51,10 +51,26 @@ func (s *Store) Leaderboards(ctx context.Context, executionIDs []string, order e
 // scoreColumns are what ranking needs of a row: no content, so reads of every team stay small.
 const scoreColumns = `execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us, stream_seq`
 
+// The store's read queries, named so that the test comparing ClickHouse 18.16 with a current
+// engine (chdb_test.go) runs exactly them.
+const (
+	scoresQuery     = `SELECT ` + scoreColumns + ` FROM evaluations WHERE execution_id IN ?`
+	teamScoresQuery = `SELECT ` + scoreColumns + ` FROM evaluations WHERE execution_id = ? AND team_id = ?`
+	contentColumns  = `execution_id, team_id, event_id, round_number, overall_score, stream_seq, metrics, feedback, submission, submission_format, evaluated_at`
+)
+
+// contentsQuery reads the content of n (execution, team) pairs in a range of rounds.
+func contentsQuery(n int) string {
+	// A tuple IN on the sort key's prefix: ClickHouse reads the granules of these teams only.
+	return `SELECT ` + contentColumns + `
+FROM evaluations WHERE (execution_id, team_id) IN (` + strings.TrimSuffix(strings.Repeat("(?, ?), ", n), ", ") + `)
+AND round_number >= ? AND round_number < ?`
+}
+
 // Scores reads the score rows of the executions, every team and copy, in one query. Every
 // requested execution has an entry, empty when it has no evaluations.
 func (s *Store) Scores(ctx context.Context, executionIDs []string) (map[string]*Evaluations, error) {
-	return s.scanScores(ctx, executionIDs, `SELECT `+scoreColumns+` FROM evaluations WHERE execution_id IN ?`, inSet(executionIDs))
+	return s.scanScores(ctx, executionIDs, scoresQuery, inSet(executionIDs))
 }
 
 func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string, args ...any) (map[string]*Evaluations, error) {
@@ -108,10 +124,7 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 		args = append(args, k.ExecutionID, k.TeamID)
 	}
 	args = append(args, uint32(max(fromRound, 0)), roundLimit(beforeRound))
-	// A tuple IN on the sort key's prefix: ClickHouse reads the granules of these teams only.
-	q := `SELECT execution_id, team_id, event_id, round_number, overall_score, stream_seq, metrics, feedback, submission, submission_format, evaluated_at
-FROM evaluations WHERE (execution_id, team_id) IN (` + strings.TrimSuffix(strings.Repeat("(?, ?), ", len(keys)), ", ") + `)
-AND round_number >= ? AND round_number < ?`
+	q := contentsQuery(len(keys))
 	// On a cluster the rows of several replicas are gathered: add keeps one copy of an id.
 	err := s.query(ctx, q, args, func(rows driver.Rows) error {
 		var k TeamKey
@@ -171,7 +184,7 @@ func roundLimit(beforeRound int) uint32 {
 // History returns a team's latest evaluation of each round within b, ascending, with content.
 func (s *Store) History(ctx context.Context, executionID, teamID string, b Bound) ([]events.TeamRound, error) {
 	evs, err := s.scanScores(ctx, []string{executionID},
-		`SELECT `+scoreColumns+` FROM evaluations WHERE execution_id = ? AND team_id = ?`, executionID, teamID)
+		teamScoresQuery, executionID, teamID)
 	if err != nil {
 		return nil, fmt.Errorf("rank: history of %s/%s: %w", executionID, teamID, err)
 	}

@@ -26,6 +26,9 @@ type ReplicaStatus struct {
 	TotalReplicas  uint8
 }
 
+// statusQuery is how much a replica holds.
+const statusQuery = "SELECT count(), max(stream_seq) FROM evaluations"
+
 // Status asks every replica (or the one node) about itself, each on its own: a lagging replica
 // says how far behind it is.
 func (s *Store) Status(ctx context.Context) []ReplicaStatus {
@@ -40,7 +43,7 @@ func (s *Store) Status(ctx context.Context) []ReplicaStatus {
 }
 
 func (s *Store) status(ctx context.Context, conn driver.Conn, st *ReplicaStatus) error {
-	if err := conn.QueryRow(ctx, "SELECT count(), max(stream_seq) FROM evaluations").Scan(&st.Rows, &st.MaxSeq); err != nil {
+	if err := conn.QueryRow(ctx, statusQuery).Scan(&st.Rows, &st.MaxSeq); err != nil {
 		return err
 	}
 	rows, err := conn.Query(ctx, `SELECT is_readonly, queue_size, inserts_in_queue, log_max_index - log_pointer,

@@ -1,0 +1,14 @@
+package rank
+
+// What the external tests (package rank_test) need of the package's internals: the read queries
+// and the migrations table, which TestCurrentClickHouseAgrees runs on a second engine.
+var (
+	ScoresQuery     = scoresQuery
+	TeamScoresQuery = teamScoresQuery
+	ContentsQuery   = contentsQuery
+	ExecutionsQuery = executionsQuery
+	StatusQuery     = statusQuery
+	MigrationsTable = migrationsTable
+	RoundLimit      = roundLimit
+	QuoteString     = quoteString
+)
