@@ -358,7 +358,7 @@ func TestRenderIsDeterministicAndMatchesPublished(t *testing.T) {
 			e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, r), evaluation(exec, team, strings.ToUpper(team), r, float64(60+r*k), strings.Repeat("long answer ", 50*r), t0.Add(time.Duration(r)*time.Minute)))
 		}
 	}
-	rr := events.RoundRequested{ExecutionID: exec, TeamID: "t-b", TeamName: "T-B", RoundNumber: 4, UserPrompt: "Final round.",
+	rr := events.RoundRequested{ExecutionID: exec, TeamID: "t-b", TeamName: "T-B", RoundNumber: 4, UserPrompt: "Final round: <b>bold</b> & \"quoted\".",
 		Model: "phi-4-mini", Timezone: "Europe/Paris", MaxRounds: 5}
 	at := time.Date(2026, 11, 23, 9, 30, 15, 123456000, time.UTC)
 	e.requestRound("req-1", rr, at)
@@ -396,6 +396,21 @@ func TestRenderIsDeterministicAndMatchesPublished(t *testing.T) {
 	}
 	if diff := cmp.Diff(first.composed, rendered); diff != "" {
 		t.Errorf("render differs from the published prompt.composed (-published +rendered):\n%s", diff)
+	}
+	// Byte for byte: the event's data is the render's answer (which ends with a line feed), with
+	// "<", ">" and "&" written as themselves in both.
+	stored := e.collect(events.StreamPrompts, events.PromptComposedSubject(exec, "t-b"), 1, 10*time.Second)
+	var envelope struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(stored[0].Body, &envelope); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(envelope.Data, bytes.TrimSuffix(render1, []byte("\n"))) {
+		t.Errorf("the published data and the render differ in their bytes:\n%.300s\n%.300s", envelope.Data, render1)
+	}
+	if !bytes.Contains(envelope.Data, []byte("<b>bold</b> &")) {
+		t.Errorf("the published data escapes HTML: %.300s", envelope.Data)
 	}
 	// Nothing was published by rendering.
 	stream, err := e.js.Stream(t.Context(), events.StreamPrompts)
