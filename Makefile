@@ -28,8 +28,9 @@ clickhouse: ## install what the tests run for real when missing: ClickHouse, Zoo
 	@# ajv for the differential test of the schemas, and the JavaScript orchestrator example's packages, from their lockfiles
 	@[ -d schemas/conformance/node_modules/ajv ] || npm ci --prefix schemas/conformance --no-audit --no-fund --loglevel=error
 	@[ -d examples/orchestrator-js/node_modules/@nats-io ] || npm ci --prefix examples/orchestrator-js --no-audit --no-fund --loglevel=error
-	@# chDB, a current ClickHouse engine, which the store's queries are compared on
-	@[ -d pkg/rank/chdb/node_modules/chdb ] || npm ci --prefix pkg/rank/chdb --no-audit --no-fund --loglevel=error
+	@# chDB, a current ClickHouse engine, which the store's queries are compared on. Its lockfile holds
+	@# the native library of this platform only, which npm ci refuses; npm install --no-save keeps to it.
+	@[ -d pkg/rank/chdb/node_modules/chdb ] || npm install --prefix pkg/rank/chdb --no-save --no-audit --no-fund --loglevel=error
 
 demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse, with the web console (SERVE=1 keeps it up until Ctrl-C)
 	$(BIN)/demo --bin $(BIN) $(if $(SERVE),--serve)

@@ -38,9 +38,9 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	_, modErr := os.Stat(filepath.Join("chdb", "node_modules", "chdb"))
 	if err != nil || modErr != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("node or chdb missing (make test installs it: npm ci --prefix pkg/rank/chdb): %v %v", err, modErr)
+			t.Fatalf("node or chdb missing (make test installs it: npm install --no-save --prefix pkg/rank/chdb): %v %v", err, modErr)
 		}
-		t.Skip("node or pkg/rank/chdb/node_modules missing: run `npm ci --prefix pkg/rank/chdb`")
+		t.Skip("node or pkg/rank/chdb/node_modules missing: run `npm install --no-save --prefix pkg/rank/chdb`")
 	}
 	ctx := context.Background()
 	st, cfg := testenv.Store(t, true)
