@@ -3,13 +3,14 @@ package e2e
 import (
 	"flag"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/podium-llm/podium/internal/testenv"
 )
 
 var updateDocs = flag.Bool("update", false, "TestConfigurationReference: rewrite docs/configuration.md from the binaries")
@@ -58,19 +59,8 @@ func TestConfigurationReference(t *testing.T) {
 			t.Fatalf("%s --help listed %d variables", svc, n)
 		}
 	}
-	path := filepath.Join("..", "docs", "configuration.md")
-	if *updateDocs {
-		if err := os.WriteFile(path, []byte(page.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	have, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if string(have) != page.String() {
-		t.Errorf("docs/configuration.md differs from the binaries' --help: run `go test ./e2e -run TestConfigurationReference -update` and review the diff")
-	}
+	testenv.Golden(t, filepath.Join("..", "docs", "configuration.md"), []byte(page.String()), *updateDocs,
+		"go test ./e2e -run TestConfigurationReference -update")
 }
 
 func code(s string) string {
@@ -137,17 +127,6 @@ func TestCLIReference(t *testing.T) {
 	if len(cmds) < 15 {
 		t.Fatalf("only %d commands found in podium help: %v", len(cmds), cmds)
 	}
-	path := filepath.Join("..", "docs", "cli-reference.md")
-	if *updateDocs {
-		if err := os.WriteFile(path, []byte(page.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	have, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if string(have) != page.String() {
-		t.Error("docs/cli-reference.md differs from podium's help: run `go test ./e2e -run TestCLIReference -update` and review the diff")
-	}
+	testenv.Golden(t, filepath.Join("..", "docs", "cli-reference.md"), []byte(page.String()), *updateDocs,
+		"go test ./e2e -run TestCLIReference -update")
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/podium-llm/podium/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/metrics-reference.md from the code")
@@ -64,19 +66,8 @@ func TestMetricsReference(t *testing.T) {
 	if len(metrics) < 30 {
 		t.Fatalf("only %d metrics found in the code", len(metrics))
 	}
-	path := filepath.Join(root, "docs", "metrics-reference.md")
-	if *update {
-		if err := os.WriteFile(path, []byte(page.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	have, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if string(have) != page.String() {
-		t.Error("docs/metrics-reference.md differs from the code: run `go test ./internal/docs -run TestMetricsReference -update` and review the diff")
-	}
+	testenv.Golden(t, filepath.Join(root, "docs", "metrics-reference.md"), []byte(page.String()), *update,
+		"go test ./internal/docs -run TestMetricsReference -update")
 }
 
 // metricsOf reads the collectors a file defines.

@@ -62,8 +62,8 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 				}
 				recs = append(recs, rank.Record{EventID: fmt.Sprintf("ev-%03d", seq), Source: "orchestrator/test", Seq: seq, EvaluationCompleted: events.EvaluationCompleted{
 					ExecutionID: exec, TeamID: team, TeamName: fmt.Sprintf("Team %d «%s»", tm, exec), RoundNumber: r,
-					Submission: events.Submission{Content: fmt.Sprintf("submission %d\nwith\ttabs, 'quotes' and \\ backslashes", seq), Format: "md"},
-					Evaluation: events.Scores{OverallScore: scores[int(seq)%len(scores)], Metrics: metrics, Feedback: "feedback ✓"},
+					Submission:  events.Submission{Content: fmt.Sprintf("submission %d\nwith\ttabs, 'quotes' and \\ backslashes", seq), Format: "md"},
+					Evaluation:  events.Scores{OverallScore: scores[int(seq)%len(scores)], Metrics: metrics, Feedback: "feedback ✓"},
 					EvaluatedAt: time.Date(2026, 11, 21, 9, 0, int(seq), 123456000, time.FixedZone("JST", 9*3600))}})
 			}
 		}
