@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -80,14 +79,14 @@ type streamContent struct {
 	m        *Metrics
 	fetches  chan struct{} // capacity maxFetches
 
-	mu     sync.Mutex       // guards stream; never held across a lookup
-	stream jetstream.Stream // looked up once; its cached config says whether direct gets work
+	stream *evaluationsStream // its cached config says whether direct gets work
 }
 
 const maxFetches = 16
 
 func newStreamContent(js jetstream.JetStream, maxBytes int, fallback func(context.Context, rank.TeamKey, int, int) (*rank.Content, error), m *Metrics) *streamContent {
-	return &streamContent{js: js, maxBytes: maxBytes, fallback: fallback, m: m, fetches: make(chan struct{}, maxFetches)}
+	return &streamContent{js: js, maxBytes: maxBytes, fallback: fallback, m: m, fetches: make(chan struct{}, maxFetches),
+		stream: &evaluationsStream{js: js}}
 }
 
 // errNotInStream says the stream cannot give an evaluation's content; ClickHouse can.
@@ -103,7 +102,7 @@ func (s *streamContent) get(ctx context.Context, key rank.TeamKey, from, before 
 		return nil, ctx.Err()
 	}
 	if !errors.Is(err, errNotInStream) {
-		s.forget() // reconfigured (direct gets turned off), recreated, or out of reach
+		s.stream.forget() // reconfigured (direct gets turned off), recreated, or out of reach
 	}
 	s.m.contentReads.WithLabelValues("clickhouse").Inc()
 	return s.fallback(ctx, key, from, before)
@@ -115,7 +114,7 @@ func (s *streamContent) get(ctx context.Context, key rank.TeamKey, from, before 
 // error when the stream itself failed (then the handle is looked up again; a later read that
 // fails on the stream forgets it too, whichever error came first here).
 func (s *streamContent) read(ctx context.Context, key rank.TeamKey, refs []rank.ContentRef) (*rank.Content, error) {
-	st, err := s.evaluations(ctx)
+	st, err := s.stream.get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -158,30 +157,4 @@ func (s *streamContent) record(ctx context.Context, st jetstream.Stream, key ran
 		return rank.Record{}, fmt.Errorf("%w: sequence %d is not evaluation %s of %s/%s", errNotInStream, ref.Seq, ref.EventID, key.ExecutionID, key.TeamID)
 	}
 	return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: ref.Seq, EvaluationCompleted: ev.Data}, nil
-}
-
-// forget drops the cached stream, so the next read looks it up with its current config.
-func (s *streamContent) forget() {
-	s.mu.Lock()
-	s.stream = nil
-	s.mu.Unlock()
-}
-
-// evaluations is the stream's handle, looked up when there is none; the lookup runs without the
-// lock (requests starting meanwhile look it up too, and the last one found is kept).
-func (s *streamContent) evaluations(ctx context.Context) (jetstream.Stream, error) {
-	s.mu.Lock()
-	st := s.stream
-	s.mu.Unlock()
-	if st != nil {
-		return st, nil
-	}
-	st, err := s.js.Stream(ctx, events.StreamEvaluations)
-	if err != nil {
-		return nil, fmt.Errorf("EVALUATIONS stream: %w", err)
-	}
-	s.mu.Lock()
-	s.stream = st
-	s.mu.Unlock()
-	return st, nil
 }

@@ -27,9 +27,9 @@ type snapshots struct {
 	js    jetstream.JetStream
 	clock Clock
 
-	mu      sync.Mutex // guards kv, stream and retryAt; never held across I/O
+	stream  *evaluationsStream
+	mu      sync.Mutex // guards kv and retryAt; never held across I/O
 	kv      jetstream.KeyValue
-	stream  jetstream.Stream
 	retryAt time.Time // no bucket: look again after this
 }
 
@@ -37,7 +37,7 @@ type snapshots struct {
 const noBucketFor = 10 * time.Second
 
 func newSnapshots(js jetstream.JetStream, clock Clock) *snapshots {
-	return &snapshots{js: js, clock: clock}
+	return &snapshots{js: js, clock: clock, stream: &evaluationsStream{js: js}}
 }
 
 func (s *snapshots) bucket(ctx context.Context) jetstream.KeyValue {
@@ -94,8 +94,8 @@ func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string
 // nothingSince reports whether EVALUATIONS holds no message of the execution's subjects after
 // sequence from, up to to: then a snapshot complete through from is complete through to.
 func (s *snapshots) nothingSince(ctx context.Context, exec string, from, to uint64) bool {
-	st := s.evaluations(ctx)
-	if st == nil {
+	st, err := s.stream.get(ctx)
+	if err != nil {
 		return false
 	}
 	msg, err := st.GetMsg(ctx, from+1, jetstream.WithGetMsgSubject(events.TypeEvaluationCompleted+"."+exec+".*"))
@@ -109,26 +109,10 @@ func (s *snapshots) nothingSince(ctx context.Context, exec string, from, to uint
 	return msg.Sequence > to
 }
 
-func (s *snapshots) evaluations(ctx context.Context) jetstream.Stream {
-	s.mu.Lock()
-	st := s.stream
-	s.mu.Unlock()
-	if st != nil {
-		return st
-	}
-	st, err := s.js.Stream(ctx, events.StreamEvaluations)
-	if err != nil {
-		return nil
-	}
-	s.mu.Lock()
-	s.stream = st
-	s.mu.Unlock()
-	return st
-}
-
 // forget drops the handles after a failed read, so the next read looks them up again.
 func (s *snapshots) forget() {
 	s.mu.Lock()
-	s.kv, s.stream = nil, nil
+	s.kv = nil
 	s.mu.Unlock()
+	s.stream.forget()
 }
