@@ -76,10 +76,8 @@ func (c *Console) scoreOrder(ctx context.Context, executionID string) events.Sco
 	}
 	var f requestFields
 	if json.Unmarshal(msg.Data, &f) == nil {
-		if s, ok := f.Data.ScoreOrder.(string); ok {
-			if o, ok := events.ParseScoreOrder(s); ok {
-				return o
-			}
+		if o, ok := f.order(); ok {
+			return o
 		}
 	}
 	return events.Desc

@@ -187,11 +187,18 @@ func (idx *execIndex) addRequest(_ string, body []byte) {
 		return
 	}
 	idx.cell(f.Data.TeamID, f.Data.RoundNumber).Requested = true
-	if s, ok := f.Data.ScoreOrder.(string); ok {
-		if o, ok := events.ParseScoreOrder(s); ok {
-			idx.order = o
-		}
+	if o, ok := f.order(); ok {
+		idx.order = o
 	}
+}
+
+// order is the request's score order, when it names a valid one.
+func (f requestFields) order() (events.ScoreOrder, bool) {
+	s, ok := f.Data.ScoreOrder.(string)
+	if !ok {
+		return "", false
+	}
+	return events.ParseScoreOrder(s)
 }
 
 // addAnswer records a prompt.composed or prompt.failed. A later answer of a round is a later
