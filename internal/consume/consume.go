@@ -35,8 +35,8 @@ type Source struct {
 func (s Source) Ensure(ctx context.Context) (jetstream.Consumer, error) {
 	if s.StreamConfig != nil {
 		if _, err := s.JS.Stream(ctx, s.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
-			if _, err := s.JS.CreateOrUpdateStream(ctx, *s.StreamConfig); err != nil {
-				return nil, fmt.Errorf("consume: recreate stream %s: %w", s.Stream, err)
+			if err := s.remakeStream(ctx); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -45,6 +45,28 @@ func (s Source) Ensure(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("consume: consumer %s on %s: %w", s.Consumer.Durable, s.Stream, err)
 	}
 	return cons, nil
+}
+
+// deletionSettles is how long a deleted stream is left alone before it is made again. nats-server
+// (2.15) takes a deleted stream out of the account first, then stops its consumers (which ends
+// our pull), and only then moves the stream's directory away: a stream made again in that window
+// has its files moved away with the old ones, and then refuses updates ("meta.inf.tmp: no such
+// file or directory") and leaves publishes unanswered. Seen in TestStreamDeletedIsMadeAgain
+// under load, with the stream made again 2 ms after the delete.
+const deletionSettles = time.Second
+
+// remakeStream makes the deleted stream again once its deletion has settled; an operator who
+// made it again meanwhile wins.
+func (s Source) remakeStream(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("consume: recreate stream %s: %w", s.Stream, ctx.Err())
+	case <-time.After(deletionSettles):
+	}
+	if _, err := s.JS.CreateStream(ctx, *s.StreamConfig); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("consume: recreate stream %s: %w", s.Stream, err)
+	}
+	return nil
 }
 
 // Loop consumes from one iterator until it closes: when stop ends (it then drains the iterator
