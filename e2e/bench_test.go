@@ -56,7 +56,7 @@ func BenchmarkRankerIngest(b *testing.B) {
 	}
 	b.ResetTimer()
 	self := os.Getpid()
-	selfBefore := cpuSeconds(self) // this process: the in-process server and the consuming client
+	selfBefore := testenv.CPUSeconds(self) // this process: the in-process server and the consuming client
 	start := time.Now()
 	it, err := cons.Messages(jetstream.PullMaxMessages(500))
 	if err != nil {
@@ -81,7 +81,7 @@ func BenchmarkRankerIngest(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	brokerRate := float64(n) / time.Since(start).Seconds()
-	ackCPU := (cpuSeconds(self) - selfBefore) / float64(n)
+	ackCPU := (testenv.CPUSeconds(self) - selfBefore) / float64(n)
 
 	// The unit of the targets: a broker-only loop that consumes, republishes 2 KiB and acks (as
 	// in the composer's benchmark), over the same events, in this process.
@@ -90,9 +90,9 @@ func BenchmarkRankerIngest(b *testing.B) {
 	for i, m := range msgs {
 		loop[i] = outgoing{id: m.id, subject: "baseline.in." + strings.TrimPrefix(m.subject, events.TypeEvaluationCompleted+"."), body: m.body}
 	}
-	selfBefore = cpuSeconds(self)
+	selfBefore = testenv.CPUSeconds(self)
 	burst(b, e, loop, "baseline.out.>")
-	brokerCPU := (cpuSeconds(self) - selfBefore) / float64(n)
+	brokerCPU := (testenv.CPUSeconds(self) - selfBefore) / float64(n)
 	stopLoop()
 
 	// Baseline 2: raw batch inserts of the same rows, 500 at a time, into a table of its own.
@@ -112,7 +112,7 @@ func BenchmarkRankerIngest(b *testing.B) {
 		recs[i] = rank.Record{EventID: s.id, Source: "bench", Seq: uint64(i + 1), EvaluationCompleted: s.ev}
 	}
 	chPid := testenv.ClickHouse(b).Pid()
-	chBefore := cpuSeconds(chPid)
+	chBefore := testenv.CPUSeconds(chPid)
 	start = time.Now()
 	for i := 0; i < n; i += 500 {
 		if err := raw.Insert(ctx, recs[i:min(i+500, n)]); err != nil {
@@ -120,13 +120,13 @@ func BenchmarkRankerIngest(b *testing.B) {
 		}
 	}
 	insertRate := float64(n) / time.Since(start).Seconds()
-	chRaw := cpuSeconds(chPid) - chBefore
+	chRaw := testenv.CPUSeconds(chPid) - chBefore
 	// Drop the baseline's table so its background merges do not compete with the ranker's run.
 	raw.Close()
 	e.storeExec("DROP DATABASE IF EXISTS " + rawCfg.Database)
 
 	// The ranker: from process start until its consumer's ack floor covers every event.
-	chBefore = cpuSeconds(chPid)
+	chBefore = testenv.CPUSeconds(chPid)
 	start = time.Now()
 	ranker := e.spawn("ranker", "RANKER_BATCH_SIZE=500", "RANKER_FLUSH_INTERVAL=50ms", "LOG_LEVEL=warn", "PPROF=true", os.Getenv("BENCH_RANKER_ENV"))
 	if out := os.Getenv("BENCH_RANKER_PROFILE"); out != "" {
@@ -138,7 +138,7 @@ func BenchmarkRankerIngest(b *testing.B) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	rankerRate := float64(n) / time.Since(start).Seconds()
-	chRanker := cpuSeconds(chPid) - chBefore
+	chRanker := testenv.CPUSeconds(chPid) - chBefore
 	peak = max(peak, rssHighWater(ranker.cmd.Process.Pid))
 	b.StopTimer()
 
@@ -150,7 +150,7 @@ func BenchmarkRankerIngest(b *testing.B) {
 	b.ReportMetric(rankerRate/insertRate, "ratio-vs-insert")
 	b.ReportMetric(rankerRate/lower, "ratio-vs-lower")
 	b.ReportMetric(float64(peak)/1024, "ranker-peak-rss-MiB")
-	rankerCPU := cpuSeconds(ranker.cmd.Process.Pid) / float64(n)
+	rankerCPU := testenv.CPUSeconds(ranker.cmd.Process.Pid) / float64(n)
 	b.ReportMetric(brokerCPU*1e6, "broker-loop-cpu-µs/msg")
 	b.ReportMetric(ackCPU*1e6, "broker-consume-ack-cpu-µs/msg")
 	b.ReportMetric(rankerCPU*1e6, "ranker-cpu-µs/event")
@@ -159,7 +159,7 @@ func BenchmarkRankerIngest(b *testing.B) {
 	b.ReportMetric(chRanker/float64(n)/brokerCPU, "clickhouse-x-broker")
 	if testing.Verbose() {
 		b.Logf("CPU per event: ranker %.1fµs, ClickHouse %.1fµs under the ranker, %.1fµs under the raw insert",
-			cpuSeconds(ranker.cmd.Process.Pid)/float64(n)*1e6, chRanker/float64(n)*1e6, chRaw/float64(n)*1e6)
+			testenv.CPUSeconds(ranker.cmd.Process.Pid)/float64(n)*1e6, chRanker/float64(n)*1e6, chRaw/float64(n)*1e6)
 		for _, m := range []string{"ranker_insert_duration_seconds_sum", "ranker_insert_duration_seconds_count", "ranker_leaderboard_query_duration_seconds_sum", "ranker_batch_size_sum"} {
 			b.Logf("%s %v", m, ranker.metric(b, m))
 		}
@@ -245,17 +245,4 @@ func saveProfile(b *testing.B, p *proc, path string) {
 		}
 		return
 	}
-}
-
-// cpuSeconds is the user plus system CPU time process pid has used so far, 0 if unreadable.
-func cpuSeconds(pid int) float64 {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
-	ut, _ := strconv.Atoi(f[11])
-	sy, _ := strconv.Atoi(f[12])
-	return float64(ut+sy) / 100 // USER_HZ
 }

@@ -431,7 +431,7 @@ func benchmarkPipeline(b *testing.B, w workload, cold perPrompt, composers int) 
 	for r := range replicas {
 		replicas[r] = e.start("composer", append([]string{"LOG_LEVEL=warn", fmt.Sprintf("COMPOSER_WORKERS=%d", workers), "PPROF=true", os.Getenv("BENCH_COMPOSER_ENV")}, tracingEnv...)...)
 		composerPids[r] = replicas[r].cmd.Process.Pid
-		composerStart += cpuSeconds(composerPids[r])
+		composerStart += testenv.CPUSeconds(composerPids[r])
 	}
 	composer := replicas[0]
 	// replicaSum sums a series of every replica's /metrics.
@@ -455,9 +455,9 @@ func benchmarkPipeline(b *testing.B, w workload, cold perPrompt, composers int) 
 	for i := range base {
 		base[i].subject = "baseline.in." + strings.TrimPrefix(base[i].subject, events.TypeRoundRequested+".")
 	}
-	s0 := cpuSeconds(self)
+	s0 := testenv.CPUSeconds(self)
 	baseElapsed, baseLat, _ := burst(b, e, base, "baseline.out.>")
-	brokerCPU := (cpuSeconds(self) - s0) / float64(len(base))
+	brokerCPU := (testenv.CPUSeconds(self) - s0) / float64(len(base))
 	stop()
 	brokerRate := float64(len(base)) / baseElapsed.Seconds()
 
@@ -475,9 +475,9 @@ func benchmarkPipeline(b *testing.B, w workload, cold perPrompt, composers int) 
 	readQuery := queries() - q0
 	// ClickHouse's own background work (merges, flushes of its logs) with no request, for scale,
 	// and the queries meanwhile (other services' polls).
-	idle0, idleQ0 := cpuSeconds(chPid), queries()
+	idle0, idleQ0 := testenv.CPUSeconds(chPid), queries()
 	time.Sleep(time.Second)
-	chIdle, idleQueries := cpuSeconds(chPid)-idle0, queries()-idleQ0-readQuery
+	chIdle, idleQueries := testenv.CPUSeconds(chPid)-idle0, queries()-idleQ0-readQuery
 	var cpuComposer, cpuClickHouse, cpuSelf, cpuRanker float64
 	var chQueries float64
 	readResults := []string{"queried", "snapshot", "shared", "cached"}
@@ -653,12 +653,12 @@ func tick(b *testing.B, e *env, id string, round, committed int) {
 func cpuSince(pids ...int) func() []float64 {
 	before := make([]float64, len(pids))
 	for i, pid := range pids {
-		before[i] = cpuSeconds(pid)
+		before[i] = testenv.CPUSeconds(pid)
 	}
 	return func() []float64 {
 		d := make([]float64, len(pids))
 		for i, pid := range pids {
-			d[i] = cpuSeconds(pid) - before[i]
+			d[i] = testenv.CPUSeconds(pid) - before[i]
 		}
 		return d
 	}
@@ -689,13 +689,13 @@ func selectOneCPU(b *testing.B, e *env, chPid, n int) float64 {
 	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil { // the handshake, not measured
 		b.Fatal(err)
 	}
-	h0 := cpuSeconds(chPid)
+	h0 := testenv.CPUSeconds(chPid)
 	for range n {
 		if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return (cpuSeconds(chPid) - h0) / float64(n)
+	return (testenv.CPUSeconds(chPid) - h0) / float64(n)
 }
 
 // waitIngested waits until the ranker has committed n evaluations. A large store takes longer

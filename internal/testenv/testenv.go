@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,7 +52,10 @@ func Main(m *testing.M) int {
 func ClickHouse(t testing.TB) *servers.ClickHouse {
 	t.Helper()
 	shared.once.Do(func() {
-		shared.dir, shared.err = os.MkdirTemp("", "podium-clickhouse-")
+		// PODIUM_CLICKHOUSE_DIR puts the server's data elsewhere than the temp dir: on tmpfs
+		// (/dev/shm) a benchmark measures the server rather than the disk's file creation, which
+		// one-row parts of about 33 files each make the cost of an insert on a slow disk.
+		shared.dir, shared.err = os.MkdirTemp(os.Getenv("PODIUM_CLICKHOUSE_DIR"), "podium-clickhouse-")
 		if shared.err != nil {
 			return
 		}
@@ -176,4 +180,21 @@ func JetStream(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream)
 		t.Fatalf("testenv: jetstream: %v", err)
 	}
 	return nc, js
+}
+
+// CPUSeconds is the user plus system CPU time process pid has used so far, 0 if unreadable:
+// benchmarks compare CPU per unit of work, which two shared cores leave far steadier than rates.
+func CPUSeconds(pid int) float64 {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.Atoi(f[11])
+	sy, _ := strconv.Atoi(f[12])
+	return float64(ut+sy) / 100 // USER_HZ
 }

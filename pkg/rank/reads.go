@@ -79,7 +79,7 @@ func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string,
 		out[id] = newEvaluations()
 	}
 	// On a cluster the rows of several replicas are gathered: Latest collapses copies of an id.
-	err := s.query(ctx, q, args, func(rows driver.Rows) error {
+	err := s.executionQuery(ctx, q, args, func(rows driver.Rows) error {
 		var exec string
 		var r Stored
 		var round uint32
@@ -126,7 +126,7 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 	args = append(args, uint32(max(fromRound, 0)), roundLimit(beforeRound))
 	q := contentsQuery(len(keys))
 	// On a cluster the rows of several replicas are gathered: add keeps one copy of an id.
-	err := s.query(ctx, q, args, func(rows driver.Rows) error {
+	err := s.executionQuery(ctx, q, args, func(rows driver.Rows) error {
 		var k TeamKey
 		var d events.TeamRound
 		var round uint32
@@ -154,6 +154,16 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 		return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
 	}
 	return out, nil
+}
+
+// executionQuery is query for the reads of one execution's rows (a few granules): they run with
+// ReadThreads.
+func (s *Store) executionQuery(ctx context.Context, q string, args []any, scan func(driver.Rows) error) error {
+	if s.readThreads > 0 {
+		// A plain int: 18.16 takes settings as varints (see Replication.settings).
+		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_threads": s.readThreads}))
+	}
+	return s.query(ctx, q, args, scan)
 }
 
 // query runs q on the replicas a read needs and hands every row to scan.

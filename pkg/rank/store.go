@@ -22,6 +22,11 @@ type Config struct {
 	Password    string
 	DialTimeout time.Duration
 	ReadTimeout time.Duration
+	// ReadThreads is ClickHouse's max_threads for the reads of one execution's rows (scores,
+	// content, history); 0 leaves the server's default (one thread per core). Those reads touch
+	// a few granules: threads beyond one only add scheduling, and many replicas reading at once
+	// then contend for the server's cores (BenchmarkScoresReadThreads).
+	ReadThreads int
 	// Replication is the cluster mode; the zero value is one node.
 	Replication Replication
 	// Log hears of replicas failing over (optional).
@@ -34,6 +39,7 @@ type Store struct {
 	rs          *replicaSet
 	db          string
 	replication Replication
+	readThreads int
 }
 
 func (c Config) options(database string) *clickhouse.Options {
@@ -102,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{rs: rs, db: cfg.Database, replication: cfg.Replication}
+	s := &Store{rs: rs, db: cfg.Database, replication: cfg.Replication, readThreads: cfg.ReadThreads}
 	if err := rs.readFrom(ctx, 1, func(conn driver.Conn) error { return conn.Ping(ctx) }); err != nil {
 		rs.close()
 		return nil, fmt.Errorf("rank: %w", err)
