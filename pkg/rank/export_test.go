@@ -12,3 +12,6 @@ var (
 	RoundLimit      = roundLimit
 	QuoteString     = quoteString
 )
+
+// ThreadsRefused reports whether the server refused the store's ReadThreads.
+func (s *Store) ThreadsRefused() bool { return s.threadsRefused.Load() }

@@ -344,3 +344,36 @@ func TestSnapshotRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestReadThreadsOfAReadonlyUser: reads with ReadThreads work for a user who may write and for
+// one with readonly=1 (the console's). Current servers refuse a readonly=1 user's max_threads
+// (code 164) and the store then reads with the server's default; 18.16 takes the setting from
+// such a user, so here neither is refused.
+func TestReadThreadsOfAReadonlyUser(t *testing.T) {
+	st, cfg := testenv.Store(t, true)
+	ctx := context.Background()
+	if err := st.Insert(ctx, []rank.Record{record("e1", 1, "team-a", 1, 50, "2026-11-25T10:00:00Z")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"default", "reader"} {
+		c := cfg
+		c.User, c.ReadThreads = user, 1
+		s, err := rank.Open(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for range 2 {
+			board, err := s.Leaderboard(ctx, "exec", events.Desc, rank.Everything())
+			if err != nil {
+				t.Fatalf("%s: %v", user, err)
+			}
+			if len(board.Rows) != 1 || board.Rows[0].BestScore != 50 {
+				t.Fatalf("%s: board %+v, want team-a at 50", user, board.Rows)
+			}
+		}
+		if s.ThreadsRefused() {
+			t.Errorf("%s: ClickHouse 18.16 refused max_threads", user)
+		}
+	}
+}

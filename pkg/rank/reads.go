@@ -156,13 +156,22 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 	return out, nil
 }
 
+// codeReadonly is ClickHouse's refusal of a query's settings for a user with readonly=1.
+const codeReadonly = 164
+
 // executionQuery is query for the reads of one execution's rows (a few granules): they run with
-// ReadThreads.
+// ReadThreads. A user with readonly=1 (a console given a read-only account) may not set it: the
+// store then reads with the server's default from that refusal on, rather than not at all.
 func (s *Store) executionQuery(ctx context.Context, q string, args []any, scan func(driver.Rows) error) error {
-	if s.readThreads > 0 {
-		// A plain int: 18.16 takes settings as varints (see Replication.settings).
-		ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_threads": s.readThreads}))
+	if s.readThreads <= 0 || s.threadsRefused.Load() {
+		return s.query(ctx, q, args, scan)
 	}
+	// A plain int: 18.16 takes settings as varints (see Replication.settings).
+	err := s.query(clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"max_threads": s.readThreads})), q, args, scan)
+	if exceptionCode(err) != codeReadonly {
+		return err
+	}
+	s.threadsRefused.Store(true)
 	return s.query(ctx, q, args, scan)
 }
 

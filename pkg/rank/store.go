@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -40,6 +41,8 @@ type Store struct {
 	db          string
 	replication Replication
 	readThreads int
+	// threadsRefused is set once the server refused ReadThreads (a readonly=1 user).
+	threadsRefused atomic.Bool
 }
 
 func (c Config) options(database string) *clickhouse.Options {
