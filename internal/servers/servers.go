@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -218,17 +219,33 @@ func (c *ClickHouse) Logs() string {
 	return string(b)
 }
 
-// freePorts finds n distinct free loopback ports. It holds them all open until it has them all,
-// so a cluster's servers never get the same port twice.
+// Servers' ports come from 30000-32767, below the kernel's ephemeral range (32768 and up): a
+// port found free there cannot be taken by some process's outgoing connection before the server
+// binds it, nor while a killed server is down before it starts again on the same port (which
+// failed TestClusterSurvivesReplicaLoss with exit 70 under a full parallel test run). e2e hands
+// out its services' ports from 20000-29999 for the same reason.
+const (
+	portsFrom  = 30000
+	portsCount = 2768
+)
+
+// freePorts finds n distinct free loopback ports in that range. It holds them all open until it
+// has them all, so a cluster's servers never get the same port twice; it starts at a random place,
+// so packages tested at once rarely look at the same ports.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	start := rand.IntN(portsCount)
+	for i := 0; i < portsCount && len(ports) < n; i++ {
+		port := portsFrom + (start+i)%portsCount
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			return nil, fmt.Errorf("servers: free port: %w", err)
+			continue // taken: try the next
 		}
 		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
+	}
+	if len(ports) < n {
+		return nil, fmt.Errorf("servers: no %d free ports in %d-%d", n, portsFrom, portsFrom+portsCount-1)
 	}
 	return ports, nil
 }
