@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/podium-llm/podium/internal/testenv"
-
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -124,8 +123,8 @@ func fill(b *testing.B, raw driver.Conn, from, to int) {
 // one execution) from measurement. 2,000 executions of 10 teams x 10 rounds, one part per round,
 // are read by 16 goroutines at once, as composer replicas and the ranker's announcer read, with
 // the server's default (0: a thread per core) and with 1, 2 and 16 threads (16: the default on
-// a 16-core server). b.N reads at each setting; it
-// reports reads/s, ClickHouse CPU per read (from /proc/<pid>/stat) and the p50 of a read alone.
+// a 16-core server). b.N reads at each setting; it reports reads/s, ClickHouse CPU per read
+// (from /proc/<pid>/stat) and the p50 of a read alone.
 //
 // go test -run '^$' -bench ScoresReadThreads -benchtime 4000x ./pkg/rank
 func BenchmarkScoresReadThreads(b *testing.B) {
