@@ -141,9 +141,16 @@ func (e *env) baseEnv(extra ...string) []string {
 func (e *env) start(name string, extra ...string) *proc {
 	e.t.Helper()
 	p := e.spawn(name, extra...)
-	testenv.WaitFor(e.t, 30*time.Second, name+" /readyz 200", func() (bool, string) {
+	p.waitOK(e.t, "http://"+p.addr+"/readyz")
+	return p
+}
+
+// waitOK waits until url (served by p) answers 200, and fails the test if p exits first.
+func (p *proc) waitOK(t testing.TB, url string) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, p.name+" "+url+" 200", func() (bool, string) {
 		seen := "no answer"
-		resp, err := http.Get("http://" + p.addr + "/readyz")
+		resp, err := http.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -154,12 +161,11 @@ func (e *env) start(name string, extra ...string) *proc {
 		select {
 		case err := <-p.done:
 			p.done <- err // the cleanup waits for it too
-			e.t.Fatalf("%s exited at start: %v\n%s", name, err, p.logs)
+			t.Fatalf("%s exited at start: %v\n%s", p.name, err, p.logs)
 		default:
 		}
 		return false, seen // the cleanup logs p's output when the test failed
 	})
-	return p
 }
 
 // spawn runs a service binary without waiting for it; it is killed when the test ends.
