@@ -1,6 +1,7 @@
 package textdiff
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -21,5 +22,38 @@ func TestUnifiedDiff(t *testing.T) {
 		if b.String() != tt.want {
 			t.Errorf("%s:\n%s\nwant:\n%s", tt.name, b.String(), tt.want)
 		}
+	}
+}
+
+// TestUnifiedLargeInputsStayBounded: two 1 MiB texts of one-letter lines that share only their
+// first and last lines. A full table would be 2.7e11 cells; the diff is one change instead, in
+// bounded memory, and still turns one text into the other.
+func TestUnifiedLargeInputsStayBounded(t *testing.T) {
+	const n = 1 << 19 // lines of 2 bytes: 1 MiB
+	a := "head\n" + strings.Repeat("a\n", n) + "tail"
+	b := "head\n" + strings.Repeat("b\n", n) + "tail"
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var out strings.Builder
+	Unified(&out, "a", "b", a, b, 3)
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 512<<20 {
+		t.Errorf("the diff allocated %d MiB", alloc>>20)
+	}
+	var removed, added int
+	for _, l := range strings.Split(out.String(), "\n") {
+		switch {
+		case strings.HasPrefix(l, "---"), strings.HasPrefix(l, "+++"):
+		case l == "-a":
+			removed++
+		case l == "+b":
+			added++
+		}
+	}
+	if removed != n || added != n {
+		t.Errorf("removed %d and added %d lines, want %d each", removed, added, n)
+	}
+	if !strings.Contains(out.String(), "@@ -1,") || !strings.Contains(out.String(), " head\n") || !strings.Contains(out.String(), " tail\n") {
+		t.Errorf("the hunk lacks its context:\n%.300s", out.String())
 	}
 }
