@@ -118,8 +118,21 @@ const renderSubject = "podium.render"
 // status as the code). Renders stop with work. The returned stop ends the service and waits
 // for the renders in flight to publish their answers, so the connection is drained after them.
 func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (stop func(), err error) {
-	var inFlight sync.WaitGroup
+	// micro drains the endpoint's subscription in the background after Stop, so the handler can
+	// still run afterwards: stopping, under mu, turns those requests away instead of starting
+	// renders that the Wait below would miss.
+	var (
+		mu       sync.Mutex
+		stopping bool
+		inFlight sync.WaitGroup
+	)
 	handler := micro.HandlerFunc(func(req micro.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopping {
+			_ = req.Error(strconv.Itoa(http.StatusServiceUnavailable), "the composer is shutting down", nil)
+			return
+		}
 		inFlight.Go(func() { // a render may wait seconds for inputs: the subscription must not
 			status, answer, ok := rs.render(rs.c.trace.Extract(work, events.TraceContext{}, nats.Header(req.Headers())), req.Data())
 			if !ok {
@@ -159,6 +172,9 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (stop 
 		return nil, fmt.Errorf("micro service podium: endpoint render: %w", err)
 	}
 	return func() {
+		mu.Lock()
+		stopping = true
+		mu.Unlock()
 		_ = svc.Stop() // no new requests
 		inFlight.Wait()
 	}, nil
