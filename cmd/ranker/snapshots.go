@@ -34,6 +34,11 @@ func (r *ranker) putSnapshot(ctx context.Context, executionID string, ev *rank.E
 	b, err := ev.Snapshot(through)
 	if err == nil && int64(len(b)) > r.nc.MaxPayload()-4096 {
 		r.m.snapshots.WithLabelValues("too_large").Inc()
+		// The snapshot written while the execution was smaller is stale from now on: composers
+		// would fetch and parse it only to find it behind and read ClickHouse anyway.
+		if err := r.snapshots.Delete(ctx, executionID); err != nil {
+			r.log.Debug("stale score snapshot not deleted", "execution_id", executionID, "error", err)
+		}
 		return
 	}
 	if err == nil {
