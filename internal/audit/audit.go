@@ -9,11 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -28,38 +30,50 @@ type Record struct {
 // Records reads the prompt.composed records of a subject filter from the PROMPTS stream, oldest
 // first.
 func Records(ctx context.Context, js jetstream.JetStream, filter string) ([]Record, error) {
-	cons, err := js.OrderedConsumer(ctx, events.StreamPrompts, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
-	}
 	var out []Record
-	for pending := info.NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, _ := msg.Metadata()
-			r, err := Decode(msg.Subject(), msg.Data())
-			if err != nil {
-				return nil, err
-			}
-			r.Seq = md.Sequence.Stream
-			r.Stored = md.Timestamp
+	_, err := streamscan.Scan(ctx, js, events.StreamPrompts, filter, 0, func(msg jetstream.Msg) error {
+		r, err := record(msg)
+		if err == nil {
 			out = append(out, r)
 		}
-		if n == 0 {
-			break
-		}
-		pending -= uint64(n)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// Rounds reads the latest record of each of the rounds asked, of a subject filter (one team's):
+// a round with none is absent. Only those records are kept while the team's others go by, so a
+// page of round 40 does not hold 40 prompts of up to 1 MiB.
+func Rounds(ctx context.Context, js jetstream.JetStream, filter string, rounds ...int) (map[int]Record, error) {
+	out := make(map[int]Record, len(rounds))
+	_, err := streamscan.Scan(ctx, js, events.StreamPrompts, filter, 0, func(msg jetstream.Msg) error {
+		r, err := record(msg)
+		if err == nil && slices.Contains(rounds, r.Data.RoundNumber) {
+			out[r.Data.RoundNumber] = r // later is latest, as Latest takes it
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// record decodes a message of PROMPTS with its place in the stream.
+func record(msg jetstream.Msg) (Record, error) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return Record{}, fmt.Errorf("record %s: %w", msg.Subject(), err)
+	}
+	r, err := Decode(msg.Subject(), msg.Data())
+	if err != nil {
+		return Record{}, err
+	}
+	r.Seq, r.Stored = md.Sequence.Stream, md.Timestamp
+	return r, nil
 }
 
 // Decode reads one prompt.composed CloudEvent as stored on subject.

@@ -5,13 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -112,48 +111,20 @@ func (g *gridIndex) get(ctx context.Context, executionID string) (gridState, err
 
 // catchUp reads the messages of filter after *seq and hands each to add.
 func (g *gridIndex) catchUp(ctx context.Context, stream, filter string, seq *uint64, add func(subject string, body []byte)) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
-	if *seq > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, *seq+1
-	}
-	cons, err := g.js.OrderedConsumer(ctx, stream, cfg)
+	read, err := streamscan.Scan(ctx, g.js, stream, filter, *seq, func(msg jetstream.Msg) error {
+		if md, err := msg.Metadata(); err == nil {
+			*seq = md.Sequence.Stream
+		}
+		add(msg.Subject(), msg.Data())
+		return nil
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil // nothing was ever requested or answered
-	}
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", stream, err)
-	}
-	read := 0
-	for pending := info.NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, 512)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", stream, err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			if md, err := msg.Metadata(); err == nil {
-				*seq = md.Sequence.Stream
-			}
-			add(msg.Subject(), msg.Data())
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("read %s: %w", stream, err)
-		}
-		if n == 0 {
-			break
-		}
-		read += n
-		pending -= uint64(min(uint64(n), pending))
 	}
 	if g.reads != nil && read > 0 {
 		g.reads(stream, read)
 	}
-	return nil
+	return err
 }
 
 // The few fields a grid needs of each event: decoding skips the rest (prompts, vars).

@@ -86,14 +86,14 @@ func (c *Console) teamRound(r *http.Request) (any, error) {
 	}
 	ctx := r.Context()
 	p := roundPage{Exec: exec, Team: team, Round: round}
-	recs, err := audit.Records(ctx, c.d.JS, events.PromptComposedSubject(exec, team))
+	recs, err := audit.Rounds(ctx, c.d.JS, events.PromptComposedSubject(exec, team), round, round-1)
 	if err != nil && !isNotFound(err) {
 		return nil, err
 	}
-	rec, ok := audit.Latest(recs, round)
+	rec, ok := recs[round]
 	if ok {
 		p.Record = viewRecord(rec)
-		if prev, ok := audit.Latest(recs, round-1); ok {
+		if prev, ok := recs[round-1]; ok {
 			p.Diff = diffOf(prev, rec)
 		}
 		if r.URL.Query().Get("verify") != "" {
@@ -226,11 +226,11 @@ func (c *Console) text(w http.ResponseWriter, r *http.Request) {
 func (c *Console) wholeText(ctx context.Context, kind, exec, team string, round int) (string, error) {
 	switch kind {
 	case "prompt":
-		recs, err := audit.Records(ctx, c.d.JS, events.PromptComposedSubject(exec, team))
+		recs, err := audit.Rounds(ctx, c.d.JS, events.PromptComposedSubject(exec, team), round)
 		if err != nil && !isNotFound(err) {
 			return "", err
 		}
-		if rec, ok := audit.Latest(recs, round); ok {
+		if rec, ok := recs[round]; ok {
 			return rec.Data.Prompt, nil
 		}
 	case "submission", "feedback":
