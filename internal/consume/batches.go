@@ -78,14 +78,17 @@ func fill(stop context.Context, it jetstream.MessagesContext, first jetstream.Ms
 	if draining {
 		parent = context.Background()
 	}
-	for len(batch) < b.Size && size < b.Bytes && parent.Err() == nil {
+	// Flush bounds a batch's filling whatever the mode: a steady trickle just inside Linger
+	// would otherwise hold the first message until the batch is full.
+	for len(batch) < b.Size && size < b.Bytes && parent.Err() == nil && time.Now().Before(deadline) {
 		busy := !draining && b.Busy != nil && b.Busy()
-		wait := linger
+		wait := min(linger, time.Until(deadline))
 		if busy {
 			// Short waits, so that the batch goes as soon as the stage is free.
-			if wait = min(time.Until(deadline), 5*time.Millisecond); wait <= 0 {
-				break
-			}
+			wait = min(time.Until(deadline), 5*time.Millisecond)
+		}
+		if wait <= 0 {
+			break
 		}
 		ctx, cancel := context.WithTimeout(parent, wait)
 		msg, err := it.Next(jetstream.NextContext(ctx))

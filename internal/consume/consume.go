@@ -95,6 +95,7 @@ const retryEvery = 500 * time.Millisecond
 // held; or returns an error when the consumer was lost and could not be had back.
 func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop Loop) error {
 	for {
+		started := time.Now()
 		it, err := cons.Messages(rt.Pull...)
 		if err == nil {
 			rt.Consuming(true)
@@ -105,9 +106,17 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 				return nil
 			}
 		}
-		// Ended by itself: the consumer (or its stream) is gone, or never started.
+		// Ended by itself: the consumer (or its stream) is gone, or never started. A consumer that
+		// ends as soon as it is made again is not retried in a tight loop.
 		lost := time.Now()
 		rt.Log.Error("consumer lost; making it again", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream, "cause", errText(err))
+		if quick := retryEvery - time.Since(started); quick > 0 {
+			select {
+			case <-stop.Done():
+				return nil
+			case <-time.After(quick):
+			}
+		}
 		if cons, err = rt.recover(stop); err != nil {
 			if stop.Err() != nil {
 				return nil
