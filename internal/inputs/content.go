@@ -84,9 +84,8 @@ type streamContent struct {
 
 const maxFetches = 16
 
-func newStreamContent(js jetstream.JetStream, maxBytes int, fallback func(context.Context, rank.TeamKey, int, int) (*rank.Content, error), m *Metrics) *streamContent {
-	return &streamContent{js: js, maxBytes: maxBytes, fallback: fallback, m: m, fetches: make(chan struct{}, maxFetches),
-		stream: &evaluationsStream{js: js}}
+func newStreamContent(js jetstream.JetStream, stream *evaluationsStream, maxBytes int, fallback func(context.Context, rank.TeamKey, int, int) (*rank.Content, error), m *Metrics) *streamContent {
+	return &streamContent{js: js, maxBytes: maxBytes, fallback: fallback, m: m, fetches: make(chan struct{}, maxFetches), stream: stream}
 }
 
 // errNotInStream says the stream cannot give an evaluation's content; ClickHouse can.

@@ -112,14 +112,17 @@ func New(d Deps) (*Inputs, error) {
 		clock = realClock{}
 	}
 	m := newMetrics(d.Reg)
+	// One EVALUATIONS handle for the snapshots' direct gets and the content's: one lookup, and a
+	// failure seen by either makes both look it up again.
+	evaluations := &evaluationsStream{js: d.JS}
 	scores := newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now)
-	scores.snaps = newSnapshots(d.JS, clock)
+	scores.snaps = newSnapshots(d.JS, evaluations, clock)
 	in := &Inputs{
 		// A probe is two JetStream API calls (milliseconds); one caught by a disconnect must not
 		// hold every waiting request for long, since probes run one at a time.
 		probes:   newProbes(d.JS, 2*time.Second),
 		scores:   scores,
-		contents: newStreamContent(d.JS, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
+		contents: newStreamContent(d.JS, evaluations, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
 		commits:  newCommits(),
 		m:        m,
 		trace:    d.Trace,

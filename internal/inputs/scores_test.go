@@ -729,7 +729,7 @@ func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.s.snaps = newSnapshots(js, realClock{})
+	h.s.snaps = newSnapshots(js, &evaluationsStream{js: js}, realClock{})
 	for _, tt := range []struct{ exec, want string }{{"fresh", "snapshot"}, {"quiet", "snapshot"}, {"stale", "queried"}, {"none", "queried"}} {
 		before := readCounts(t, h.m)
 		var pb dto.Metric

@@ -36,8 +36,8 @@ type snapshots struct {
 // noBucketFor is how long a composer goes without looking for a bucket it did not find.
 const noBucketFor = 10 * time.Second
 
-func newSnapshots(js jetstream.JetStream, clock Clock) *snapshots {
-	return &snapshots{js: js, clock: clock, stream: &evaluationsStream{js: js}}
+func newSnapshots(js jetstream.JetStream, stream *evaluationsStream, clock Clock) *snapshots {
+	return &snapshots{js: js, clock: clock, stream: stream}
 }
 
 func (s *snapshots) bucket(ctx context.Context) jetstream.KeyValue {
