@@ -321,8 +321,12 @@ func startService(ctx context.Context, bin, dir string, env []string, addrVar, w
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%s: %w (build it with `make build`)", bin, err)
 	}
-	l, err := net.Listen("tcp", want)
-	if want == "" || err != nil {
+	var l net.Listener
+	err := errors.New("no address asked for")
+	if want != "" {
+		l, err = net.Listen("tcp", want)
+	}
+	if err != nil {
 		l, err = net.Listen("tcp", "127.0.0.1:0")
 	}
 	if err != nil {
