@@ -133,6 +133,7 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 		return batches
 	}
 	for _, id := range ids {
+		// The snapshot first: a request that the announcement prompts then finds it.
 		r.putSnapshot(ctx, id, evs[id], through)
 		b := evs[id].Reduce(rank.Everything()).Leaderboard(events.Desc)
 		sctx, span := r.trace.Start(trace.ContextWithSpanContext(ctx, batches[id]), "ranker.announce", trace.WithSpanKind(trace.SpanKindProducer),
