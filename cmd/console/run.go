@@ -90,11 +90,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			// The registry as it is now: a record names the version that rendered it.
 			var reg registry.State
 			if kv, err := base.JS.KeyValue(ctx, registry.Bucket); err == nil {
-				entries, err := registry.Read(ctx, kv)
-				if err != nil {
+				if reg, _, err = registry.Load(ctx, kv); err != nil {
 					return err
 				}
-				reg, _ = registry.Parse(entries)
 			}
 			return audit.NewVerifier(cfg.TemplatesDir, cfg.TZ, reg, render.Store{St: st}).Verify(ctx, rec)
 		},

@@ -121,12 +121,8 @@ func (e *env) registry(ctx context.Context) (registry.State, error) {
 
 // registryState reads and parses the bucket.
 func registryState(ctx context.Context, kv jetstream.KeyValue) (registry.State, error) {
-	entries, err := registry.Read(ctx, kv)
-	if err != nil {
-		return registry.State{}, err
-	}
-	s, _ := registry.Parse(entries)
-	return s, nil
+	s, _, err := registry.Load(ctx, kv)
+	return s, err
 }
 
 func templatesList(fs *flag.FlagSet) func(context.Context, *env) error {

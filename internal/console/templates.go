@@ -42,11 +42,10 @@ func (c *Console) registryState(r *http.Request) (registry.State, jetstream.KeyV
 	if err != nil {
 		return registry.State{}, nil, nil, false, fmt.Errorf("registry: %w", err)
 	}
-	entries, err := registry.Read(r.Context(), kv)
+	s, bad, err := registry.Load(r.Context(), kv)
 	if err != nil {
 		return registry.State{}, nil, nil, false, err
 	}
-	s, bad := registry.Parse(entries)
 	return s, kv, bad, true, nil
 }
 

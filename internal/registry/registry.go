@@ -120,6 +120,16 @@ func Read(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, error)
 	return out, nil
 }
 
+// Load reads the bucket and parses it: the state, and the entries it had to leave out.
+func Load(ctx context.Context, kv jetstream.KeyValue) (State, []error, error) {
+	entries, err := Read(ctx, kv)
+	if err != nil {
+		return State{}, nil, err
+	}
+	s, bad := Parse(entries)
+	return s, bad, nil
+}
+
 // Push stores files as the next version of name, after checking them exactly as composers will
 // (compose.LoadVersion): a bad template is refused here with its name, line and variable. The
 // version number is claimed with a create, so two pushes never get the same one.
