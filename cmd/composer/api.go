@@ -130,7 +130,9 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (stop 
 		mu.Lock()
 		defer mu.Unlock()
 		if stopping {
-			_ = req.Error(strconv.Itoa(http.StatusServiceUnavailable), "the composer is shutting down", nil)
+			// The same JSON and headers as any failure of the endpoint: retry on another replica.
+			e := service.Error{Code: "shutting_down", Message: "the composer is shutting down; retry"}
+			_ = req.Error(strconv.Itoa(http.StatusServiceUnavailable), e.Message, service.EncodeJSON(e))
 			return
 		}
 		inFlight.Go(func() { // a render may wait seconds for inputs: the subscription must not
