@@ -34,6 +34,7 @@ type composer struct {
 	renderTimeout time.Duration
 	maxDeliver    int
 	now           func() time.Time
+	answers       *answerStore
 }
 
 // errStore marks a ClickHouse failure: worth retrying by redelivery before giving up.
@@ -47,8 +48,8 @@ func storeError(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %v", errStore, err)
 }
 
-// handle answers one request: prompt.composed or prompt.failed, or a retry when the answer
-// could not be published (or the store failed and deliveries are left). It is one span, a
+// handle answers one request: prompt.composed or prompt.failed (held until PROMPTS takes it:
+// store.go), or a retry when the store failed and deliveries are left. It is one span, a
 // child of the orchestrator's (its trace continues to the model call); the context it returns is
 // work's with that span in it, so that settling logs with the request's trace ids.
 func (c *composer) handle(work context.Context, msg jetstream.Msg) (context.Context, settle.Outcome) {
@@ -74,11 +75,11 @@ func (c *composer) answer(ctx context.Context, span trace.Span, msg jetstream.Ms
 	}
 	out, err := c.compose(ctx, req.ID, req.Data, req.Time, nil)
 	if err == nil {
-		err = c.publishComposed(ctx, out)
+		err = c.store(ctx, func(ctx context.Context) error { return c.publishComposed(ctx, out) })
 		var tooLarge *events.TooLargeError
 		if !errors.As(err, &tooLarge) {
 			if err != nil {
-				return settle.RetryLater(err)
+				return settle.RetryLater(err) // stopping: another replica answers it
 			}
 			return settle.Ack()
 		}
@@ -95,7 +96,9 @@ func (c *composer) answer(ctx context.Context, span trace.Span, msg jetstream.Ms
 	if f.Code == events.CodeStoreUnavailable && int(md.NumDelivered) < c.maxDeliver {
 		return settle.RetryLater(err) // the store may come back; the last delivery answers
 	}
-	if err := c.publishFailed(ctx, req.ID, req.Data.ExecutionID, req.Data.TeamID, req.Data.RoundNumber, f); err != nil {
+	if err := c.store(ctx, func(ctx context.Context) error {
+		return c.publishFailed(ctx, req.ID, req.Data.ExecutionID, req.Data.TeamID, req.Data.RoundNumber, f)
+	}); err != nil {
 		return settle.RetryLater(err)
 	}
 	return settle.Ack()
@@ -125,7 +128,9 @@ func (c *composer) reject(ctx context.Context, msg jetstream.Msg, md *jetstream.
 			requestID = md.Stream + "-" + strconv.FormatUint(md.Sequence.Stream, 10)
 		}
 		f := &events.Failure{Code: events.CodeInvalidRequest, Message: cause.Error()}
-		if err := c.publishFailed(ctx, requestID, addr.ExecutionID, addr.TeamID, req.Data.RoundNumber, f); err != nil {
+		if err := c.store(ctx, func(ctx context.Context) error {
+			return c.publishFailed(ctx, requestID, addr.ExecutionID, addr.TeamID, req.Data.RoundNumber, f)
+		}); err != nil {
 			return settle.RetryLater(err)
 		}
 	}

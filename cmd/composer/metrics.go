@@ -11,6 +11,7 @@ type metrics struct {
 	requests          *prometheus.CounterVec
 	renderDuration    prometheus.Histogram
 	publishDuration   prometheus.Histogram
+	answerRetries     prometheus.Counter
 	inputsWait        prometheus.Histogram
 	promptTokens      prometheus.Histogram
 	truncations       *prometheus.CounterVec
@@ -34,6 +35,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "composer_publish_duration_seconds",
 			Help:    "Time to publish one answer (prompt.composed or prompt.failed) until JetStream acknowledged it.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		answerRetries: f.NewCounter(prometheus.CounterOpts{
+			Name: "composer_answer_retries_total",
+			Help: "Publishes of an answer that PROMPTS did not take (deleted, full, without a quorum); the request is held and the answer tried again.",
 		}),
 		inputsWait: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "composer_inputs_wait_seconds",

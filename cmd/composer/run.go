@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
 		API:             newAPI(rs),
-		Checks:          map[string]service.Check{"clickhouse": st.Ping},
+		Checks:          map[string]service.Check{"clickhouse": st.Ping, "prompts": c.answers.ready},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
 		Consume: func(stop, work context.Context) error {
@@ -122,7 +122,25 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 		renderTimeout: cfg.RenderTimeout,
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,
+		answers:       &answerStore{remake: promptsMaker(base.JS, cfg)},
 	}, nil
+}
+
+// promptsMaker makes PROMPTS again when the composer manages its streams; nil otherwise.
+func promptsMaker(js jetstream.JetStream, cfg *config) func(context.Context) error {
+	if !cfg.ManageStreams {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		sc, err := events.StreamConfig(events.StreamPrompts, cfg.Streams())
+		if err != nil {
+			return err
+		}
+		if _, err := js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		return nil
+	}
 }
 
 // templateRegistry opens the TEMPLATES bucket, creating it when the composer manages its

@@ -2,26 +2,24 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/podium-llm/podium/internal/refill"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// storeRebuild writes the EVALUATIONS stream into the store again: the stream is the log, the
-// store a view of it. Every message is parsed as the ranker parses it (the invalid ones, which
-// the ranker dead-lettered, are skipped) and written with its stream sequence, so the rows are
-// the ones the ranker wrote; writing a row again is harmless (reads collapse copies of an id),
-// so a rebuild beside a running ranker, or run twice, changes nothing. Progress is noted every
-// batch in the store (rank.RebuildFrom): an interrupted rebuild resumes there.
+// storeRebuild writes the EVALUATIONS stream into the store again (internal/refill, as the
+// ranker does by itself when it finds its table lost): a rebuild beside a running ranker, or run
+// twice, changes nothing. Progress is noted every batch in the store (rank.RebuildFrom): an
+// interrupted rebuild resumes there. At the end the store gets a new lineage, which invalidates
+// the score snapshots composers read.
 func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 	batchSize := fs.Int("batch", 1000, "evaluations per insert")
 	fromStart := fs.Bool("from-start", false, "ignore the noted progress: write every evaluation the stream holds again")
@@ -69,34 +67,47 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 		if state.FirstSeq > 1 {
 			fmt.Fprintf(e.out, "note: the stream no longer holds sequences 1-%d (its retention removed them); what they held cannot be rebuilt\n", state.FirstSeq-1)
 		}
-		r := rebuilder{st: st, maxBytes: e.cfg.MaxEventBytes, batch: *batchSize, out: e.out, plain: *noBar}
+		r := rebuilder{out: e.out, plain: *noBar}
+		var res refill.Result
 		if start <= state.LastSeq {
-			r.total = state.LastSeq - start + 1
+			r.start, r.total = start, state.LastSeq-start+1
 			r.bar = newBar(e.out, int64(r.total), *noBar)
-			if err := r.run(ctx, js, start, state.LastSeq); err != nil {
+			res, err = refill.Run(ctx, refill.Options{JS: js, MaxEventBytes: e.cfg.MaxEventBytes, Batch: *batchSize, Read: r.progress,
+				Written: st.NoteRebuilt}, start-1, st.Insert)
+			_ = r.bar.Finish()
+			if err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(e.out, "\n%d messages read, %d evaluations written, %d invalid skipped (the ranker dead-lettered them)\n", r.read, r.written, r.invalid)
+		fmt.Fprintf(e.out, "\n%d messages read, %d evaluations written, %d invalid skipped (the ranker dead-lettered them)\n", res.Read, res.Written, res.Invalid)
+		// Everything derived from the store before (the ranker's score snapshots) names the
+		// lineage it came from: a new one invalidates it, and the ranker publishes it to
+		// composers at its next check of the store.
+		anchor := res.Last
+		if anchor == (rank.RowKey{}) {
+			if anchor, _, err = st.NewestRow(ctx); err != nil {
+				return err
+			}
+		}
+		if err := st.NoteLineage(ctx, rank.Lineage{Epoch: uint64(time.Now().UnixNano()), Stream: rank.StreamID(stream.CachedInfo().Created), Anchor: anchor, Whole: true}); err != nil {
+			return err
+		}
 		return report(ctx, e.out, st, *show)
 	}
 }
 
+// rebuilder reports a rebuild's progress.
 type rebuilder struct {
-	st       *rank.Store
-	maxBytes int
-	batch    int
-	out      io.Writer
-	bar      *progressbar.ProgressBar
-	plain    bool   // a line every tenth instead of the bar
-	total    uint64 // sequences to read
-
-	read, written, invalid int
-	tenths                 uint64 // tenths of total reported so far (plain)
+	out          io.Writer
+	bar          *progressbar.ProgressBar
+	plain        bool   // a line every tenth instead of the bar
+	start, total uint64 // the first sequence to read, and how many
+	tenths       uint64 // tenths of total reported so far (plain)
 }
 
-// progress reports done of total sequences.
-func (r *rebuilder) progress(done uint64) {
+// progress reports that sequence seq was read.
+func (r *rebuilder) progress(seq uint64) {
+	done := seq - r.start + 1
 	if !r.plain {
 		_ = r.bar.Set64(int64(done))
 		return
@@ -105,73 +116,6 @@ func (r *rebuilder) progress(done uint64) {
 		r.tenths++
 		fmt.Fprintf(r.out, "%d%%: %d of %d sequences read\n", r.tenths*10, done, r.total)
 	}
-}
-
-// run writes sequences start to last, a batch at a time, noting progress after each.
-func (r *rebuilder) run(ctx context.Context, js jetstream.JetStream, start, last uint64) error {
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvaluations, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.TypeEvaluationCompleted + ".>"},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
-	if err != nil {
-		return fmt.Errorf("read %s: %w", events.StreamEvaluations, err)
-	}
-	var recs []rank.Record
-	size, seq := 0, start-1
-	flush := func() error {
-		if len(recs) > 0 {
-			if err := r.st.Insert(ctx, recs); err != nil {
-				return err
-			}
-			r.written += len(recs)
-		}
-		if err := r.st.NoteRebuilt(ctx, seq); err != nil {
-			return err
-		}
-		recs, size = recs[:0], 0
-		return nil
-	}
-	for seq < last {
-		batch, err := cons.FetchBytes(8<<20, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", events.StreamEvaluations, err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				return err
-			}
-			seq = md.Sequence.Stream
-			r.progress(seq - start + 1)
-			r.read++
-			ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), r.maxBytes)
-			if err != nil {
-				r.invalid++
-			} else {
-				recs = append(recs, rank.Record{EventID: ev.ID, Source: ev.Source, Seq: seq, EvaluationCompleted: ev.Data})
-				size += len(msg.Data())
-			}
-			if len(recs) >= r.batch || size >= 8<<20 || seq >= last {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-			if seq >= last {
-				break
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("read %s: %w", events.StreamEvaluations, err)
-		}
-		if n == 0 && seq < last {
-			// Nothing more although the stream said it held up to last: the rest was deleted
-			// meanwhile (retention, an operator).
-			break
-		}
-	}
-	_ = r.bar.Finish()
-	return flush()
 }
 
 // newBar is the progress of a rebuild: a bar on a terminal, a line every 10% otherwise.

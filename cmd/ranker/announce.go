@@ -121,11 +121,21 @@ func (r *ranker) announce(ctx context.Context, a *announcer) {
 func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.SpanContext) (failed map[string]trace.SpanContext) {
 	ids := slices.Sorted(maps.Keys(batches))
 	failed = map[string]trace.SpanContext{}
+	// No board is read from a store being refilled (lineage.go): the executions wait for the
+	// next round. The snapshots name the lineage their rows were read from.
+	if !r.boardsMu.TryRLock() {
+		return batches
+	}
+	lin := r.lineage.Load()
 	// Read after the ack floor: every evaluation up to it is committed, so the rows read next
 	// hold all of them, and the snapshots written of them are complete through it.
-	through := r.committedThrough(ctx)
+	d := rank.Derivation{Through: r.committedThrough(ctx)}
+	if lin != nil {
+		d.Lineage = lin.ID()
+	}
 	start := time.Now()
 	evs, err := r.store.Scores(ctx, ids)
+	r.boardsMu.RUnlock()
 	r.m.leaderboardQuery.Observe(time.Since(start).Seconds())
 	if err != nil {
 		r.m.clickhouseErrors.WithLabelValues("query").Inc()
@@ -134,7 +144,7 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 	}
 	for _, id := range ids {
 		// The snapshot first: a request that the announcement prompts then finds it.
-		r.putSnapshot(ctx, id, evs[id], through)
+		r.putSnapshot(ctx, id, evs[id], d)
 		b := evs[id].Reduce(rank.Everything()).Leaderboard(events.Desc)
 		sctx, span := r.trace.Start(trace.ContextWithSpanContext(ctx, batches[id]), "ranker.announce", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.String("podium.execution_id", id), attribute.Int64("podium.evaluations_seq", int64(b.Seq))))

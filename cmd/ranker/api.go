@@ -24,8 +24,17 @@ type historyResponse struct {
 	Rounds      []events.TeamRound `json:"rounds"`
 }
 
-func newAPI(log *slog.Logger, st store, m *metrics) http.Handler {
+// newAPI serves leaderboards and histories; while refilling says the store is being refilled
+// (lineage.go) they answer 503 instead of a board that misses evaluations.
+func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string) http.Handler {
 	mux := http.NewServeMux()
+	whole := func(w http.ResponseWriter) bool {
+		if why := refilling(); why != "" {
+			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: "the store is being refilled from EVALUATIONS (" + why + "); try again when /readyz answers 200"})
+			return false
+		}
+		return true
+	}
 	mux.HandleFunc("GET /v1/executions/{execution_id}/leaderboard", func(w http.ResponseWriter, r *http.Request) {
 		exec := r.PathValue("execution_id")
 		if !events.ValidIdentifier(exec) {
@@ -35,6 +44,9 @@ func newAPI(log *slog.Logger, st store, m *metrics) http.Handler {
 		order, ok := events.ParseScoreOrder(r.URL.Query().Get("score_order"))
 		if !ok {
 			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: "invalid_request", Message: `score_order must be "asc" or "desc"`})
+			return
+		}
+		if !whole(w) {
 			return
 		}
 		start := time.Now()
@@ -56,6 +68,9 @@ func newAPI(log *slog.Logger, st store, m *metrics) http.Handler {
 		}
 		if !events.ValidIdentifier(team) {
 			badIdentifier(w, "team_id", team)
+			return
+		}
+		if !whole(w) {
 			return
 		}
 		rounds, err := st.History(r.Context(), exec, team, rank.Everything())

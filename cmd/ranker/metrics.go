@@ -14,6 +14,8 @@ type metrics struct {
 	clickhouseErrors  *prometheus.CounterVec
 	quorumFailures    prometheus.Counter
 	clickhouseRepairs prometheus.Counter
+	refills           prometheus.Counter
+	refilling         prometheus.Gauge
 	snapshots         *prometheus.CounterVec
 	leaderboardQuery  prometheus.Histogram
 	leaderboardsSent  prometheus.Counter
@@ -40,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		clickhouseErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ranker_clickhouse_errors_total",
-			Help: "ClickHouse failures by kind: insert, query, unavailable (ping), refused (an evaluation the table refused, dead-lettered).",
+			Help: "ClickHouse failures by kind: insert, query, unavailable (ping), refused (an evaluation the table refused, dead-lettered), refill (a try of a store refill that failed and starts over).",
 		}, []string{"kind"}),
 		quorumFailures: f.NewCounter(prometheus.CounterOpts{
 			Name: "ranker_insert_quorum_failures_total",
@@ -52,7 +54,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		clickhouseRepairs: f.NewCounter(prometheus.CounterOpts{
 			Name: "ranker_clickhouse_repairs_total",
-			Help: "Times the ranker recreated its database or table from the migrations because an insert found it missing.",
+			Help: "Times the ranker recreated its database or table from the migrations because it found it missing.",
+		}),
+		refills: f.NewCounter(prometheus.CounterOpts{
+			Name: "ranker_store_refills_total",
+			Help: "Times the ranker began to refill its store from the EVALUATIONS stream because it found the store not whole (a table missing or recreated, a new database, a refill that did not finish).",
+		}),
+		refilling: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ranker_store_refilling",
+			Help: "1 while the ranker refills its store from EVALUATIONS (commits are held and the ranker is unready), else 0.",
 		}),
 		leaderboardQuery: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ranker_leaderboard_query_duration_seconds",

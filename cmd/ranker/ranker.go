@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +30,10 @@ type store interface {
 	History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error)
 	Ping(ctx context.Context) error
 	CheckTable(ctx context.Context) error
+	Lineage(ctx context.Context) (rank.Lineage, bool, error)
+	NoteLineage(ctx context.Context, l rank.Lineage) error
+	Holds(ctx context.Context, k rank.RowKey) (bool, error)
+	NewestRow(ctx context.Context) (rank.RowKey, bool, error)
 }
 
 var _ store = (*rank.Store)(nil)
@@ -59,6 +64,19 @@ type ranker struct {
 	repair func(ctx context.Context) error
 	// fail stops the consumer with a fault the ranker cannot mend (stopWith), set by consume.
 	fail func(err error)
+	// runtime consumes; the ranker publishes its store's lineage on the consumer through it.
+	runtime *consume.Runtime
+
+	// commitMu is held by each commit and by a check or refill of the store (lineage.go): no
+	// ack moves the ack floor while the store is not whole.
+	commitMu sync.Mutex
+	// boardsMu is read-held by an announcement's read of the store and held by a refill, so no
+	// leaderboard is read from a store being refilled.
+	boardsMu  sync.RWMutex
+	lineage   atomic.Pointer[rank.Lineage] // the store's lineage, as published
+	published atomic.Pointer[string]       // the consumer metadata last published
+	refilling atomic.Pointer[string]       // why, while a refill runs
+	checked   atomic.Bool                  // set once the store was found whole at start
 
 	writing     atomic.Bool // set while the committer has a batch in hand
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
@@ -96,7 +114,10 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		defer close(committed)
 		for b := range batches {
 			r.writing.Store(true)
-			if sc, ok := r.commit(work, b); ok {
+			r.commitMu.Lock()
+			sc, ok := r.commit(work, b)
+			r.commitMu.Unlock()
+			if ok {
 				ann.add(sc, b.recs)
 			}
 			r.writing.Store(false)
@@ -109,6 +130,11 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		<-announced
 	}()
 
+	// No commit before the store is known whole: a new database beside a stream that holds
+	// evaluations is refilled first.
+	if !r.startCheck(stop, work) {
+		return nil
+	}
 	return rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: r.batchSize, Bytes: r.batchBytes, Flush: r.flushInterval,
 		Linger: r.linger, Busy: r.writing.Load},
 		func(_, work context.Context, msgs []jetstream.Msg) {
@@ -185,6 +211,7 @@ func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) 
 		if len(refused) > 0 {
 			b = r.deadLetterRefused(ctx, b, refused)
 		}
+		r.anchorAfter(ctx, b.recs)
 	}
 	// The rows are stored; a redelivery of an ack that is lost is harmless: writes are idempotent.
 	// The last ack is confirmed, so that when composers hear of the commit, the ranker's ack

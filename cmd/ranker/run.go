@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	base.StoreMetrics(st)
+	r.runtime = runtime
 	r.repair = func(ctx context.Context) error {
 		if err := rank.CreateDatabase(ctx, cfg.Store(log)); err != nil {
 			return err
@@ -75,14 +76,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
-		API:             newAPI(log, st, r.m),
+		API:             newAPI(log, st, r.m, r.refillReason),
 		Checks:          map[string]service.Check{"clickhouse": r.storeReady},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase},
 		Consume: func(stop, work context.Context) error {
 			return r.consume(stop, work, runtime, cons)
 		},
-		Watch: []func(context.Context){func(work context.Context) { r.watchConsumer(work, cons, 5*time.Second) }}, // Info asks by name: it follows a consumer made again
+		Watch: []func(context.Context){
+			func(work context.Context) { r.watchConsumer(work, cons, 5*time.Second) }, // Info asks by name: it follows a consumer made again
+			r.watchStore,
+		},
 	})
 }
 
@@ -122,6 +126,12 @@ func openStore(ctx context.Context, cfg rank.Config) (*rank.Store, error) {
 func (r *ranker) storeReady(ctx context.Context) error {
 	if r.fatal.Load() {
 		return errors.New("stopped: clickhouse refuses every evaluation (see the error log)")
+	}
+	if why := r.refilling.Load(); why != nil {
+		return errors.New("refilling the store from EVALUATIONS: " + *why)
+	}
+	if !r.checked.Load() {
+		return errors.New("the store is not yet checked against EVALUATIONS")
 	}
 	if r.quorumLost.Load() {
 		return errors.New("inserts wait for a quorum of ClickHouse replicas; evaluations are held, not lost")

@@ -26,12 +26,12 @@ func (r *ranker) committedThrough(ctx context.Context) uint64 {
 	return cons.CachedInfo().AckFloor.Stream
 }
 
-// putSnapshot writes an execution's rows, complete through the given sequence.
-func (r *ranker) putSnapshot(ctx context.Context, executionID string, ev *rank.Evaluations, through uint64) {
-	if r.snapshots == nil || through == 0 || ev == nil {
+// putSnapshot writes an execution's rows with what they were derived from.
+func (r *ranker) putSnapshot(ctx context.Context, executionID string, ev *rank.Evaluations, d rank.Derivation) {
+	if r.snapshots == nil || d.Through == 0 || d.Lineage == "" || ev == nil {
 		return
 	}
-	b, err := ev.Snapshot(through)
+	b, err := ev.Snapshot(d)
 	if err == nil && int64(len(b)) > r.nc.MaxPayload()-4096 {
 		r.m.snapshots.WithLabelValues("too_large").Inc()
 		// The snapshot written while the execution was smaller is stale from now on: composers

@@ -41,11 +41,11 @@ func TestSnapshotTooLargeRemovesTheStaleOne(t *testing.T) {
 		return ev
 	}
 
-	r.putSnapshot(ctx, "big", rows(100), 100)
+	r.putSnapshot(ctx, "big", rows(100), rank.Derivation{Through: 100, Lineage: "1@s"})
 	if _, err := kv.Get(ctx, "big"); err != nil {
 		t.Fatalf("the snapshot of 100 rows was not written: %v", err)
 	}
-	r.putSnapshot(ctx, "big", rows(20000), 20000) // about 2 MiB encoded, over the 1 MiB max payload
+	r.putSnapshot(ctx, "big", rows(20000), rank.Derivation{Through: 20000, Lineage: "1@s"}) // about 2 MiB encoded, over the 1 MiB max payload
 	if n := testutil.ToFloat64(r.m.snapshots.WithLabelValues("too_large")); n != 1 {
 		t.Fatalf("too_large snapshots = %v, want 1", n)
 	}

@@ -17,8 +17,8 @@ import (
 //   - transient faults (down, busy, a lost quorum) are retried with the shared backoff for as
 //     long as they last, the batch kept in progress and /readyz failing meanwhile;
 //   - a missing database or table (dropped by an operator) is recreated from the migrations and
-//     the batch written again; what was in the dropped table is refilled from the stream by
-//     `podium store rebuild`;
+//     refilled from the EVALUATIONS stream (lineage.go), unready meanwhile, then the batch is
+//     written again;
 //   - rows the table refuses: if the table is not what the migrations made (a column dropped or
 //     retyped by hand), it would refuse every row, so the ranker stops with an error naming the
 //     difference (unready, exit 1, the batch given back for redelivery after the fix); if it is,
@@ -47,11 +47,9 @@ const (
 )
 
 // insert writes recs, retrying with the shared backoff while ClickHouse is unavailable (the
-// caller keeps the messages in progress meanwhile) and recreating what the migrations own when
-// it is missing. It returns ctx's error when ctx ends first, a *refusal when the table refuses
-// the rows, and a fatal error when the table keeps disappearing.
+// caller keeps the messages in progress meanwhile). It returns ctx's error when ctx ends first,
+// a *refusal when the table refuses the rows, and errTableLost when the table is missing.
 func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
-	repairs := 0
 	var busySince time.Time
 	busyWait := quorumBusyFirst
 	for attempt := uint64(1); ; attempt++ {
@@ -83,25 +81,14 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 			}
 			return nil
 		}
+		if rank.FaultOf(err) == rank.Missing {
+			return errorOf(err) // the caller refills the table (lineage.go)
+		}
 		r.insertFails.Store(true)
 		r.m.clickhouseErrors.WithLabelValues("insert").Inc()
 		delay := settle.Backoff(attempt)
-		switch rank.FaultOf(err) {
-		case rank.Refused:
+		if rank.FaultOf(err) == rank.Refused {
 			return &refusal{err}
-		case rank.Missing:
-			if repairs++; repairs > maxRepairs {
-				return fmt.Errorf("%w: the evaluations table was recreated %d times and is missing again: %v", errFatal, maxRepairs, err)
-			}
-			r.log.WarnContext(ctx, "clickhouse database or table is missing; recreating it from the migrations", "error", err, "repair", repairs)
-			rerr := r.repair(ctx)
-			if rerr == nil {
-				r.m.clickhouseRepairs.Inc()
-				r.log.WarnContext(ctx, "clickhouse tables recreated; what the stream still holds can refill them with `podium store rebuild`")
-				attempt--
-				continue
-			}
-			err = fmt.Errorf("recreate: %w (after %v)", rerr, err)
 		}
 		if rank.IsQuorumError(err) {
 			// The rows may already be on some replicas; they count once the quorum has them, and
@@ -128,10 +115,32 @@ func (r *ranker) stopWith(err error) {
 	}
 }
 
-// write stores recs (see the top of this file). It returns the evaluations ClickHouse refused,
-// by event id with its error, when the others are stored; an error when nothing was settled:
-// ctx ended, or a fault stopped the ranker.
+// write stores the recs of a commit (see the top of this file), refilling the table from the
+// stream when it is missing. It returns the evaluations ClickHouse refused, by event id with its
+// error, when the others are stored; an error when nothing was settled: ctx ended, or a fault
+// stopped the ranker.
 func (r *ranker) write(ctx context.Context, recs []rank.Record) (map[string]error, error) {
+	for repairs := 1; ; repairs++ {
+		refused, err := r.writeRows(ctx, recs)
+		if !errors.Is(err, errTableLost) {
+			return refused, err
+		}
+		if repairs > maxRepairs {
+			fatal := fmt.Errorf("%w: the evaluations table was recreated %d times and is missing again: %v", errFatal, maxRepairs, err)
+			r.log.ErrorContext(ctx, "the evaluations table keeps disappearing; stopping", "error", fatal)
+			r.stopWith(fatal)
+			return nil, fatal
+		}
+		r.log.WarnContext(ctx, "clickhouse database or table is missing; recreating it and refilling it from EVALUATIONS", "error", err, "repair", repairs)
+		if err := r.refill(ctx, "the evaluations table is missing", true); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// writeRows stores recs, or finds those the table refuses. It returns errTableLost when the table
+// is missing.
+func (r *ranker) writeRows(ctx context.Context, recs []rank.Record) (map[string]error, error) {
 	err := r.insert(ctx, recs)
 	var ref *refusal
 	if err == nil || !errors.As(err, &ref) {

@@ -114,9 +114,23 @@ func TestWriteDeadLettersOnlyWhatIsRefused(t *testing.T) {
 }
 
 // TestWriteRecreatesADroppedTable: an operator dropped the table; the insert finds it missing,
-// the migrations make it again, and the batch is stored.
+// the migrations make it again, what the EVALUATIONS stream holds is written back, and the
+// batch is stored.
 func TestWriteRecreatesADroppedTable(t *testing.T) {
 	st, cfg := testenv.Store(t, true)
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	if err := events.EnsureStreams(t.Context(), js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range records("dropped", "x", "y") {
+		body, err := events.Marshal(rec.EventID, "test", events.TypeEvaluationCompleted, rec.EvaluatedAt, rec.EvaluationCompleted)
+		if err == nil {
+			_, err = js.Publish(t.Context(), events.EvaluationSubject(rec.ExecutionID, rec.TeamID), body)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	exec(t, cfg, "DROP TABLE evaluations")
 	repairs := 0
 	r, stopped := newTestRanker(t, st, func(ctx context.Context) error {
@@ -124,12 +138,16 @@ func TestWriteRecreatesADroppedTable(t *testing.T) {
 		_, err := st.Repair(ctx)
 		return err
 	})
+	r.js, r.maxBytes, r.batchSize = js, 1<<20, 10
 	refused, err := r.write(t.Context(), records("dropped", "a", "b"))
 	if err != nil || len(refused) > 0 {
 		t.Fatalf("write: %v, refused %v", err, refused)
 	}
-	if got := stored(t, st, "dropped"); !got["a"] || !got["b"] || repairs != 1 {
-		t.Errorf("stored %v after %d repairs", got, repairs)
+	if got := stored(t, st, "dropped"); !got["a"] || !got["b"] || !got["x"] || !got["y"] || repairs != 1 {
+		t.Errorf("stored %v after %d repairs, want the batch (a, b) and the stream's evaluations (x, y)", got, repairs)
+	}
+	if lin, ok, err := st.Lineage(t.Context()); err != nil || !ok || !lin.Whole || lin.Anchor == (rank.RowKey{}) {
+		t.Errorf("lineage after the refill: %+v (found %v, err %v), want a whole one with an anchor", lin, ok, err)
 	}
 	if stopped.Load() != nil {
 		t.Errorf("the ranker stopped: %v", stopped.Load())

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,6 +35,10 @@ type Source struct {
 
 // Ensure creates or updates the consumer, and the stream first when it is missing and managed.
 func (s Source) Ensure(ctx context.Context) (jetstream.Consumer, error) {
+	return s.ensure(ctx, s.Consumer)
+}
+
+func (s Source) ensure(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	if s.StreamConfig != nil {
 		if _, err := s.JS.Stream(ctx, s.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
 			if err := s.remakeStream(ctx); err != nil {
@@ -40,9 +46,9 @@ func (s Source) Ensure(ctx context.Context) (jetstream.Consumer, error) {
 			}
 		}
 	}
-	cons, err := s.JS.CreateOrUpdateConsumer(ctx, s.Stream, s.Consumer)
+	cons, err := s.JS.CreateOrUpdateConsumer(ctx, s.Stream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("consume: consumer %s on %s: %w", s.Consumer.Durable, s.Stream, err)
+		return nil, fmt.Errorf("consume: consumer %s on %s: %w", cfg.Durable, s.Stream, err)
 	}
 	return cons, nil
 }
@@ -86,6 +92,66 @@ type Runtime struct {
 	RecoverFor time.Duration
 	// Recoveries counts consumers made again after a fault (may be nil).
 	Recoveries prometheus.Counter
+
+	mu       sync.Mutex        // guards metadata
+	metadata map[string]string // set by SetMetadata: kept by every consumer made again
+}
+
+// SetMetadata updates the consumer's metadata (its state for others to read: the ranker's
+// store lineage) on the server, and keeps it for every time the consumer is made again.
+func (rt *Runtime) SetMetadata(ctx context.Context, md map[string]string) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.metadata = maps.Clone(md)
+	_, err := rt.Source.ensure(ctx, rt.config())
+	return err
+}
+
+// config is the consumer's configuration with the metadata set; rt.mu held.
+func (rt *Runtime) config() jetstream.ConsumerConfig {
+	cfg := rt.Source.Consumer
+	cfg.Metadata = maps.Clone(rt.metadata)
+	return cfg
+}
+
+// watchEvery is how often a running consumer is looked up by name. nats.go tells a pull that the
+// consumer was deleted only while the pull waits on the server; a service whose buffer is full
+// (a batch held behind a slow insert) has no pull waiting, and its later pulls are refused
+// without the iterator closing. The lookup finds it gone whatever the pulls do.
+const watchEvery = 2 * time.Second
+
+// watch looks the consumer up every watchEvery while the loop runs and stops the iterator when
+// the consumer or its stream is gone; the loop then ends as for any loss. The returned function
+// ends the watch and returns the loss it saw, if any.
+func watch(stop context.Context, cons jetstream.Consumer, it jetstream.MessagesContext) func() error {
+	ctx, cancel := context.WithCancel(stop)
+	done := make(chan struct{})
+	var cause error
+	go func() {
+		defer close(done)
+		t := time.NewTicker(watchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ictx, icancel := context.WithTimeout(ctx, watchEvery)
+			_, err := cons.Info(ictx)
+			icancel()
+			if lostConsumer(err) {
+				cause = fmt.Errorf("consume: consumer looked up and not found: %w", err)
+				it.Stop()
+				return
+			}
+		}
+	}()
+	return func() error {
+		cancel()
+		<-done
+		return cause
+	}
 }
 
 // retryEvery is the pause between two tries to get a lost consumer back.
@@ -99,7 +165,11 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		it, err := cons.Messages(rt.Pull...)
 		if err == nil {
 			rt.Consuming(true)
+			lost := watch(stop, cons, it)
 			err = loop(stop, work, it)
+			if cause := lost(); cause != nil {
+				err = cause
+			}
 			rt.Consuming(false)
 			it.Stop()
 			if stop.Err() != nil {
@@ -137,7 +207,9 @@ func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
 	defer cancel()
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
-		cons, err := rt.Source.Ensure(tctx)
+		rt.mu.Lock()
+		cons, err := rt.Source.ensure(tctx, rt.config())
+		rt.mu.Unlock()
 		tcancel()
 		if err == nil {
 			return cons, nil

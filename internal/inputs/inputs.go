@@ -116,11 +116,12 @@ func New(d Deps) (*Inputs, error) {
 	// failure seen by either makes both look it up again.
 	evaluations := &evaluationsStream{js: d.JS}
 	scores := newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now)
-	scores.snaps = newSnapshots(d.JS, evaluations, clock)
+	lin := &lineage{changed: scores.forget}
+	scores.snaps = newSnapshots(d.JS, evaluations, clock, lin)
 	in := &Inputs{
 		// A probe is two JetStream API calls (milliseconds); one caught by a disconnect must not
 		// hold every waiting request for long, since probes run one at a time.
-		probes:   newProbes(d.JS, 2*time.Second),
+		probes:   newProbes(d.JS, 2*time.Second, lin),
 		scores:   scores,
 		contents: newStreamContent(d.JS, evaluations, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
 		commits:  newCommits(),

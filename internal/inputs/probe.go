@@ -19,10 +19,12 @@ type probes struct {
 	js      jetstream.JetStream
 	timeout time.Duration // of one probe's API calls
 	b       *batcher[struct{}, struct{}, *probe]
+	// lineage hears of the store lineage each probe read (lineage.go).
+	lineage *lineage
 }
 
-func newProbes(js jetstream.JetStream, timeout time.Duration) *probes {
-	p := &probes{js: js, timeout: timeout}
+func newProbes(js jetstream.JetStream, timeout time.Duration, l *lineage) *probes {
+	p := &probes{js: js, timeout: timeout, lineage: l}
 	// One probe at a time, of the one key: every request waiting joins it.
 	p.b = newBatcher(1, 1, func(ctx context.Context, _ map[struct{}][]struct{}) (map[struct{}]*probe, error) {
 		return map[struct{}]*probe{{}: p.run(ctx)}, nil
@@ -37,6 +39,9 @@ type probe struct {
 	streamErr  error
 	consumer   *jetstream.ConsumerInfo // nil when not found or on error
 	consumeErr error
+	// refilling says why the ranker is refilling the store from the stream (its consumer's
+	// metadata, events.MetaStoreRefilling); empty when it is not.
+	refilling string
 }
 
 // join waits for a probe that started after the call.
@@ -58,13 +63,17 @@ func (p *probes) run(ctx context.Context) *probe {
 		pr.streamErr = err
 		return pr
 	}
-	pr.lastSeq = stream.CachedInfo().State.LastSeq
+	info := stream.CachedInfo()
+	pr.lastSeq = info.State.LastSeq
 	cons, err := stream.Consumer(ctx, events.ConsumerRanker)
 	if err != nil {
 		pr.consumeErr = err
 		return pr
 	}
 	pr.consumer = cons.CachedInfo()
+	md := pr.consumer.Config.Metadata
+	pr.refilling = md[events.MetaStoreRefilling]
+	p.lineage.saw(md[events.MetaStoreLineage], info.Created)
 	return pr
 }
 
@@ -80,6 +89,10 @@ func (p *probe) committed(target uint64) (bool, string) {
 		return false, "ranker consumer not found"
 	case p.consumeErr != nil:
 		return false, "ranker consumer: " + p.consumeErr.Error()
+	}
+	if p.refilling != "" {
+		// Nothing read from the store is whole until the refill ends, whatever the ack floor says.
+		return false, "the ranker is refilling ClickHouse from EVALUATIONS (" + p.refilling + ")"
 	}
 	ci := p.consumer
 	// The ack floor stops short of the last sequence when the last messages are not the

@@ -127,6 +127,26 @@ func TestCommitProbe(t *testing.T) {
 			},
 		},
 		{
+			name: "three evaluations, all acked, while the ranker refills its store",
+			setup: func(t *testing.T, js jetstream.JetStream) {
+				createEvaluations(t, js)
+				cons := createRanker(t, js)
+				publishEvaluations(t, js, 3)
+				rankerAcks(t, cons, 3, 3, 3)
+				cfg := cons.CachedInfo().Config
+				cfg.Metadata = map[string]string{events.MetaStoreRefilling: "the evaluations table is missing", events.MetaStoreLineage: "1@x"}
+				if _, err := js.UpdateConsumer(context.Background(), events.StreamEvaluations, cfg); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantLastSeq:  3,
+			wantConsumer: true,
+			checks: []check{
+				{target: 0, want: false, reason: "refilling ClickHouse from EVALUATIONS (the evaluations table is missing)"},
+				{target: 3, want: false, reason: "refilling"},
+			},
+		},
+		{
 			name: "three evaluations, two acked",
 			setup: func(t *testing.T, js jetstream.JetStream) {
 				createEvaluations(t, js)
@@ -221,7 +241,7 @@ func TestCommitProbe(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, js := testenv.JetStream(t, testenv.NATS(t))
 			tt.setup(t, js)
-			c := newProbes(js, 5*time.Second)
+			c := newProbes(js, 5*time.Second, &lineage{})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			p, err := c.join(ctx)
@@ -257,7 +277,7 @@ func TestCommitProbeStreamError(t *testing.T) {
 	nc, js := testenv.JetStream(t, testenv.NATS(t))
 	createEvaluations(t, js)
 	nc.Close()
-	c := newProbes(js, 5*time.Second)
+	c := newProbes(js, 5*time.Second, &lineage{})
 	p, err := c.join(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +295,7 @@ func TestCommitProbeJoinersGetALaterProbe(t *testing.T) {
 	_, js := testenv.JetStream(t, testenv.NATS(t))
 	createEvaluations(t, js)
 	createRanker(t, js)
-	c := newProbes(js, 5*time.Second)
+	c := newProbes(js, 5*time.Second, &lineage{})
 
 	const callers = 50
 	type result struct {

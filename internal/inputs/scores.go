@@ -120,6 +120,15 @@ func (s *storeReads) fetch(ctx context.Context, batch map[string][]uint64) (map[
 
 // keep remembers a read for ttl, within maxKept bytes; s.mu is held. Kept reads live seconds, so
 // dropping the expired ones on every keep scans few.
+// forget drops every kept read: the store's lineage moved, and they may be of a store that was
+// not whole.
+func (s *storeReads) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.kept)
+	s.bytes = 0
+}
+
 func (s *storeReads) keep(exec string, ev *rank.Evaluations, seq uint64) {
 	if s.ttl <= 0 || ev == nil {
 		return

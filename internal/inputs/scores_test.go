@@ -700,10 +700,12 @@ func TestStoreReadsKeepWithinMaxKeptBytes(t *testing.T) {
 // TestStoreReadsUseCompleteSnapshots: an execution whose snapshot in SCORES is complete through
 // the sequence a request waits for is served from it, without a ClickHouse read; so is one whose
 // snapshot stops short of it while the EVALUATIONS stream holds nothing of that execution since;
-// one with an evaluation since, or without a snapshot, is read from ClickHouse.
+// one with an evaluation since, one of another store lineage than the ranker publishes (read
+// before a refill or a rebuild, or of a stream since made again), or without a snapshot, is read
+// from ClickHouse.
 func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 	h := newReadsHarness(t, harnessOptions{})
-	h.insert(t, "fresh", "quiet", "stale", "none")
+	h.insert(t, "fresh", "quiet", "stale", "none", "relineaged")
 	_, js := testenv.JetStream(t, testenv.NATS(t))
 	ctx := t.Context()
 	kv, err := js.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(1))
@@ -719,18 +721,26 @@ func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	evs, err := h.st.Scores(ctx, []string{"fresh", "quiet", "stale"})
+	evs, err := h.st.Scores(ctx, []string{"fresh", "quiet", "stale", "relineaged"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for exec, through := range map[string]uint64{"fresh": 10, "quiet": 2, "stale": 2} {
-		b, _ := evs[exec].Snapshot(through)
+	stream, err := js.Stream(ctx, events.StreamEvaluations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := "42@" + rank.StreamID(stream.CachedInfo().Created)
+	for exec, d := range map[string]rank.Derivation{"fresh": {Through: 10, Lineage: current}, "quiet": {Through: 2, Lineage: current},
+		"stale": {Through: 2, Lineage: current}, "relineaged": {Through: 10, Lineage: "41@" + rank.StreamID(stream.CachedInfo().Created)}} {
+		b, _ := evs[exec].Snapshot(d)
 		if _, err := kv.Put(ctx, exec, b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.s.snaps = newSnapshots(js, &evaluationsStream{js: js}, realClock{})
-	for _, tt := range []struct{ exec, want string }{{"fresh", "snapshot"}, {"quiet", "snapshot"}, {"stale", "queried"}, {"none", "queried"}} {
+	lin := &lineage{}
+	lin.saw(current, stream.CachedInfo().Created)
+	h.s.snaps = newSnapshots(js, &evaluationsStream{js: js}, realClock{}, lin)
+	for _, tt := range []struct{ exec, want string }{{"fresh", "snapshot"}, {"quiet", "snapshot"}, {"stale", "queried"}, {"none", "queried"}, {"relineaged", "queried"}} {
 		before := readCounts(t, h.m)
 		var pb dto.Metric
 		_ = h.m.storeReads.WithLabelValues("snapshot").Write(&pb)
@@ -746,8 +756,8 @@ func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 			t.Errorf("%s: %v from the snapshot, %v queried; want %s", tt.exec, fromSnapshot, queried, tt.want)
 		}
 	}
-	if calls := slices.Sorted(slices.Values(flatten(h.r.callIDs()))); !slices.Equal(calls, []string{"none", "stale"}) {
-		t.Errorf("ClickHouse reads %v, want none and stale only", calls)
+	if calls := slices.Sorted(slices.Values(flatten(h.r.callIDs()))); !slices.Equal(calls, []string{"none", "relineaged", "stale"}) {
+		t.Errorf("ClickHouse reads %v, want none, relineaged and stale only", calls)
 	}
 }
 

@@ -23,9 +23,14 @@ import (
 // has none of that execution's after T up to S; one direct get (the next message of the
 // execution's subjects from T+1) tells. A snapshot that is missing, or stale by that rule, leaves
 // the execution to ClickHouse.
+//
+// A snapshot also names the store lineage it was read from: one of another lineage than the
+// ranker publishes now was read from a store since refilled, rebuilt or recreated, and is stale
+// whatever its sequence says.
 type snapshots struct {
-	js    jetstream.JetStream
-	clock Clock
+	js      jetstream.JetStream
+	clock   Clock
+	lineage *lineage
 
 	stream  *evaluationsStream
 	mu      sync.Mutex // guards kv and retryAt; never held across I/O
@@ -36,8 +41,8 @@ type snapshots struct {
 // noBucketFor is how long a composer goes without looking for a bucket it did not find.
 const noBucketFor = 10 * time.Second
 
-func newSnapshots(js jetstream.JetStream, stream *evaluationsStream, clock Clock) *snapshots {
-	return &snapshots{js: js, clock: clock, stream: stream}
+func newSnapshots(js jetstream.JetStream, stream *evaluationsStream, clock Clock, l *lineage) *snapshots {
+	return &snapshots{js: js, clock: clock, stream: stream, lineage: l}
 }
 
 func (s *snapshots) bucket(ctx context.Context) jetstream.KeyValue {
@@ -77,8 +82,8 @@ func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string
 				}
 				return nil // ClickHouse serves it
 			}
-			ev, through, err := rank.ParseSnapshot(e.Value())
-			if err != nil || through < seq && !s.nothingSince(gctx, exec, through, seq) {
+			ev, d, err := rank.ParseSnapshot(e.Value())
+			if err != nil || !s.lineage.serves(d.Lineage) || d.Through < seq && !s.nothingSince(gctx, exec, d.Through, seq) {
 				return nil
 			}
 			mu.Lock()

@@ -114,6 +114,16 @@ func ConsumerConfig(durable string, o ConsumerOptions) (jetstream.ConsumerConfig
 	return cfg, nil
 }
 
+// The ranker's consumer carries the state of the store in its metadata, which every composer's
+// commit probe reads with the ack floor (no extra call): which lineage the store's rows are of
+// (rank.Lineage.ID; score snapshots of another lineage are stale), and whether the ranker is
+// refilling the store from the stream (then nothing read from ClickHouse is whole, and requests
+// wait as they wait for a commit).
+const (
+	MetaStoreLineage   = "podium_store_lineage"
+	MetaStoreRefilling = "podium_store_refilling"
+)
+
 // BucketScores is the key-value bucket of score snapshots: one key per execution, the
 // rank.Evaluations.Snapshot the ranker wrote after its last commit of that execution. Only the
 // latest value of a key is kept; an execution larger than the server's max payload has none,

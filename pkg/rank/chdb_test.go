@@ -74,6 +74,13 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	if err := st.Insert(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
+	// Two lineages, the newer of them noted twice: the read takes the last of the newest.
+	for _, l := range []rank.Lineage{{Epoch: 1, Stream: "2026-11-21T09:00:00Z"}, {Epoch: 2, Stream: "2026-11-21T09:00:00Z"},
+		{Epoch: 2, Stream: "2026-11-21T09:00:00Z", Anchor: rank.RowKey{ExecutionID: "exec-1", TeamID: "team-2", EventID: "ev-019"}, Whole: true}} {
+		if err := st.NoteLineage(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: cfg.Addrs, Auth: clickhouse.Auth{Database: cfg.Database}})
 	if err != nil {
@@ -111,6 +118,16 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	// ranker never writes two copies of an id in one insert (a batch keeps one), so the rows as
 	// 18.16 holds them are what a current server would hold too, which the setting reproduces.
 	script = append(script, statement{SQL: "INSERT INTO evaluations (" + cols + ") SETTINGS optimize_on_insert = 0 VALUES " + strings.Join(values, ", ")})
+	const lineageCols = `epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, whole, noted_at`
+	values = values[:0]
+	for _, row := range query(t, conn, "SELECT "+lineageCols+" FROM store_lineage").raw {
+		var lits []string
+		for _, v := range row {
+			lits = append(lits, literal(v))
+		}
+		values = append(values, "("+strings.Join(lits, ", ")+")")
+	}
+	script = append(script, statement{SQL: "INSERT INTO store_lineage (" + lineageCols + ") SETTINGS optimize_on_insert = 0 VALUES " + strings.Join(values, ", ")})
 
 	// The reads, with their arguments bound as clickhouse-go binds them.
 	reads := []struct {
@@ -123,6 +140,10 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 		{"contents, every round", bind(rank.ContentsQuery(1), "exec-0", "team-0", uint32(0), rank.RoundLimit(0))},
 		{"executions", rank.ExecutionsQuery},
 		{"status", rank.StatusQuery},
+		{"lineage", rank.LineageQuery},
+		{"anchor held", bind(rank.HoldsQuery, "exec-1", "team-2", "ev-019")},
+		{"anchor not held", bind(rank.HoldsQuery, "exec-1", "team-2", "no-such-event")},
+		{"newest row", rank.NewestRowQuery},
 		{"the table's columns", "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = 'evaluations' ORDER BY name"},
 	}
 	for _, r := range reads {
@@ -150,7 +171,7 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 			t.Fatalf("chDB %s refused %.200s: %s", got.Version, st.SQL, e.Error)
 		}
 	}
-	t.Logf("chDB %s ran %d migration statements and %d rows; comparing %d reads with 18.16", got.Version, len(script)-len(reads)-1, len(stored.raw), len(reads))
+	t.Logf("chDB %s ran %d migration statements and %d rows; comparing %d reads with 18.16", got.Version, len(script)-len(reads)-2, len(stored.raw), len(reads))
 	for i, r := range reads {
 		want := query(t, conn, r.sql)
 		var lines []string
@@ -267,6 +288,8 @@ func literal(v any) string {
 			panic("not finite")
 		}
 		return strconv.FormatFloat(x, 'g', -1, 64)
+	case time.Time:
+		return rank.QuoteString(x.UTC().Format(time.DateTime))
 	}
 	return fmt.Sprint(v)
 }

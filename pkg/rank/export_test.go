@@ -11,6 +11,9 @@ var (
 	MigrationsTable = migrationsTable
 	RoundLimit      = roundLimit
 	QuoteString     = quoteString
+	LineageQuery    = lineageQuery
+	HoldsQuery      = holdsQuery
+	NewestRowQuery  = newestRowQuery
 )
 
 // ThreadsRefused reports whether the server refused the store's ReadThreads.

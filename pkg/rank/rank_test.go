@@ -327,13 +327,13 @@ func TestSnapshotRoundTrips(t *testing.T) {
 			Evaluation: events.Scores{OverallScore: scores[i%len(scores)]}, EvaluatedAt: time.Unix(int64(i%5), int64(i%3)*1000)}})
 	}
 	ev, _ := rank.FromRecords(recs)
-	b, err := ev.Snapshot(55)
+	b, err := ev.Snapshot(rank.Derivation{Through: 55, Lineage: "7@2026-11-25T10:00:00Z"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, through, err := rank.ParseSnapshot(b)
-	if err != nil || through != 55 {
-		t.Fatalf("parse: %v, through %d", err, through)
+	back, d, err := rank.ParseSnapshot(b)
+	if err != nil || d != (rank.Derivation{Through: 55, Lineage: "7@2026-11-25T10:00:00Z"}) {
+		t.Fatalf("parse: %v, derivation %+v", err, d)
 	}
 	for _, bound := range []rank.Bound{rank.Everything(), {BeforeRound: 4, UpToSeq: 40}, {UpToSeq: 12}} {
 		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {

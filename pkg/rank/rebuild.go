@@ -3,7 +3,6 @@ package rank
 import (
 	"context"
 	"fmt"
-
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -13,23 +12,12 @@ import (
 // how far it got in rebuild_progress, a table of its own beside evaluations: an interrupted
 // rebuild resumes there. The note lives in the database it describes, so a database dropped
 // again takes its note with it; and a note is trusted only while evaluations still holds the row
-// it points at (a table dropped alone leaves a note that would skip rows).
-const rebuildProgressTable = `CREATE TABLE IF NOT EXISTS rebuild_progress (
-    stream_seq UInt64, noted_at DateTime
-) ENGINE = ReplacingMergeTree() ORDER BY stream_seq`
+// it points at (a table dropped alone leaves a note that would skip rows). The table is
+// migration 0002's, so a rebuild from the start notes its progress on any database.
 
 // RebuildFrom is the EVALUATIONS sequence a rebuild resumes after: the last one it noted, when
 // the evaluations table still holds that row; else 0 (from the start).
 func (s *Store) RebuildFrom(ctx context.Context) (uint64, error) {
-	if err := s.rs.write(ctx, func(conn driver.Conn) error {
-		ddl, err := s.replication.statement(rebuildProgressTable, s.db)
-		if err != nil {
-			return err
-		}
-		return conn.Exec(s.replication.ddlContext(ctx), ddl)
-	}); err != nil {
-		return 0, fmt.Errorf("rank: rebuild progress: %w", err)
-	}
 	var noted uint64
 	if err := s.query(ctx, "SELECT max(stream_seq) FROM rebuild_progress", nil, func(rows driver.Rows) error {
 		var seq uint64

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// An answer that PROMPTS does not take (the stream deleted, out of storage, without a quorum) is
+// never dropped: the request stays in hand, kept alive, and the publish is tried again with the
+// shared backoff until it is stored or the composer stops (then the request is given back for
+// redelivery, which costs a delivery but nothing else). Giving it back at once instead would spend
+// the request's deliveries and, past COMPOSER_MAX_DELIVER, have the broker drop it unanswered.
+// Meanwhile /readyz is 503 naming the cause, and a deleted PROMPTS is made again under
+// MANAGE_STREAMS once its deletion has settled.
+
+// promptsSettle is how long PROMPTS must have been missing before the composer makes it again: a
+// stream made again while nats-server still moves the deleted one's files away loses its files
+// (internal/consume says more).
+const promptsSettle = time.Second
+
+// answerStore is the state of storing answers: how many are waiting for PROMPTS, and why.
+type answerStore struct {
+	waiting atomic.Int32
+	cause   atomic.Pointer[string]
+	// remake makes PROMPTS again; nil when the operator owns the streams.
+	remake func(ctx context.Context) error
+}
+
+// ready fails while an answer waits for PROMPTS.
+func (a *answerStore) ready(context.Context) error {
+	if a.waiting.Load() == 0 {
+		return nil
+	}
+	why := "unknown"
+	if c := a.cause.Load(); c != nil {
+		why = *c
+	}
+	return fmt.Errorf("answers cannot be stored in %s (%s); their requests are held, not dropped", events.StreamPrompts, why)
+}
+
+// store publishes an answer until PROMPTS takes it (see the top of this file). It returns nil once
+// stored, the publish's error when the answer can never be stored (too large), or ctx's error.
+func (c *composer) store(ctx context.Context, publish func(context.Context) error) error {
+	a := c.answers
+	var since time.Time
+	for attempt := uint64(1); ; attempt++ {
+		err := publish(ctx)
+		var tooLarge *events.TooLargeError
+		if err == nil || errors.As(err, &tooLarge) || ctx.Err() != nil {
+			if !since.IsZero() {
+				a.waiting.Add(-1)
+				if err == nil {
+					c.log.InfoContext(ctx, "answer stored after PROMPTS refused it", "attempts", attempt, "after", time.Since(since).Round(time.Millisecond).String())
+				}
+			}
+			return err
+		}
+		if since.IsZero() {
+			since = time.Now()
+			a.waiting.Add(1)
+		}
+		why := err.Error()
+		a.cause.Store(&why)
+		c.m.answerRetries.Inc()
+		delay := settle.Backoff(attempt)
+		if attempt == 1 || attempt%10 == 0 {
+			c.log.WarnContext(ctx, "answer not stored in PROMPTS; the request is held and the answer tried again", "attempt", attempt, "retry_in", delay.String(), "error", err)
+		}
+		if a.remake != nil && time.Since(since) >= promptsSettle {
+			c.remakePrompts(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			a.waiting.Add(-1)
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// remakePrompts makes PROMPTS again when it is missing; an operator who made it meanwhile wins.
+func (c *composer) remakePrompts(ctx context.Context) {
+	if _, err := c.js.Stream(ctx, events.StreamPrompts); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if err := c.answers.remake(ctx); err != nil {
+		c.log.WarnContext(ctx, "PROMPTS is missing and could not be made again", "error", err)
+		return
+	}
+	c.log.WarnContext(ctx, "PROMPTS was missing; made it again with its configuration")
+}

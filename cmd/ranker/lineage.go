@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/refill"
+	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// The store is a view of the EVALUATIONS stream, and the ranker keeps it whole (pkg/rank/lineage.go
+// says what a lineage is). At start, every checkEvery, and whenever an insert finds the table
+// missing, it compares the store's lineage with the stream:
+//   - no lineage (a new database, or a store of a Podium before lineages): an empty table while
+//     the stream holds evaluations is refilled; a table with rows is adopted as it is;
+//   - a refill that did not finish, or an anchor row the table no longer holds (dropped or
+//     recreated): refilled;
+//   - another stream than the lineage names (deleted and made again, its sequences starting
+//     over): the rows are kept (the old stream is gone) and a new lineage is noted.
+//
+// A refill holds every commit (no ack moves the ack floor), turns /readyz 503 naming the reason,
+// and publishes events.MetaStoreRefilling on the ranker's consumer before it touches the table,
+// so composers' commit probes make requests wait as for a commit. It writes what the stream
+// holds, then notes the new lineage whole and publishes its ID: snapshots of any other lineage
+// are stale from then on. A fault during a refill (ClickHouse down, the table dropped again) is
+// retried with the shared backoff for as long as it lasts, unready meanwhile.
+
+// checkEvery is how often the ranker checks its store's lineage: the longest a table dropped
+// while no evaluation arrives goes unnoticed.
+const checkEvery = 5 * time.Second
+
+// errTableLost is an insert that found the table missing; the caller refills it.
+var errTableLost = errors.New("the evaluations table is missing")
+
+// checkStore checks the store's lineage against the stream and refills the store when it is not
+// whole. It holds commits while it runs.
+func (r *ranker) checkStore(ctx context.Context) error {
+	r.commitMu.Lock()
+	defer r.commitMu.Unlock()
+	return r.checkStoreLocked(ctx)
+}
+
+// checkStoreLocked is checkStore with commits held.
+func (r *ranker) checkStoreLocked(ctx context.Context) error {
+	info, err := r.evaluationsInfo(ctx)
+	if err != nil {
+		return err
+	}
+	streamID := rank.StreamID(info.Created)
+	lin, found, err := r.store.Lineage(ctx)
+	if rank.FaultOf(err) == rank.Missing {
+		return r.refill(ctx, "the store's tables are missing", true)
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case !found:
+		newest, has, err := r.store.NewestRow(ctx)
+		if rank.FaultOf(err) == rank.Missing {
+			return r.refill(ctx, "the evaluations table is missing", true)
+		}
+		if err != nil {
+			return err
+		}
+		if !has && info.State.Msgs > 0 {
+			return r.refill(ctx, fmt.Sprintf("the store is empty while %s holds %d messages", events.StreamEvaluations, info.State.Msgs), false)
+		}
+		lin = rank.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: newest, Whole: true}
+		if err := r.store.NoteLineage(ctx, lin); err != nil {
+			return err
+		}
+		r.log.Info("store lineage noted: the table is taken as it is", "lineage", lin.ID(), "rows", has)
+	case !lin.Whole:
+		return r.refill(ctx, "a refill of the store did not finish", false)
+	case lin.Anchor != rank.RowKey{}:
+		held, err := r.store.Holds(ctx, lin.Anchor)
+		if rank.FaultOf(err) == rank.Missing {
+			return r.refill(ctx, "the evaluations table is missing", true)
+		}
+		if err != nil {
+			return err
+		}
+		if !held {
+			return r.refill(ctx, "the evaluations table lost the rows it held (dropped or recreated)", false)
+		}
+	}
+	if lin.Stream != streamID {
+		// Its sequences start over: a snapshot complete through an old sequence says nothing of
+		// the new stream. The rows stay (the old stream is gone; they are all that is left of it).
+		r.log.Warn("the EVALUATIONS stream was made again since the store was derived; a new lineage is noted and older snapshots are stale",
+			"was", lin.Stream, "now", streamID)
+		lin = rank.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: lin.Anchor, Whole: true}
+		if err := r.store.NoteLineage(ctx, lin); err != nil {
+			return err
+		}
+	}
+	return r.publishLineage(ctx, lin, "")
+}
+
+// refillReason says why a refill runs; empty when none does.
+func (r *ranker) refillReason() string {
+	if why := r.refilling.Load(); why != nil {
+		return *why
+	}
+	return ""
+}
+
+// evaluationsInfo reads the EVALUATIONS stream's identity and state.
+func (r *ranker) evaluationsInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	st, err := r.js.Stream(ctx, events.StreamEvaluations)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", events.StreamEvaluations, err)
+	}
+	return st.CachedInfo(), nil
+}
+
+// epoch names a new derivation of the store; nothing ranked or rendered reads it.
+func (r *ranker) epoch() uint64 { return uint64(r.now().UnixNano()) }
+
+// refill writes what the stream holds into the store (see the top of this file), recreating the
+// tables first when repair is set. Commits are held by the caller. It returns only once the
+// store is whole, or with ctx's error.
+func (r *ranker) refill(ctx context.Context, why string, repair bool) error {
+	start := time.Now()
+	r.boardsMu.Lock()
+	defer r.boardsMu.Unlock()
+	r.refilling.Store(&why)
+	r.m.refills.Inc()
+	r.m.refilling.Set(1)
+	defer r.m.refilling.Set(0)
+	r.log.Warn("refilling the store from EVALUATIONS; unready until it is whole", "reason", why)
+	for attempt := uint64(1); ; attempt++ {
+		res, lin, err := r.refillOnce(ctx, why, repair)
+		if err == nil {
+			r.refilling.Store(nil)
+			r.log.Info("store refilled from EVALUATIONS; ready", "lineage", lin.ID(), "messages", res.Read, "written", res.Written,
+				"invalid", res.Invalid, "took", time.Since(start).Round(time.Millisecond).String())
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The table may be gone again, or ClickHouse or the stream away: start over, repairing.
+		repair = repair || errors.Is(err, errTableLost)
+		delay := settle.Backoff(attempt)
+		r.m.clickhouseErrors.WithLabelValues("refill").Inc()
+		r.log.Warn("store refill failed; starting over", "reason", why, "attempt", attempt, "retry_in", delay.String(), "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// refillOnce is one try of refill: what it wrote, and the lineage it noted.
+func (r *ranker) refillOnce(ctx context.Context, why string, repair bool) (refill.Result, rank.Lineage, error) {
+	info, err := r.evaluationsInfo(ctx)
+	if err != nil {
+		return refill.Result{}, rank.Lineage{}, err
+	}
+	lin := rank.Lineage{Epoch: r.epoch(), Stream: rank.StreamID(info.Created)}
+	// Composers hear of it before the table changes: from now on they wait.
+	if err := r.publishLineage(ctx, lin, why); err != nil {
+		return refill.Result{}, lin, err
+	}
+	if repair {
+		if err := r.repair(ctx); err != nil {
+			return refill.Result{}, lin, fmt.Errorf("recreate the tables: %w", err)
+		}
+		r.m.clickhouseRepairs.Inc()
+	}
+	if err := r.store.NoteLineage(ctx, lin); err != nil {
+		return refill.Result{}, lin, errorOf(err)
+	}
+	res, err := refill.Run(ctx, refill.Options{JS: r.js, MaxEventBytes: r.maxBytes, Batch: max(r.batchSize, 1000), BatchBytes: r.batchBytes},
+		info.State.FirstSeq-1, r.refillWrite)
+	if err != nil {
+		return res, lin, err
+	}
+	lin.Anchor, lin.Whole = res.Last, true
+	if lin.Anchor == (rank.RowKey{}) {
+		// Nothing was written (the stream held only invalid events): any row the table holds.
+		if lin.Anchor, _, err = r.store.NewestRow(ctx); err != nil {
+			return res, lin, errorOf(err)
+		}
+	}
+	if err := r.store.NoteLineage(ctx, lin); err != nil {
+		return res, lin, errorOf(err)
+	}
+	return res, lin, r.publishLineage(ctx, lin, "")
+}
+
+// refillWrite stores a batch of a refill as a commit does, skipping the rows the table refuses
+// (the ranker dead-lettered them when they first came).
+func (r *ranker) refillWrite(ctx context.Context, recs []rank.Record) error {
+	refused, err := r.writeRows(ctx, recs)
+	if len(refused) > 0 {
+		r.log.Warn("the refill skipped evaluations the table refuses", "count", len(refused))
+	}
+	return err
+}
+
+// errorOf marks a missing table as errTableLost.
+func errorOf(err error) error {
+	if rank.FaultOf(err) == rank.Missing {
+		return fmt.Errorf("%w: %v", errTableLost, err)
+	}
+	return err
+}
+
+// publishLineage tells composers, through the ranker consumer's metadata, the store's lineage and
+// whether a refill runs (why, or empty). An unchanged state is not sent again.
+func (r *ranker) publishLineage(ctx context.Context, lin rank.Lineage, refilling string) error {
+	md := map[string]string{events.MetaStoreLineage: lin.ID()}
+	if refilling != "" {
+		md[events.MetaStoreRefilling] = refilling
+	}
+	state := md[events.MetaStoreLineage] + "|" + refilling
+	if prev := r.published.Load(); prev != nil && *prev == state {
+		r.lineage.Store(&lin)
+		return nil
+	}
+	if r.runtime != nil {
+		if err := r.runtime.SetMetadata(ctx, md); err != nil {
+			return fmt.Errorf("publish the store lineage on the ranker consumer: %w", err)
+		}
+	}
+	r.published.Store(&state)
+	r.lineage.Store(&lin)
+	return nil
+}
+
+// anchorAfter gives a lineage without an anchor (noted while the table was empty) the first row
+// a commit stored, so that losing the table from then on is seen.
+func (r *ranker) anchorAfter(ctx context.Context, recs []rank.Record) {
+	lin := r.lineage.Load()
+	if lin == nil || lin.Anchor != (rank.RowKey{}) || len(recs) == 0 {
+		return
+	}
+	next := *lin
+	next.Anchor = rank.KeyOf(recs[0])
+	if err := r.store.NoteLineage(ctx, next); err != nil {
+		r.log.Warn("store lineage anchor not noted; the next commit tries again", "error", err)
+		return
+	}
+	r.lineage.Store(&next)
+}
+
+// startCheck checks the store before the first commit, trying again with the shared backoff
+// while ClickHouse or the stream do not answer; false when stop ended first.
+func (r *ranker) startCheck(stop, work context.Context) bool {
+	for attempt := uint64(1); ; attempt++ {
+		err := r.checkStore(work)
+		if err == nil {
+			r.checked.Store(true)
+			return true
+		}
+		delay := settle.Backoff(attempt)
+		r.log.Warn("store not checked against EVALUATIONS yet; nothing is committed until it is", "attempt", attempt, "retry_in", delay.String(), "error", err)
+		select {
+		case <-stop.Done():
+			return false
+		case <-time.After(delay):
+		}
+	}
+}
+
+// watchStore checks the store every checkEvery (see the top of this file).
+func (r *ranker) watchStore(ctx context.Context) {
+	t := time.NewTicker(checkEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("store lineage not checked; trying again", "error", err)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package inputs
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// lineage is the store lineage (rank.Lineage.ID) the ranker last published on its consumer, as
+// the commit probes read it. A score snapshot serves only while it names this lineage; when it
+// changes (a refill, a rebuild, the stream made again) the reads kept from before are dropped,
+// since they may have been taken from a store that was not whole.
+type lineage struct {
+	mu      sync.Mutex
+	current string
+	changed func() // called, without mu, when current changes
+}
+
+// saw records the lineage a probe read; one that names another stream than the one the probe
+// saw (its creation time) is of a stream deleted since, and counts as none.
+func (l *lineage) saw(id string, streamCreated time.Time) {
+	if _, stream, ok := strings.Cut(id, "@"); !ok || stream != rank.StreamID(streamCreated) {
+		id = ""
+	}
+	l.mu.Lock()
+	moved := id != l.current
+	l.current = id
+	l.mu.Unlock()
+	if moved && l.changed != nil {
+		l.changed()
+	}
+}
+
+// serves reports whether something derived from lineage id may be served now.
+func (l *lineage) serves(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return id != "" && id == l.current
+}

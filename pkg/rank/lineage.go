@@ -1,0 +1,135 @@
+package rank
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// The evaluations table is a view of the EVALUATIONS stream, and the store says which one: its
+// lineage (table store_lineage, migration 0002) names the stream the rows were derived from and
+// the derivation (an epoch), says whether that derivation is whole, and names one row the table
+// held (the anchor). A table dropped or recreated has lost its anchor; a stream deleted and made
+// again has another creation time; a refill or a rebuild starts a new epoch. Everything derived
+// from the store (the ranker's score snapshots) carries Lineage.ID, so any of these invalidates it.
+
+// RowKey names one stored evaluation by the table's sort key, so a lookup reads one granule.
+type RowKey struct{ ExecutionID, TeamID, EventID string }
+
+// Lineage is what the evaluations table was derived from.
+type Lineage struct {
+	// Epoch is when the current derivation began (Unix nanoseconds): a refill's or a rebuild's
+	// start, or the ranker adopting a table it found. It only names the derivation; nothing
+	// rendered or ranked reads it.
+	Epoch uint64
+	// Stream is the EVALUATIONS stream's identity: its creation time (StreamID).
+	Stream string
+	// Anchor is a row the table held when this was noted; zero while the table held none.
+	Anchor RowKey
+	// Whole is set once every evaluation the stream held when the derivation began is stored.
+	Whole bool
+}
+
+// ID is the lineage's name in what is derived from it: epoch and stream, not the anchor (which
+// moves within one derivation).
+func (l Lineage) ID() string {
+	if l.Epoch == 0 {
+		return ""
+	}
+	return strconv.FormatUint(l.Epoch, 10) + "@" + l.Stream
+}
+
+// StreamID is a stream's identity in a lineage: its creation time, which a stream deleted and
+// made again under the same name changes.
+func StreamID(created time.Time) string { return created.UTC().Format(time.RFC3339Nano) }
+
+// The lineage queries, named so that the test comparing ClickHouse 18.16 with a current engine
+// (chdb_test.go) runs exactly them.
+const (
+	lineageQuery = `SELECT epoch, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, whole
+FROM store_lineage ORDER BY epoch DESC, version DESC LIMIT 1`
+	holdsQuery     = `SELECT count() FROM evaluations WHERE execution_id = ? AND team_id = ? AND event_id = ?`
+	newestRowQuery = `SELECT execution_id, team_id, event_id FROM evaluations ORDER BY stream_seq DESC, event_id LIMIT 1`
+)
+
+// Lineage reads the store's lineage; false when none was ever noted (a store made before
+// lineages, or a new one).
+func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
+	var l Lineage
+	found := false
+	err := s.query(ctx, lineageQuery, nil, func(rows driver.Rows) error {
+		var whole uint8
+		if err := rows.Scan(&l.Epoch, &l.Stream, &l.Anchor.ExecutionID, &l.Anchor.TeamID, &l.Anchor.EventID, &whole); err != nil {
+			return err
+		}
+		l.Whole, found = whole == 1, true
+		return nil
+	})
+	if err != nil {
+		return Lineage{}, false, fmt.Errorf("rank: lineage: %w", err)
+	}
+	return l, found, nil
+}
+
+// NoteLineage records l as the store's lineage.
+func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
+	whole := uint8(0)
+	if l.Whole {
+		whole = 1
+	}
+	now := time.Now()
+	err := s.rs.write(ctx, func(conn driver.Conn) error {
+		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, whole, noted_at)")
+		if err != nil {
+			return err
+		}
+		defer batch.Abort()
+		if err := batch.Append(l.Epoch, uint64(now.UnixNano()), l.Stream, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, whole, now); err != nil {
+			return err
+		}
+		return batch.Send()
+	})
+	if err != nil {
+		return fmt.Errorf("rank: note lineage: %w", err)
+	}
+	return nil
+}
+
+// Holds reports whether the evaluations table holds the row k names.
+func (s *Store) Holds(ctx context.Context, k RowKey) (bool, error) {
+	var n uint64
+	err := s.query(ctx, holdsQuery, []any{k.ExecutionID, k.TeamID, k.EventID}, func(rows driver.Rows) error {
+		var c uint64
+		if err := rows.Scan(&c); err != nil {
+			return err
+		}
+		n += c
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("rank: anchor: %w", err)
+	}
+	return n > 0, nil
+}
+
+// NewestRow returns the key of the newest row of the evaluations table (the largest stream
+// sequence); false when it is empty. It reads a column of every row: the ranker asks once, when
+// it adopts a table that has no lineage.
+func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
+	var k RowKey
+	found := false
+	err := s.query(ctx, newestRowQuery, nil, func(rows driver.Rows) error {
+		found = true
+		return rows.Scan(&k.ExecutionID, &k.TeamID, &k.EventID)
+	})
+	if err != nil {
+		return RowKey{}, false, fmt.Errorf("rank: newest row: %w", err)
+	}
+	return k, found, nil
+}
+
+// KeyOf is the row key of a record.
+func KeyOf(r Record) RowKey { return RowKey{r.ExecutionID, r.TeamID, r.EventID} }
