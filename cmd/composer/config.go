@@ -14,6 +14,7 @@ import (
 type config struct {
 	service.Common
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8081" desc:"address of /metrics, /healthz, /readyz and POST /v1/render"`
+	APIToken        string        `envconfig:"API_TOKEN" desc:"token of POST /v1/render (COMPOSER_API_TOKEN), sent as Authorization: Bearer or the basic-auth password; without it renders answer only loopback requests"`
 	TZ              string        `envconfig:"TZ" desc:"default timezone of current_datetime (IANA name), UTC when empty"`
 	TemplatesDir    string        `envconfig:"TEMPLATES_DIR" desc:"extra template directory (COMPOSER_TEMPLATES_DIR), loaded and checked at start"`
 	DefaultTemplate string        `envconfig:"DEFAULT_TEMPLATE" default:"team-round" desc:"template of requests that name none (COMPOSER_DEFAULT_TEMPLATE)"`

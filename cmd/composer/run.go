@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/inputs"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/service"
@@ -79,6 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
+		Guard:           apiDoor(log, cfg.HTTPAddr, cfg.APIToken),
 		API:             newAPI(rs),
 		Checks:          map[string]service.Check{"clickhouse": st.Ping, "prompts": c.answers.ready},
 		ShutdownTimeout: cfg.ShutdownTimeout,
@@ -96,6 +100,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runtime.Run(stop, work, cons, consume.Workers(cfg.Workers, handle, c.settler, c.log.Warn))
 		},
 	})
+}
+
+// apiDoor guards the endpoints that serve tournament data (internal/door); probes and metrics
+// stay open.
+func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handler {
+	d := door.Door{Token: token, TokenVar: "COMPOSER_API_TOKEN"}
+	if token == "" && !door.Loopback(addr) {
+		log.Warn("HTTP_ADDR is beyond loopback and COMPOSER_API_TOKEN is not set: the renders answer 403 (probes and metrics are open)", "http_addr", addr)
+	}
+	return d.Guard(addr)
 }
 
 // newComposer wires the composer to its NATS connection, store and templates.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/console"
+	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/service"
@@ -31,7 +32,8 @@ Usage:
 Bound to any address but loopback, it refuses to start without CONSOLE_AUTH_TOKEN (sent as
 "Authorization: Bearer TOKEN", or as the password of HTTP basic auth with any user) or
 CONSOLE_BASIC_USER and CONSOLE_BASIC_PASSWORD; every request without them is answered 401
-(/healthz and /readyz excepted).`
+(/healthz, /readyz and /metrics excepted). On loopback without a credential it answers requests to
+a loopback host only (localhost, 127.0.0.1, [::1]): a page elsewhere cannot rebind its name to it.`
 
 // config is the services' shared configuration plus the console's own.
 type config struct {
@@ -46,13 +48,19 @@ type config struct {
 	CacheExecutions int    `envconfig:"CACHE_EXECUTIONS" default:"32" desc:"executions whose rounds x teams grid is kept in memory between pages (CONSOLE_CACHE_EXECUTIONS)"`
 }
 
-func (c *config) auth() console.Auth {
-	return console.Auth{Token: c.AuthToken, BasicUser: c.BasicUser, BasicPW: c.BasicPassword}
+func (c *config) door() door.Door {
+	return door.Door{Token: c.AuthToken, BasicUser: c.BasicUser, BasicPW: c.BasicPassword, TokenVar: "CONSOLE_AUTH_TOKEN"}
 }
 
 // Validate checks every setting; the error names each bad variable.
 func (c *config) Validate() error {
-	errs := []error{c.ValidateShared("CONSOLE"), c.auth().Validate(), console.CheckBind(c.Addr, c.auth())}
+	errs := []error{c.ValidateShared("CONSOLE")}
+	if err := c.door().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("CONSOLE_BASIC_USER and CONSOLE_BASIC_PASSWORD: %w", err))
+	}
+	if err := c.door().CheckBind(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("CONSOLE_ADDR %w", err))
+	}
 	if c.MaxViewers < 1 {
 		errs = append(errs, fmt.Errorf("CONSOLE_MAX_VIEWERS must be positive, got %d", c.MaxViewers))
 	}
@@ -109,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.Addr,
 		API:             con.Handler(),
-		Guard:           cfg.auth().Require,
+		Guard:           cfg.door().Guard(cfg.Addr),
 		Checks:          map[string]service.Check{"clickhouse": st.Ping, "live": con.Ready},
 		ShutdownTimeout: 5 * time.Second,
 		Started:         []any{"url", url, "clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase, "auth", cfg.AuthToken != "" || cfg.BasicUser != ""},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -156,7 +157,18 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 			_, err = events.PublishTraced(sctx, r.js, events.LeaderboardSubject(id), evID, body, tc)
 		}
 		tracing.End(span, err)
+		var tooLarge *events.TooLargeError
+		if errors.As(err, &tooLarge) {
+			// It can never be published as it is: retrying would read the execution again every
+			// second for ever and hold up every other announcement. It is announced again when a
+			// commit changes it; the API serves its board meanwhile (docs/reliability.md#limits).
+			r.m.announcements.WithLabelValues("too_large").Inc()
+			r.log.ErrorContext(sctx, "leaderboard.updated is over the server's max payload; not announced (GET /v1/executions/{id}/leaderboard serves it)",
+				"execution_id", id, "teams", len(b.Rows), "bytes", tooLarge.Size, "limit", tooLarge.Limit)
+			continue
+		}
 		if err != nil {
+			r.m.announcements.WithLabelValues("failed").Inc()
 			r.log.WarnContext(sctx, "leaderboard.updated not published; will retry", "execution_id", id, "error", err)
 			failed[id] = batches[id]
 			continue

@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/testenv"
@@ -96,5 +99,73 @@ func TestAnnouncerCoalesces(t *testing.T) {
 	a.close()
 	if ids, open := a.take(); open || len(ids) != 0 {
 		t.Errorf("after close: take = %v, %v; want none, closed", ids, open)
+	}
+}
+
+// countingStore counts the Scores reads of each execution.
+type countingStore struct {
+	*rank.Store
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (c *countingStore) Scores(ctx context.Context, ids []string) (map[string]*rank.Evaluations, error) {
+	c.mu.Lock()
+	for _, id := range ids {
+		c.reads[id]++
+	}
+	c.mu.Unlock()
+	return c.Store.Scores(ctx, ids)
+}
+
+// TestAnnouncementTooLargeIsNotRetried: an execution whose leaderboard.updated is over the
+// server's max payload (12,000 teams) is reported once and not read again round after round,
+// while an execution committed beside it is announced.
+func TestAnnouncementTooLargeIsNotRetried(t *testing.T) {
+	ctx := t.Context()
+	st, _ := testenv.Store(t, true)
+	var recs []rank.Record
+	for i := range 12000 {
+		recs = append(recs, rank.Record{EventID: fmt.Sprintf("e%05d", i), Source: "test", Seq: uint64(i + 1), EvaluationCompleted: events.EvaluationCompleted{
+			ExecutionID: "huge", TeamID: fmt.Sprintf("team-%05d", i), TeamName: fmt.Sprintf("Team number %05d of the huge execution", i), RoundNumber: 1,
+			Submission: events.Submission{Content: "x"}, Evaluation: events.Scores{OverallScore: float64(i % 100)}, EvaluatedAt: time.Unix(0, 0).UTC()}})
+	}
+	small := rank.Record{EventID: "s1", Source: "test", Seq: 12001, EvaluationCompleted: events.EvaluationCompleted{
+		ExecutionID: "small", TeamID: "t1", TeamName: "One", RoundNumber: 1,
+		Submission: events.Submission{Content: "x"}, Evaluation: events.Scores{OverallScore: 1}, EvaluatedAt: time.Unix(0, 0).UTC()}}
+	recs = append(recs, small)
+	if err := st.Insert(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamLeaderboards); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracing.Setup(ctx, "ranker", prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingStore{Store: st, reads: map[string]int{}}
+	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, store: cs, m: newMetrics(prometheus.NewRegistry()),
+		trace: tr, source: "ranker/test", announceInterval: 10 * time.Millisecond, now: time.Now}
+	ann := newAnnouncer()
+	done := make(chan struct{})
+	go func() { defer close(done); r.announce(context.Background(), ann) }()
+	ann.add(trace.SpanContext{}, recs)
+	time.Sleep(2500 * time.Millisecond) // a retried execution would be read again at least twice meanwhile
+	ann.close()
+	<-done
+	if n := testutil.ToFloat64(r.m.announcements.WithLabelValues("too_large")); n != 1 {
+		t.Errorf("too_large announcements = %v, want 1", n)
+	}
+	if cs.reads["huge"] != 1 || cs.reads["small"] != 1 {
+		t.Errorf("executions read %v times, want each once", cs.reads)
+	}
+	stream, err := js.Stream(ctx, events.StreamLeaderboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.GetLastMsgForSubject(ctx, events.LeaderboardSubject("small")); err != nil {
+		t.Errorf("the small execution was not announced: %v", err)
 	}
 }

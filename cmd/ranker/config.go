@@ -12,6 +12,7 @@ import (
 type config struct {
 	service.Common
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8082" desc:"address of /metrics, /healthz, /readyz and the API"`
+	APIToken         string        `envconfig:"API_TOKEN" desc:"token of the API (RANKER_API_TOKEN), sent as Authorization: Bearer or the basic-auth password; without it the API answers only loopback requests"`
 	BatchSize        int           `envconfig:"BATCH_SIZE" default:"500" desc:"evaluations per ClickHouse insert at most"`
 	BatchBytes       int           `envconfig:"BATCH_BYTES" default:"4194304" desc:"bytes of evaluations per ClickHouse insert at most (and of the pull buffer): bounds memory when submissions are large"`
 	FlushInterval    time.Duration `envconfig:"FLUSH_INTERVAL" default:"100ms" desc:"longest a batch keeps filling while the one before is still being written (an idle ranker writes an evaluation as soon as it is pulled)"`

@@ -39,11 +39,37 @@ const checkEvery = 5 * time.Second
 var errTableLost = errors.New("the evaluations table is missing")
 
 // checkStore checks the store's lineage against the stream and refills the store when it is not
-// whole. It holds commits while it runs.
+// whole. A store found as published (the usual case) costs commits nothing; any other is checked
+// again with commits held.
 func (r *ranker) checkStore(ctx context.Context) error {
+	if r.asPublished(ctx) {
+		return nil
+	}
 	r.commitMu.Lock()
 	defer r.commitMu.Unlock()
 	return r.checkStoreLocked(ctx)
+}
+
+// asPublished reports whether the store is whole, of the stream, and of the lineage the ranker
+// published; false on any doubt (an error included).
+func (r *ranker) asPublished(ctx context.Context) bool {
+	pub := r.lineage.Load()
+	if pub == nil || r.refilling.Load() != nil {
+		return false
+	}
+	info, err := r.evaluationsInfo(ctx)
+	if err != nil {
+		return false
+	}
+	lin, found, err := r.store.Lineage(ctx)
+	if err != nil || !found || !lin.Whole || lin.ID() != pub.ID() || lin.Stream != rank.StreamID(info.Created) {
+		return false
+	}
+	if lin.Anchor == (rank.RowKey{}) {
+		return true
+	}
+	held, err := r.store.Holds(ctx, lin.Anchor)
+	return err == nil && held
 }
 
 // checkStoreLocked is checkStore with commits held.

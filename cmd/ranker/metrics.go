@@ -19,6 +19,7 @@ type metrics struct {
 	snapshots         *prometheus.CounterVec
 	leaderboardQuery  prometheus.Histogram
 	leaderboardsSent  prometheus.Counter
+	announcements     *prometheus.CounterVec
 	pending           prometheus.Gauge
 	ackPending        prometheus.Gauge
 }
@@ -73,6 +74,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ranker_leaderboard_updates_total",
 			Help: "leaderboard.updated events published.",
 		}),
+		announcements: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ranker_leaderboard_updates_unpublished_total",
+			Help: "leaderboard.updated not published, by reason: failed (retried a second later at least) or too_large (over the server's max payload: not retried until a commit changes the execution).",
+		}, []string{"reason"}),
 		pending: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ranker_consumer_pending",
 			Help: "Evaluations in EVALUATIONS not yet delivered to the ranker consumer.",

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/events"
@@ -76,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
+		Guard:           apiDoor(log, cfg.HTTPAddr, cfg.APIToken),
 		API:             newAPI(log, st, r.m, r.refillReason),
 		Checks:          map[string]service.Check{"clickhouse": r.storeReady},
 		ShutdownTimeout: cfg.ShutdownTimeout,
@@ -88,6 +93,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			r.watchStore,
 		},
 	})
+}
+
+// apiDoor guards the endpoints that serve tournament data (internal/door); probes and metrics
+// stay open.
+func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handler {
+	d := door.Door{Token: token, TokenVar: "RANKER_API_TOKEN"}
+	if token == "" && !door.Loopback(addr) {
+		log.Warn("HTTP_ADDR is beyond loopback and RANKER_API_TOKEN is not set: the leaderboards and histories answer 403 (probes and metrics are open)", "http_addr", addr)
+	}
+	return d.Guard(addr)
 }
 
 // newRanker wires the ranker to its NATS connection and store.

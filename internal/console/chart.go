@@ -93,10 +93,20 @@ func scoreChart(rounds []rank.RoundScore, board []events.LeaderboardRow, order e
 		c.Lines = append(c.Lines, line)
 	}
 	c.Colours = palette[:min(len(board), len(palette))]
-	for r := 1; r <= maxRound; r++ {
-		if maxRound <= 20 || r%(maxRound/10+1) == 1 || r == maxRound {
-			c.XTicks = append(c.XTicks, chartTick{Pos: num(x(r)), Label: strconv.Itoa(r)})
+	// About ten ticks whatever the last round (a valid round number may be 2147483647: the
+	// ticks are stepped to, not searched for).
+	step := 1
+	if maxRound > 20 {
+		step = maxRound/10 + 1
+	}
+	for r := 1; r <= maxRound; r += step {
+		c.XTicks = append(c.XTicks, chartTick{Pos: num(x(r)), Label: strconv.Itoa(r)})
+		if r > maxRound-step {
+			break // r+step would overflow near the largest int32 round on 32-bit ints
 		}
+	}
+	if last := c.XTicks[len(c.XTicks)-1]; last.Label != strconv.Itoa(maxRound) {
+		c.XTicks = append(c.XTicks, chartTick{Pos: num(x(maxRound)), Label: strconv.Itoa(maxRound)})
 	}
 	for i := 0; i <= 4; i++ {
 		v := lo + float64(i)*(hi-lo)/4

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -112,6 +113,9 @@ type topSubmission struct {
 type grid struct {
 	Rounds []int
 	Teams  []gridTeam
+	// HiddenRounds and HiddenTeams count what the bounds left out (the earliest rounds, the
+	// last teams).
+	HiddenRounds, HiddenTeams int
 }
 
 type gridTeam struct {
@@ -232,15 +236,25 @@ func (c *Console) round(ctx context.Context, exec, team string, round int) (*eve
 	return nil, nil
 }
 
-// buildGrid lays out every team (board order, then teams not ranked yet) against every round
-// anything happened in.
+// The grid is teams x rounds: quadratic in what one execution's events say, so both are bounded.
+// One valid round.requested of round 2147483647 must cost one column, not two billion.
+const (
+	// maxGridRounds is how many rounds the grid shows: the latest ones anything happened in.
+	maxGridRounds = 100
+	// maxGridTeams is how many teams it shows: board order, then teams not ranked yet.
+	maxGridTeams = 500
+)
+
+// buildGrid lays out the teams (board order, then teams not ranked yet) against the rounds
+// anything happened in, at most maxGridTeams by maxGridRounds (the latest rounds). It returns the
+// grid and the latest round.
 func buildGrid(exec string, g gridState, board []events.LeaderboardRow, scores []rank.RoundScore) (grid, int) {
 	type key = cellKey
 	scored := map[key]float64{}
-	maxRound := 0
+	rounds := map[int]bool{}
 	for _, s := range scores {
 		scored[key{s.TeamID, s.Round}] = s.Score
-		maxRound = max(maxRound, s.Round)
+		rounds[s.Round] = true
 	}
 	var teams []gridTeam
 	seen := map[string]bool{}
@@ -250,7 +264,7 @@ func buildGrid(exec string, g gridState, board []events.LeaderboardRow, scores [
 	}
 	var others []string
 	for k := range g.cells {
-		maxRound = max(maxRound, k.Round)
+		rounds[k.Round] = true
 		if !seen[k.Team] {
 			seen[k.Team] = true
 			others = append(others, k.Team)
@@ -260,14 +274,21 @@ func buildGrid(exec string, g gridState, board []events.LeaderboardRow, scores [
 	for _, t := range others {
 		teams = append(teams, gridTeam{ID: t, Name: t})
 	}
-	out := grid{}
-	for r := 1; r <= maxRound; r++ {
-		out.Rounds = append(out.Rounds, r)
+	out := grid{Rounds: slices.Sorted(maps.Keys(rounds))}
+	maxRound := 0
+	if n := len(out.Rounds); n > 0 {
+		maxRound = out.Rounds[n-1]
+	}
+	if n := len(out.Rounds); n > maxGridRounds {
+		out.HiddenRounds, out.Rounds = n-maxGridRounds, out.Rounds[n-maxGridRounds:]
+	}
+	if len(teams) > maxGridTeams {
+		out.HiddenTeams, teams = len(teams)-maxGridTeams, teams[:maxGridTeams]
 	}
 	for i := range teams {
 		t := &teams[i]
-		t.Cells = make([]gridCell, 0, maxRound)
-		for r := 1; r <= maxRound; r++ {
+		t.Cells = make([]gridCell, 0, len(out.Rounds))
+		for _, r := range out.Rounds {
 			t.Cells = append(t.Cells, describeCell(exec, t.ID, r, g.cells[key{t.ID, r}], scored))
 		}
 	}

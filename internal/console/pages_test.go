@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -121,4 +122,47 @@ func mustGet(t *testing.T, h http.Handler, path string) string {
 		t.Fatalf("GET %s: %d\n%.400s", path, code, body)
 	}
 	return body
+}
+
+// TestExecutionPageBoundedAtItsLimits: valid events that make an execution huge in both
+// directions (a round_number of 2147483647, 102 distinct rounds, 503 teams) cost the grid at most
+// maxGridTeams x maxGridRounds cells and the chart about ten ticks; the page says what it left out.
+func TestExecutionPageBoundedAtItsLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ClickHouse")
+	}
+	tr := seed(t, 2, 2, 100)
+	at := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
+	request := func(team string, round int) {
+		publish(t, tr.js, events.RoundSubject(tr.exec, team), fmt.Sprintf("big-%s-%d", team, round), events.TypeRoundRequested, at,
+			events.RoundRequested{ExecutionID: tr.exec, TeamID: team, TeamName: "x", RoundNumber: round, UserPrompt: "t"})
+	}
+	for r := 3; r <= 101; r++ {
+		request("team-000", r) // 101 distinct rounds so far: one past the bound
+	}
+	request("team-000", math.MaxInt32)
+	if err := tr.st.Insert(t.Context(), []rank.Record{{EventID: "eval-last", Seq: 9999, EvaluationCompleted: events.EvaluationCompleted{
+		ExecutionID: tr.exec, TeamID: "team-001", TeamName: "Team team-001", RoundNumber: math.MaxInt32,
+		Evaluation: events.Scores{OverallScore: 1}, EvaluatedAt: at}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 100; i <= 600; i++ {
+		request(fmt.Sprintf("team-%03d", i), 1) // 501 teams not ranked yet: 503 in all, one past the bound and two more
+	}
+	code, body := get(t, tr.console(t).Handler(), "/executions/"+tr.exec)
+	if code != http.StatusOK {
+		t.Fatalf("execution page: %d\n%.2000s", code, body)
+	}
+	for _, want := range []string{"2 earlier rounds are not shown: the grid shows the latest 100.", "3 more teams are not shown in the grid",
+		`<th class="num">2147483647</th>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if cells := strings.Count(body, `<td class="cell `); cells != maxGridTeams*maxGridRounds {
+		t.Errorf("%d grid cells, want %d x %d", cells, maxGridTeams, maxGridRounds)
+	}
+	if ticks := strings.Count(body, `text-anchor="middle" font-size="11"`); ticks > 12 {
+		t.Errorf("%d ticks on the chart's round axis", ticks)
+	}
 }

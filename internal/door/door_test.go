@@ -1,8 +1,9 @@
-package console
+package door
 
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -29,26 +30,29 @@ func TestLoopback(t *testing.T) {
 }
 
 func TestCheckBind(t *testing.T) {
-	if err := CheckBind("0.0.0.0:8090", Auth{}); err == nil {
-		t.Error("an open bind without a credential was accepted")
+	if err := (Door{TokenVar: "CONSOLE_AUTH_TOKEN"}).CheckBind("0.0.0.0:8090"); err == nil || !strings.Contains(err.Error(), "CONSOLE_AUTH_TOKEN") {
+		t.Errorf("an open bind without a credential: %v", err)
 	}
-	for _, a := range []Auth{{Token: "t"}, {BasicUser: "u", BasicPW: "p"}} {
-		if err := CheckBind("0.0.0.0:8090", a); err != nil {
-			t.Errorf("CheckBind with %+v: %v", a, err)
+	for _, d := range []Door{{Token: "t"}, {BasicUser: "u", BasicPW: "p"}} {
+		if err := d.CheckBind("0.0.0.0:8090"); err != nil {
+			t.Errorf("CheckBind with %+v: %v", d, err)
 		}
 	}
-	if err := CheckBind("127.0.0.1:8090", Auth{}); err != nil {
+	if err := (Door{}).CheckBind("127.0.0.1:8090"); err != nil {
 		t.Errorf("loopback without a credential: %v", err)
 	}
-	if err := (Auth{BasicUser: "u"}).Validate(); err == nil {
+	if err := (Door{BasicUser: "u"}).Validate(); err == nil {
 		t.Error("a basic-auth user without a password was accepted")
 	}
 }
 
-func TestRequire(t *testing.T) {
+func TestGuard(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	token := Auth{Token: "s3cret"}.Require(ok)
-	pair := Auth{BasicUser: "ann", BasicPW: "pw"}.Require(ok)
+	token := Door{Token: "s3cret"}.Guard("0.0.0.0:8082")(ok)
+	pair := Door{BasicUser: "ann", BasicPW: "pw"}.Guard("127.0.0.1:8082")(ok)
+	open := Door{TokenVar: "RANKER_API_TOKEN"}.Guard(":8082")(ok)
+	local := Door{}.Guard("127.0.0.1:8082")(ok)
+	host := func(h string) func(r *http.Request) { return func(r *http.Request) { r.Host = h } }
 	for _, tt := range []struct {
 		name    string
 		h       http.Handler
@@ -56,11 +60,19 @@ func TestRequire(t *testing.T) {
 		prepare func(r *http.Request)
 		want    int
 	}{
+		{"beyond loopback without a credential: refused", open, "/v1/executions/x/leaderboard", func(*http.Request) {}, http.StatusForbidden},
+		{"beyond loopback without a credential: probes open", open, "/readyz", func(*http.Request) {}, http.StatusOK},
+		{"beyond loopback without a credential: metrics open", open, "/metrics", func(*http.Request) {}, http.StatusOK},
+		{"loopback, localhost", local, "/v1/x", host("localhost:8082"), http.StatusOK},
+		{"loopback, 127.0.0.1", local, "/v1/x", host("127.0.0.1:8082"), http.StatusOK},
+		{"loopback, [::1]", local, "/v1/x", host("[::1]:8082"), http.StatusOK},
+		{"loopback, a rebound DNS name", local, "/v1/x", host("attacker.example:8082"), http.StatusForbidden},
+		{"loopback, a rebound DNS name, probes open", local, "/healthz", host("attacker.example:8082"), http.StatusOK},
 		{"no credential", token, "/", func(*http.Request) {}, http.StatusUnauthorized},
 		{"bearer", token, "/", func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") }, http.StatusOK},
 		{"wrong bearer", token, "/", func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cre") }, http.StatusUnauthorized},
 		{"token as basic password", token, "/", func(r *http.Request) { r.SetBasicAuth("anyone", "s3cret") }, http.StatusOK},
-		{"metrics need it too", token, "/metrics", func(*http.Request) {}, http.StatusUnauthorized},
+		{"metrics stay open", token, "/metrics", func(*http.Request) {}, http.StatusOK},
 		{"probes stay open", token, "/readyz", func(*http.Request) {}, http.StatusOK},
 		{"basic pair", pair, "/", func(r *http.Request) { r.SetBasicAuth("ann", "pw") }, http.StatusOK},
 		{"basic pair, wrong user", pair, "/", func(r *http.Request) { r.SetBasicAuth("bob", "pw") }, http.StatusUnauthorized},
@@ -81,21 +93,3 @@ func TestRequire(t *testing.T) {
 	}
 }
 
-func TestSecureRefusesWritesAndSetsCSP(t *testing.T) {
-	h := secure(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
-	for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(method, "/", nil))
-		if w.Code != http.StatusMethodNotAllowed {
-			t.Errorf("%s answered %d, want 405", method, w.Code)
-		}
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	if got := w.Header().Get("Content-Security-Policy"); got != contentSecurityPolicy {
-		t.Errorf("CSP %q", got)
-	}
-	if w.Header().Get("X-Content-Type-Options") != "nosniff" {
-		t.Error("no nosniff")
-	}
-}
