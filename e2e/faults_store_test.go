@@ -143,3 +143,43 @@ func TestConsumerDeletedWhileBehindIsMadeAgain(t *testing.T) {
 	t.Logf("consumer deleted with %d evaluations behind: made again %s after the delete, ClickHouse back after 3 s (cause %q); all %d committed",
 		third, remade.Round(time.Millisecond), cause, len(sends))
 }
+
+// TestConsumerMadeAgainResumesAfterWhatWasHandled: a consumer made again after an operator
+// deleted it starts after the last ack floor the service saw, not at the stream's first message:
+// requests answered long ago (past PROMPTS' ten-minute duplicate window) are not answered again.
+// The service restarted afterwards keeps that start.
+func TestConsumerMadeAgainResumesAfterWhatWasHandled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composer := e.start("composer")
+	for i := range 5 {
+		e.requestRound(fmt.Sprintf("req-resume-%d", i), events.RoundRequested{ExecutionID: "resume", TeamID: fmt.Sprintf("t%d", i), TeamName: "T",
+			RoundNumber: 1, UserPrompt: "go"}, t0)
+	}
+	answeredOnce(t, e, 5, 30*time.Second)
+	time.Sleep(3 * time.Second) // the runtime looks its consumer up every 2 s: it has seen the floor at 5
+	if err := e.js.DeleteConsumer(t.Context(), events.StreamRounds, events.ConsumerComposer); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 15*time.Second, "the composer's consumer made again", func() (bool, string) {
+		n := composer.metric(t, "composer_consumer_recoveries_total")
+		return n >= 1, fmt.Sprint(n, " recoveries")
+	})
+	info, err := consumerInfo(t.Context(), e.js, events.StreamRounds, events.ConsumerComposer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.DeliverPolicy != jetstream.DeliverByStartSequencePolicy || info.Config.OptStartSeq != 6 {
+		t.Errorf("the consumer made again starts with %v at %d, want by start sequence at 6", info.Config.DeliverPolicy, info.Config.OptStartSeq)
+	}
+	if _, err := composer.stop(t, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	composer = e.start("composer") // its start updates the consumer: the start sequence stays
+	e.requestRound("req-resume-after", events.RoundRequested{ExecutionID: "resume", TeamID: "t9", TeamName: "T", RoundNumber: 1, UserPrompt: "go"}, t0)
+	answeredOnce(t, e, 6, 30*time.Second)
+	if info, err := consumerInfo(t.Context(), e.js, events.StreamRounds, events.ConsumerComposer); err != nil || info.Config.OptStartSeq != 6 {
+		t.Errorf("after a restart the consumer starts at %v (err %v), want 6", info.Config.OptStartSeq, err)
+	}
+}

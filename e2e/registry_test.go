@@ -232,3 +232,36 @@ func TestTemplateRegistry(t *testing.T) {
 		t.Errorf("offline render of a built-in template: exit %d\n%s", code, out)
 	}
 }
+
+// TestTemplateRegistryDeletedTurnsTheComposerUnready: an operator deletes the TEMPLATES bucket
+// under a running composer. The composer does not go on serving a registry it no longer follows
+// as if nothing happened: once its watch ends it is unready naming the registry, and once the
+// bucket exists again (made by a push) it follows it, serves what it holds, and is ready.
+func TestTemplateRegistryDeletedTurnsTheComposerUnready(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composer := e.start("composer")
+	if out, code := e.podium(t, nil, "templates", "push", greetVersion(t, "V1"), "--label", "production"); code != 0 {
+		t.Fatalf("push v1: exit %d\n%s", code, out)
+	}
+	if err := e.js.DeleteKeyValue(t.Context(), registry.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	waitReadiness(t, composer, http.StatusServiceUnavailable, 30*time.Second)
+	if _, body := readiness(composer); !strings.Contains(body, "template registry is not followed") {
+		t.Errorf("readiness does not name the registry: %s", body)
+	}
+	unready := time.Since(deleted)
+	if out, code := e.podium(t, nil, "templates", "push", greetVersion(t, "V9"), "--label", "production"); code != 0 {
+		t.Fatalf("push after the delete: exit %d\n%s", code, out)
+	}
+	waitReadiness(t, composer, http.StatusOK, 30*time.Second)
+	status, body := composer.render(t, map[string]any{"execution_id": "reg", "team_id": "t1", "team_name": "One", "round_number": 1,
+		"user_prompt": "Go.", "template": "greet", "time": t0.Format(time.RFC3339)})
+	if status != http.StatusOK || !strings.Contains(string(body), "V9 system") {
+		t.Errorf("render after the registry came back: %d %.300s", status, body)
+	}
+	t.Logf("TEMPLATES deleted: composer unready %s later; ready again and serving the new push once the bucket was made again", unready.Round(time.Millisecond))
+}

@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/compose"
 )
 
@@ -24,6 +28,8 @@ type templates struct {
 	m    *metrics
 
 	rejected map[string]bool // problems already reported, so a rebuild does not repeat them
+	// stale says why the registry is not followed now; nil while it is (or there is none).
+	stale atomic.Pointer[string]
 }
 
 func newTemplates(base *compose.Library, log *slog.Logger, m *metrics) *templates {
@@ -42,7 +48,7 @@ func (t *templates) follow(ctx context.Context, kv jetstream.KeyValue) {
 		return
 	}
 	ready := make(chan struct{})
-	go t.watch(ctx, kv, ready)
+	go t.follower(ctx, kv, sync.OnceFunc(func() { close(ready) }))
 	select {
 	case <-ready:
 	case <-time.After(5 * time.Second):
@@ -50,23 +56,71 @@ func (t *templates) follow(ctx context.Context, kv jetstream.KeyValue) {
 	}
 }
 
-// watch follows the registry until ctx ends; ready is closed once the registry's content at the
-// start is loaded, so the first requests already see its labels.
-func (t *templates) watch(ctx context.Context, kv jetstream.KeyValue, ready chan<- struct{}) {
+// follower watches the registry until ctx ends. A watch that ends by itself (the bucket deleted,
+// the connection's subscription lost) leaves the library as the registry was: the composer turns
+// unready naming it, and watches again with the shared backoff, loading the registry whole.
+func (t *templates) follower(ctx context.Context, kv jetstream.KeyValue, loaded func()) {
+	for attempt := uint64(1); ; attempt++ {
+		err := t.watch(ctx, kv, func() { loaded(); attempt = 0 })
+		loaded() // the first requests do not wait for a registry that cannot be watched
+		if ctx.Err() != nil {
+			return
+		}
+		why := err.Error()
+		t.stale.Store(&why)
+		delay := settle.Backoff(max(attempt, 1))
+		t.log.Error("template registry not followed; unready until it is watched again", "error", err, "retry_in", delay.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+// ready fails while the registry is not followed: labels may have moved since.
+func (t *templates) ready(context.Context) error {
+	if why := t.stale.Load(); why != nil {
+		return errors.New("the template registry is not followed (" + *why + "): its labels may have moved since")
+	}
+	return nil
+}
+
+// watch follows the registry until ctx ends or the watch ends by itself (its error says why);
+// loaded is called once the registry's content at the start is in.
+func (t *templates) watch(ctx context.Context, kv jetstream.KeyValue, loaded func()) error {
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		t.log.Error("template registry not watched; serving built-in and directory templates only", "error", err)
-		close(ready)
-		return
+		return fmt.Errorf("watch %s: %w", registry.Bucket, err)
 	}
 	defer w.Stop()
+	// A watch goes on retrying for a while after its bucket is deleted; a lookup finds it gone at
+	// once, and ends the watch (Stop closes its updates).
+	gone := make(chan error, 1)
+	lookup, stopLookup := context.WithCancel(ctx)
+	defer stopLookup()
+	go func() {
+		for {
+			select {
+			case <-lookup.Done():
+				return
+			case <-time.After(registryLookupEvery):
+			}
+			if _, err := kv.Status(lookup); errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
+				gone <- fmt.Errorf("the bucket %s is gone: %w", registry.Bucket, err)
+				_ = w.Stop()
+				return
+			}
+		}
+	}()
 	entries := map[string][]byte{}
 	initial := true
 	for e := range w.Updates() {
 		if e == nil { // the registry's content at the start is in
 			initial = false
 			t.rebuild(entries)
-			close(ready)
+			t.stale.Store(nil)
+			loaded()
 			continue
 		}
 		if e.Operation() == jetstream.KeyValuePut {
@@ -78,7 +132,17 @@ func (t *templates) watch(ctx context.Context, kv jetstream.KeyValue, ready chan
 			t.rebuild(entries)
 		}
 	}
+	select {
+	case err := <-gone:
+		return err
+	default:
+		return fmt.Errorf("the watch of %s ended", registry.Bucket)
+	}
 }
+
+// registryLookupEvery is how often a followed registry is looked up: the longest a deleted
+// bucket goes unnoticed.
+const registryLookupEvery = 2 * time.Second
 
 // rebuild makes the library of the registry's current content and swaps it in. A version that
 // fails its check is never served: it is logged as an error and counted, once.

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,7 +117,7 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		for b := range batches {
 			r.writing.Store(true)
 			r.commitMu.Lock()
-			sc, ok := r.commit(work, b)
+			sc, ok := r.commitRecovering(work, b)
 			r.commitMu.Unlock()
 			if ok {
 				ann.add(sc, b.recs)
@@ -137,14 +139,13 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 	}
 	return rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: r.batchSize, Bytes: r.batchBytes, Flush: r.flushInterval,
 		Linger: r.linger, Busy: r.writing.Load},
-		func(_, work context.Context, msgs []jetstream.Msg) {
+		consume.RecoverBatches(r.log, rt.Panics, r.settler, func(_, work context.Context, msgs []jetstream.Msg) {
 			// Kept in progress from here, while poison is dead-lettered (DEADLETTER may be slow
 			// or down: three tries with backoff) and while it waits behind a slow insert, so a
 			// short AckWait redelivers only what a crashed ranker held.
-			alive := settle.KeepAlive(r.ackWait/3, msgs...)
+			defer settle.KeepAlive(r.ackWait/3, msgs...)()
 			batches <- r.parse(work, msgs)
-			alive()
-		}, r.log.Warn))
+		}), r.log.Warn))
 }
 
 // batch is a parsed batch: the rows to write, the messages to ack once they are written, and
@@ -226,6 +227,51 @@ func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) 
 	r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
 	r.notifyCommitted(b)
 	return span.SpanContext(), true
+}
+
+// commitRecovering is commit, with a panic of the commit (the driver on rows it mishandles)
+// handled as the consume runtime handles one of a handler: the batch is committed again one
+// evaluation at a time, and one that panics alone is dead-lettered with the panic as its reason.
+func (r *ranker) commitRecovering(ctx context.Context, b batch) (trace.SpanContext, bool) {
+	try := func(b batch) (sc trace.SpanContext, ok bool, v any) {
+		defer func() {
+			if v = recover(); v != nil {
+				r.log.ErrorContext(ctx, "a commit panicked", "messages", len(b.keep), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+		}()
+		sc, ok = r.commit(ctx, b)
+		return sc, ok, nil
+	}
+	sc, ok, v := try(b)
+	if v == nil {
+		return sc, ok
+	}
+	committed := false
+	for i, msg := range b.keep {
+		osc, ok, v := try(b.single(i))
+		if v != nil {
+			r.runtime.Panicked()
+			r.m.events.WithLabelValues("dead_lettered").Inc()
+			r.settler.Settle(ctx, msg, settle.Reject(fmt.Sprintf("the commit panicked: %v", v)))
+			continue
+		}
+		if ok {
+			sc, committed = osc, true
+		}
+	}
+	return sc, committed // the announcement reads the boards as they are: the whole batch's executions may go
+}
+
+// single is the batch of the i-th message alone.
+func (b batch) single(i int) batch {
+	one := batch{keep: b.keep[i : i+1], ids: b.ids[i : i+1]}
+	for _, rec := range b.recs {
+		if rec.EventID == b.ids[i] {
+			one.recs = append(one.recs, rec)
+			break
+		}
+	}
+	return one
 }
 
 // watchConsumer keeps the pending gauges current.

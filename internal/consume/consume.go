@@ -38,6 +38,9 @@ func (s Source) Ensure(ctx context.Context) (jetstream.Consumer, error) {
 	return s.ensure(ctx, s.Consumer)
 }
 
+// ensure creates the consumer with cfg, or updates the one there. Where it starts is the
+// existing consumer's to keep: one made again after a loss starts after what was handled
+// (Runtime.resumeAt), and a later update with the configuration's DeliverAll would be refused.
 func (s Source) ensure(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	if s.StreamConfig != nil {
 		if _, err := s.JS.Stream(ctx, s.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -45,6 +48,10 @@ func (s Source) ensure(ctx context.Context, cfg jetstream.ConsumerConfig) (jetst
 				return nil, err
 			}
 		}
+	}
+	if have, err := s.JS.Consumer(ctx, s.Stream, cfg.Durable); err == nil {
+		old := have.CachedInfo().Config
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime
 	}
 	cons, err := s.JS.CreateOrUpdateConsumer(ctx, s.Stream, cfg)
 	if err != nil {
@@ -92,9 +99,61 @@ type Runtime struct {
 	RecoverFor time.Duration
 	// Recoveries counts consumers made again after a fault (may be nil).
 	Recoveries prometheus.Counter
+	// Panics counts messages whose handler panicked (Recover, RecoverBatches; may be nil).
+	Panics prometheus.Counter
 
 	mu       sync.Mutex        // guards metadata
 	metadata map[string]string // set by SetMetadata: kept by every consumer made again
+
+	floorMu     sync.Mutex
+	floor       uint64    // the consumer's last ack floor the runtime saw
+	floorStream time.Time // on the stream created then
+}
+
+// streamCreated is the identity of the stream consumed (its creation time); zero when it cannot
+// be read.
+func (rt *Runtime) streamCreated(ctx context.Context) time.Time {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := rt.Source.JS.Stream(ctx, rt.Source.Stream)
+	if err != nil {
+		return time.Time{}
+	}
+	return st.CachedInfo().Created
+}
+
+// noteFloor records the consumer's ack floor on the stream of that identity.
+func (rt *Runtime) noteFloor(stream time.Time, floor uint64) {
+	if stream.IsZero() {
+		return
+	}
+	rt.floorMu.Lock()
+	defer rt.floorMu.Unlock()
+	rt.floor, rt.floorStream = floor, stream
+}
+
+// resumeAt is where a consumer made again starts: after the last floor seen, while the stream is
+// the same one and still holds that sequence's successors; 0 (from the start) otherwise.
+func (rt *Runtime) resumeAt(ctx context.Context) uint64 {
+	rt.floorMu.Lock()
+	floor, stream := rt.floor, rt.floorStream
+	rt.floorMu.Unlock()
+	if floor == 0 {
+		return 0
+	}
+	st, err := rt.Source.JS.Stream(ctx, rt.Source.Stream)
+	if err != nil || !st.CachedInfo().Created.Equal(stream) {
+		return 0 // gone, or made again: its sequences start over
+	}
+	return floor + 1
+}
+
+// Panicked counts a message whose handling panicked outside the handler's middleware (a later
+// stage of the service's own).
+func (rt *Runtime) Panicked() {
+	if rt != nil && rt.Panics != nil {
+		rt.Panics.Inc()
+	}
 }
 
 // SetMetadata updates the consumer's metadata (its state for others to read: the ranker's
@@ -123,7 +182,7 @@ const watchEvery = 2 * time.Second
 // watch looks the consumer up every watchEvery while the loop runs and stops the iterator when
 // the consumer or its stream is gone; the loop then ends as for any loss. The returned function
 // ends the watch and returns the loss it saw, if any.
-func watch(stop context.Context, cons jetstream.Consumer, it jetstream.MessagesContext) func() error {
+func watch(stop context.Context, cons jetstream.Consumer, it jetstream.MessagesContext, floor func(uint64)) func() error {
 	ctx, cancel := context.WithCancel(stop)
 	done := make(chan struct{})
 	var cause error
@@ -138,8 +197,11 @@ func watch(stop context.Context, cons jetstream.Consumer, it jetstream.MessagesC
 			case <-t.C:
 			}
 			ictx, icancel := context.WithTimeout(ctx, watchEvery)
-			_, err := cons.Info(ictx)
+			info, err := cons.Info(ictx)
 			icancel()
+			if err == nil {
+				floor(info.AckFloor.Stream)
+			}
 			if lostConsumer(err) {
 				cause = fmt.Errorf("consume: consumer looked up and not found: %w", err)
 				it.Stop()
@@ -165,7 +227,8 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		it, err := cons.Messages(rt.Pull...)
 		if err == nil {
 			rt.Consuming(true)
-			lost := watch(stop, cons, it)
+			stream := rt.streamCreated(stop)
+			lost := watch(stop, cons, it, func(floor uint64) { rt.noteFloor(stream, floor) })
 			err = loop(stop, work, it)
 			if cause := lost(); cause != nil {
 				err = cause
@@ -201,14 +264,23 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 	}
 }
 
-// recover makes the consumer again, trying for RecoverFor.
+// recover makes the consumer again, trying for RecoverFor. It starts after the last ack floor
+// the runtime saw, while the stream is the one it saw it on: a consumer made again from the
+// stream's first message would hand every message handled since then to the service again, and
+// the composer would answer requests again whose first answers are past PROMPTS' duplicate
+// window. What lies between that floor and what was in hand when it was lost is handled again,
+// seconds later, as any redelivery.
 func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(stop, rt.RecoverFor)
 	defer cancel()
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
 		rt.mu.Lock()
-		cons, err := rt.Source.ensure(tctx, rt.config())
+		cfg := rt.config()
+		if start := rt.resumeAt(tctx); start > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+		}
+		cons, err := rt.Source.ensure(tctx, cfg)
 		rt.mu.Unlock()
 		tcancel()
 		if err == nil {

@@ -138,7 +138,9 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 	}
 	rt := &consume.Runtime{Source: src, Log: b.Log, Pull: pull, Consuming: b.Consuming, RecoverFor: recoverFor,
 		Recoveries: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "consumer_recoveries_total",
-			Help: "Times the durable consumer was made again after it (or its stream) was deleted under the running service."})}
+			Help: "Times the durable consumer was made again after it (or its stream) was deleted under the running service."}),
+		Panics: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "handler_panics_total",
+			Help: "Messages whose handler panicked; each was dead-lettered with the panic as its reason."})}
 	return rt, cons, nil
 }
 

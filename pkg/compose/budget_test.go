@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -335,5 +336,55 @@ func TestBPECountIsExact(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPartialExpansionIsBounded: partials that each include the next twice grow 2^n; a template
+// that expands to MaxExpandedBytes or less loads, one past it is refused at once with a clear
+// error, however deep the doubling goes.
+func TestPartialExpansionIsBounded(t *testing.T) {
+	doubling := func(depth, leaf int) map[string]string {
+		files := map[string]string{"t/prompt.mustache": "{{> p0}}", fmt.Sprintf("t/partials/p%d.mustache", depth): strings.Repeat("x", leaf)}
+		for i := range depth {
+			files[fmt.Sprintf("t/partials/p%d.mustache", i)] = fmt.Sprintf("{{> p%d}}{{> p%d}}", i+1, i+1)
+		}
+		return files
+	}
+	leaf := MaxExpandedBytes >> 10 // 1,024 bytes: ten doublings reach the bound exactly
+	if _, err := Load(Options{Dir: writeTree(t, doubling(10, leaf))}); err != nil {
+		t.Errorf("a template of exactly %d bytes after expansion: %v", MaxExpandedBytes, err)
+	}
+	for _, depth := range []int{11, 40} {
+		_, err := Load(Options{Dir: writeTree(t, doubling(depth, leaf))})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("grows past %d bytes", MaxExpandedBytes)) {
+			t.Errorf("depth %d (%d bytes expanded): %v", depth, leaf<<depth, err)
+		}
+	}
+}
+
+// TestTokenCacheKeepsNoPrompt: the counter's line cache holds copies of short lines only, so
+// once a prompt is dropped, its memory can be freed whatever the cache kept of it.
+func TestTokenCacheKeepsNoPrompt(t *testing.T) {
+	tc, err := NewTokenCounter("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tc.(*bpeCounter)
+	prompt := strings.Repeat("a short line of the prompt\n", 1000) + strings.Repeat("y", 64<<10) + "\n"
+	if _, err := c.Count(t.Context(), prompt); err != nil {
+		t.Fatal(err)
+	}
+	start := unsafe.StringData(prompt)
+	end := unsafe.Add(unsafe.Pointer(start), len(prompt))
+	for k := range c.cache {
+		if p := unsafe.Pointer(unsafe.StringData(k)); uintptr(p) >= uintptr(unsafe.Pointer(start)) && uintptr(p) < uintptr(end) {
+			t.Fatalf("a cached line of %d bytes points into the prompt", len(k))
+		}
+		if len(k) > maxCachedLineBytes {
+			t.Errorf("a line of %d bytes was cached", len(k))
+		}
+	}
+	if len(c.cache) == 0 {
+		t.Error("nothing was cached: the test shows nothing")
 	}
 }

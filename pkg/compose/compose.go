@@ -109,6 +109,22 @@ type rendered struct {
 	cuts     cuts
 }
 
+// renderPart renders one part. A panic of the mustache library on a template it mishandles is a
+// template_error of this request, answered like any other, not a crash of every composer the
+// request is redelivered to.
+func renderPart(name string, p part, vals map[string]any) (text string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = events.Failf(events.CodeTemplateError, "template %q: rendering panicked: %v", name, v)
+		}
+	}()
+	text, err = p.tmpl.Render(vals)
+	if err != nil {
+		return "", events.Failf(events.CodeTemplateError, "template %q: %v", name, err)
+	}
+	return text, nil
+}
+
 // render renders parts with the context of in under c. A part without a role is the user's.
 func (l *Library) render(ctx context.Context, name string, parts []part, format string, in Inputs, lim Limits, loc *time.Location, c cuts) (rendered, error) {
 	vals := buildContext(in, lim, loc, c, func(name string) bool { return anyUses(parts, name) })
@@ -122,9 +138,9 @@ func (l *Library) render(ctx context.Context, name string, parts []part, format 
 				return rendered{}, events.Failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
 			}
 		}
-		text, err := p.tmpl.Render(vals)
+		text, err := renderPart(name, p, vals)
 		if err != nil {
-			return rendered{}, events.Failf(events.CodeTemplateError, "template %q: %v", name, err)
+			return rendered{}, err
 		}
 		role := p.role
 		if role == "" {

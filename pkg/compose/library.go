@@ -390,11 +390,17 @@ func loadParts(fsys fs.FS, src *source, name, dir string, roles []string, schema
 
 var partialTag = regexp.MustCompile(`\{\{>\s*([^}\s]+)\s*\}\}`)
 
+// MaxExpandedBytes bounds a template part after its partials are expanded. Partials have a cycle
+// check, but a partial that includes the next twice, n deep, is 2^n times its size: the bound
+// keeps a registry push from costing every composer its memory at load.
+const MaxExpandedBytes = 1 << 20
+
 // expandPartials replaces every {{> name}} with partials/<name>.mustache, recursively, before
 // parsing. Expanding at load keeps partials raw (the library re-escapes partials it resolves
 // itself) and keeps a partial inside a loop from being re-parsed on every item.
 func expandPartials(fsys fs.FS, src *source, name, text string, stack []string) (string, error) {
 	var firstErr error
+	size := len(text) // of the expansion so far; each inner expansion is bounded on its own
 	out := partialTag.ReplaceAllStringFunc(text, func(tag string) string {
 		if firstErr != nil {
 			return tag
@@ -423,6 +429,10 @@ func expandPartials(fsys fs.FS, src *source, name, text string, stack []string) 
 		inner, err := expandPartials(fsys, src, name, strings.TrimSuffix(string(b), "\n"), append(stack, p))
 		if err != nil {
 			firstErr = err
+			return tag
+		}
+		if size += len(inner) - len(tag); size > MaxExpandedBytes {
+			firstErr = fmt.Errorf("template %q line %d: with partial %q expanded it grows past %d bytes (a partial counts every time it is included)", name, line, p, MaxExpandedBytes)
 			return tag
 		}
 		return inner

@@ -3,6 +3,7 @@ package compose
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -48,10 +49,17 @@ type bpeCounter struct {
 
 	mu    sync.Mutex
 	cache map[string]int
+	// cachedBytes is the size of the cache's keys.
+	cachedBytes int
 }
 
-// maxCachedLines bounds the memory of the line cache (about 64k lines of a few hundred bytes).
-const maxCachedLines = 1 << 16
+// The line cache is bounded in lines and in bytes; its keys are copies, so a cached line never
+// keeps the prompt it was cut from alive.
+const (
+	maxCachedLines     = 1 << 16
+	maxCachedBytes     = 16 << 20
+	maxCachedLineBytes = 4 << 10
+)
 
 func (c *bpeCounter) Name() string { return c.name }
 
@@ -98,11 +106,17 @@ func (c *bpeCounter) line(ctx context.Context, s string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	c.mu.Lock()
-	if len(c.cache) >= maxCachedLines {
-		clear(c.cache)
+	if len(s) > maxCachedLineBytes {
+		return n, nil // a line this long rarely comes again: counting it is cheaper than pinning it
 	}
-	c.cache[s] = n
+	c.mu.Lock()
+	if len(c.cache) >= maxCachedLines || c.cachedBytes+len(s) > maxCachedBytes {
+		clear(c.cache)
+		c.cachedBytes = 0
+	}
+	// A copy: s is a slice of the whole prompt, which the key would otherwise keep alive.
+	c.cache[strings.Clone(s)] = n
+	c.cachedBytes += len(s)
 	c.mu.Unlock()
 	return n, nil
 }
