@@ -92,4 +92,3 @@ func TestGuard(t *testing.T) {
 		})
 	}
 }
-
