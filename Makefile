@@ -4,7 +4,7 @@ BIN     ?= bin
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PKGS    := ./...
 
-.PHONY: all build test test-short lint demo bench fuzz clickhouse clean help
+.PHONY: all build test test-short lint demo bench fuzz soak clickhouse clean help
 
 all: build
 
@@ -37,6 +37,10 @@ demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream an
 
 test: clickhouse ## run every test (unit, store, end-to-end) against real servers
 	$(GO) test -count=1 -timeout 25m $(PKGS)
+
+SOAK ?= 30m
+soak: clickhouse ## the chaos soak for SOAK (default 30m; make test plays 75s of it); SEED=N plays that schedule again
+	PODIUM_SOAK=$(SOAK) $(if $(SEED),PODIUM_SOAK_SEED=$(SEED)) $(GO) test -count=1 -run '^TestChaosSoak$$' -timeout 0 -v ./e2e
 
 test-short: ## unit tests that need no server
 	$(GO) test -count=1 -short $(PKGS)
