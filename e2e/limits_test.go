@@ -270,3 +270,37 @@ func TestSIGTERMWithARequestInHand(t *testing.T) {
 		t.Errorf("the request left by the stopped composer: %s %+v, want composed by the next", a.subject, a.failed)
 	}
 }
+
+// TestTeamsPerExecutionBounded: an execution has no fixed cap on teams, but every event that
+// carries its whole board is bounded by the server's max payload. With 2,000 teams a prompt is
+// composed (its text shows the template's top teams; its record the whole board); with 12,000 the
+// record would be over 1 MiB, and the request is answered budget_exceeded at once, naming the size,
+// while the ranker reports the leaderboard.updated it cannot send once and stays ready.
+func TestTeamsPerExecutionBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	e.start("composer")
+	for _, tt := range []struct {
+		exec  string
+		teams int
+		ok    bool
+	}{{"teams-2k", 2000, true}, {"teams-12k", 12000, false}} {
+		var last uint64
+		for i := range tt.teams {
+			team := fmt.Sprintf("team-%05d", i)
+			last = e.publishEvaluation(fmt.Sprintf("ev-%s-%d", tt.exec, i), evaluation(tt.exec, team, "Team "+team, 1, float64(i%1000)/10, "x", t0))
+		}
+		waitCommitted(t, e, int(last))
+		e.requestRound("req-"+tt.exec, events.RoundRequested{ExecutionID: tt.exec, TeamID: "team-00007", TeamName: "Seven", RoundNumber: 2, UserPrompt: "go"}, t0)
+		a := e.answers("prompt.*."+tt.exec+".team-00007", 1, 60*time.Second)["req-"+tt.exec]
+		switch {
+		case tt.ok && !a.ok():
+			t.Errorf("%d teams: %s %+v, want prompt.composed", tt.teams, a.subject, a.failed)
+		case !tt.ok && (a.ok() || a.failed.Code != events.CodeBudgetExceeded || !strings.Contains(a.failed.Message, "over the largest message the server takes")):
+			t.Errorf("%d teams: %s %+v, want budget_exceeded naming the size", tt.teams, a.subject, a.failed)
+		}
+	}
+	waitMetricAtLeast(t, ranker, `ranker_leaderboard_updates_unpublished_total{reason="too_large"}`, 1, 30*time.Second)
+	waitReadiness(t, ranker, http.StatusOK, 10*time.Second)
+}

@@ -147,3 +147,45 @@ func TestNewDatabaseIsRefilledAtStart(t *testing.T) {
 	}
 	t.Logf("a ranker started on a new database beside %d evaluations was ready, with its store whole, after %s", n, ready.Round(time.Millisecond))
 }
+
+// TestTwoRankersRefillTogether: two ranker replicas find the table dropped at once. One refills
+// it, the other waits for that refill instead of starting its own over and over; both end ready
+// with the whole board, and no refill starts again afterwards.
+func TestTwoRankersRefillTogether(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rankers := []*proc{e.start("ranker"), e.start("ranker")}
+	e.start("composer")
+	const exec, teams = "two-rankers", 4
+	n := lineageTournament(t, e, exec, teams, 3)
+	e.storeExec("DROP TABLE evaluations")
+	for i := range 8 {
+		e.publishEvaluation(fmt.Sprintf("ev-after-%d", i), evaluation(exec, fmt.Sprintf("t%d", i%teams+1), "Team", 4+i/teams, 42, "after", t0.Add(time.Hour)))
+		n++
+	}
+	waitCommitted(t, e, n)
+	for _, r := range rankers {
+		waitReadiness(t, r, http.StatusOK, 60*time.Second)
+	}
+	refills := func() float64 {
+		return rankers[0].metric(t, "ranker_store_refills_total") + rankers[1].metric(t, "ranker_store_refills_total")
+	}
+	settled := refills()
+	if settled < 1 {
+		t.Fatal("no ranker refilled the store")
+	}
+	time.Sleep(3 * checkEveryForTests) // each ranker checks its store this often
+	if again := refills(); again != settled {
+		t.Errorf("refills went on after the store was whole: %v, then %v", settled, again)
+	}
+	for _, r := range rankers {
+		if got, lb := boardRounds(t, r, exec); got != n || len(lb.Teams) != teams {
+			t.Errorf("a ranker's board counts %d rounds of %d teams, want %d of %d", got, len(lb.Teams), n, teams)
+		}
+	}
+	checkWhole(t, promptOf(t, e, exec, "t1", 7), teams, n)
+	t.Logf("two rankers, table dropped: %v refill(s) in all, both ready with the whole board", settled)
+}
+
+// checkEveryForTests is the ranker's lineage check period (cmd/ranker checkEvery).
+const checkEveryForTests = 5 * time.Second

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -39,7 +40,7 @@ import (
 //   - every prompt's leaderboard equals a recomputation from the stream as of its
 //     evaluations_seq, and `podium prompts verify --all` re-renders every prompt to its bytes;
 //   - no service was ready with work pending and none of it done for more than soakIdleLimit
-//     (from a log of probes taken every 200 ms).
+//     (from a log of probes taken every 500 ms).
 //
 // PODIUM_SOAK sets how long it plays (default 75s; `make soak` plays 30 minutes) and
 // PODIUM_SOAK_SEED the schedule (default: the clock). The seed is printed first: a failing seed
@@ -362,13 +363,14 @@ func (s *soak) awaitAnswers(exec string, ids map[string]string, limit time.Durat
 	s.late.Add(int64(len(pending)))
 }
 
-// probe reads every service's readiness and both consumers every 200 ms until stop, and notes
-// each time a service was ready while its consumer held pending work and did none of it for
-// longer than soakIdleLimit.
+// probe reads every service's readiness, what its replicas settled, and both consumers every
+// 500 ms until stop, and notes each time a service was ready while its consumer held pending work
+// and none of it was done (no ack floor moved, no message settled) for longer than soakIdleLimit.
 func (s *soak) probe(stop <-chan struct{}) {
 	type progress struct {
-		floor uint64
-		since time.Time // when the floor last moved, or nothing was pending
+		floor   uint64
+		settled float64
+		since   time.Time // when work was last done, or nothing was pending
 	}
 	consumers := map[string][2]string{"ranker": {events.StreamEvaluations, events.ConsumerRanker}, "composer": {events.StreamRounds, events.ConsumerComposer}}
 	seen := map[string]*progress{}
@@ -378,7 +380,7 @@ func (s *soak) probe(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(500 * time.Millisecond):
 		}
 		now := time.Now()
 		ready := map[string]bool{} // by kind: any replica ready
@@ -407,6 +409,10 @@ func (s *soak) probe(stop <-chan struct{}) {
 				wasReady[name] = now
 			}
 		}
+		settled := map[string]float64{} // by kind: messages settled by its live replicas so far
+		for name, p := range procs {
+			settled[strings.Split(name, "-")[0]] += settledOf(client, p, strings.Split(name, "-")[0])
+		}
 		for kind, c := range consumers {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			info, err := consumerInfo(ctx, s.e.js, c[0], c[1])
@@ -414,9 +420,11 @@ func (s *soak) probe(stop <-chan struct{}) {
 			if err != nil {
 				continue // NATS restarting, the durable being made again
 			}
+			// Work is done while the floor moves or a replica settles messages (a request answered
+			// inputs_not_ready while the ranker refills is work done too).
 			pg := seen[kind]
-			if pg == nil || info.AckFloor.Stream != pg.floor || info.NumPending+uint64(info.NumAckPending) == 0 {
-				seen[kind] = &progress{floor: info.AckFloor.Stream, since: now}
+			if pg == nil || info.AckFloor.Stream != pg.floor || info.NumPending+uint64(info.NumAckPending) == 0 || settled[kind] != pg.settled {
+				seen[kind] = &progress{floor: info.AckFloor.Stream, settled: settled[kind], since: now}
 				continue
 			}
 			if ready[kind] && now.Sub(pg.since) > soakIdleLimit {
@@ -428,6 +436,31 @@ func (s *soak) probe(stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// settledOf reads how many messages a service process has settled (its
+// <kind>_messages_settled_total, all outcomes); 0 when it does not answer.
+func settledOf(client *http.Client, p *proc, kind string) float64 {
+	resp, err := client.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for line := range strings.Lines(string(body)) {
+		if !strings.HasPrefix(line, kind+"_messages_settled_total{") {
+			continue
+		}
+		if f := strings.Fields(line); len(f) == 2 {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			total += v
+		}
+	}
+	return total
 }
 
 // waitQuiet waits until every service is ready and has done all the work there is.

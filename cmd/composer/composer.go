@@ -48,32 +48,30 @@ func storeError(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %v", errStore, err)
 }
 
-// handle answers one request: prompt.composed or prompt.failed (held until PROMPTS takes it:
-// store.go), or a retry when the store failed and deliveries are left. It is one span, a
-// child of the orchestrator's (its trace continues to the model call); the context it returns is
-// work's with that span in it, so that settling logs with the request's trace ids.
-func (c *composer) handle(work context.Context, msg jetstream.Msg) (context.Context, settle.Outcome) {
+// handle answers one request: parse, compose, publish. The answer is prompt.composed or
+// prompt.failed, held until PROMPTS takes it (store.go); a store failure while deliveries are
+// left is retried instead. The runtime's middleware gives it its span (a child of the
+// orchestrator's, so the trace goes on to the model call), keeps it alive and recovers a panic.
+func (c *composer) handle(ctx context.Context, msg jetstream.Msg) (context.Context, settle.Outcome) {
 	md, err := msg.Metadata()
 	if err != nil {
-		return work, settle.Reject("message without JetStream metadata: " + err.Error())
+		return ctx, settle.Reject("message without JetStream metadata: " + err.Error())
 	}
 	req, err := events.ParseRoundRequest(msg.Subject(), msg.Data(), c.maxBytes)
-	ctx, span := c.trace.Start(c.trace.Extract(work, req.Trace, msg.Headers()), "composer.request", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("podium.request_id", req.ID), attribute.String("podium.execution_id", req.Data.ExecutionID),
-			attribute.String("podium.team_id", req.Data.TeamID), attribute.Int("podium.round_number", req.Data.RoundNumber),
-			attribute.Int64("podium.delivery", int64(md.NumDelivered))))
-	defer span.End()
-	return trace.ContextWithSpanContext(work, span.SpanContext()), c.answer(ctx, span, msg, md, req, err)
-}
-
-// answer is handle's work within the request's span.
-func (c *composer) answer(ctx context.Context, span trace.Span, msg jetstream.Msg, md *jetstream.MsgMetadata, req events.RoundRequest, parseErr error) settle.Outcome {
-	if parseErr != nil {
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(attribute.String("podium.request_id", req.ID), attribute.String("podium.execution_id", req.Data.ExecutionID),
+		attribute.String("podium.team_id", req.Data.TeamID), attribute.Int("podium.round_number", req.Data.RoundNumber))
+	if err != nil {
 		span.SetAttributes(attribute.String("podium.failure_code", string(events.CodeInvalidRequest)))
 		span.SetStatus(codes.Error, string(events.CodeInvalidRequest))
-		return c.reject(ctx, msg, md, req, parseErr)
+		return ctx, c.reject(ctx, msg, md, req, err)
 	}
 	out, err := c.compose(ctx, req.ID, req.Data, req.Time, nil)
+	return ctx, c.answer(ctx, md, req, out, err)
+}
+
+// answer publishes what compose made of a request: the prompt, or the failure it met.
+func (c *composer) answer(ctx context.Context, md *jetstream.MsgMetadata, req events.RoundRequest, out events.PromptComposed, err error) settle.Outcome {
 	if err == nil {
 		err = c.store(ctx, func(ctx context.Context) error { return c.publishComposed(ctx, out) })
 		var tooLarge *events.TooLargeError
@@ -91,6 +89,7 @@ func (c *composer) answer(ctx context.Context, span trace.Span, msg jetstream.Ms
 		return settle.RetryLater(ctx.Err())
 	}
 	f := failureOf(err)
+	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(attribute.String("podium.failure_code", string(f.Code)))
 	span.SetStatus(codes.Error, string(f.Code))
 	if f.Code == events.CodeStoreUnavailable && int(md.NumDelivered) < c.maxDeliver {

@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		HTTPAddr:        cfg.HTTPAddr,
 		Guard:           apiDoor(log, cfg.HTTPAddr, cfg.APIToken),
 		API:             newAPI(rs),
-		Checks:          map[string]service.Check{"clickhouse": st.Ping, "prompts": c.answers.ready, "templates": c.templates.ready},
+		Checks:          map[string]service.Check{"clickhouse": st.Ping, "prompts": c.answers.ready, "templates": c.templates.ready, "inputs": c.inputs.Ready},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
 		Consume: func(stop, work context.Context) error {
@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer stopRenders()
 			// Waiting and rendering may take long: the broker must not hand a request to another
 			// replica meanwhile.
-			handle := consume.Chain(c.handle, consume.Recover(c.log, runtime.Panics), consume.KeepAlive(cfg.AckWait/3))
+			handle := consume.Chain(c.handle, consume.Trace(c.trace, "composer.request"), consume.Recover(c.log, runtime.Panics), consume.KeepAlive(cfg.AckWait/3))
 			return runtime.Run(stop, work, cons, consume.Workers(cfg.Workers, handle, c.settler, c.log.Warn))
 		},
 	})

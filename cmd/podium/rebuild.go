@@ -73,7 +73,7 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 			r.start, r.total = start, state.LastSeq-start+1
 			r.bar = newBar(e.out, int64(r.total), *noBar)
 			res, err = refill.Run(ctx, refill.Options{JS: js, MaxEventBytes: e.cfg.MaxEventBytes, Batch: *batchSize, Read: r.progress,
-				Written: st.NoteRebuilt}, start-1, st.Insert)
+				Written: func(ctx context.Context, seq uint64, _ rank.RowKey) error { return st.NoteRebuilt(ctx, seq) }}, start-1, refill.Insert(st.Insert))
 			_ = r.bar.Finish()
 			if err != nil {
 				return err

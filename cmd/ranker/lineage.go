@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,11 +66,14 @@ func (r *ranker) asPublished(ctx context.Context) bool {
 	if err != nil || !found || !lin.Whole || lin.ID() != pub.ID() || lin.Stream != rank.StreamID(info.Created) {
 		return false
 	}
-	if lin.Anchor == (rank.RowKey{}) {
-		return true
+	if lin.Anchor != (rank.RowKey{}) {
+		if held, err := r.store.Holds(ctx, lin.Anchor); err != nil || !held {
+			return false
+		}
 	}
-	held, err := r.store.Holds(ctx, lin.Anchor)
-	return err == nil && held
+	// Whole: the consumer's metadata says so too (a consumer made again may carry an older
+	// state).
+	return r.publishLineage(ctx, *pub, "") == nil
 }
 
 // checkStoreLocked is checkStore with commits held.
@@ -81,7 +85,7 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 	streamID := rank.StreamID(info.Created)
 	lin, found, err := r.store.Lineage(ctx)
 	if rank.FaultOf(err) == rank.Missing {
-		return r.refill(ctx, "the store's tables are missing", true)
+		return r.refill(ctx, refillPlan{why: "the store's tables are missing", repair: true})
 	}
 	if err != nil {
 		return err
@@ -90,31 +94,33 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 	case !found:
 		newest, has, err := r.store.NewestRow(ctx)
 		if rank.FaultOf(err) == rank.Missing {
-			return r.refill(ctx, "the evaluations table is missing", true)
+			return r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true})
 		}
 		if err != nil {
 			return err
 		}
 		if !has && info.State.Msgs > 0 {
-			return r.refill(ctx, fmt.Sprintf("the store is empty while %s holds %d messages", events.StreamEvaluations, info.State.Msgs), false)
+			return r.refill(ctx, refillPlan{why: fmt.Sprintf("the store is empty while %s holds %d messages", events.StreamEvaluations, info.State.Msgs)})
 		}
 		lin = rank.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: newest, Whole: true}
 		if err := r.store.NoteLineage(ctx, lin); err != nil {
 			return err
 		}
 		r.log.Info("store lineage noted: the table is taken as it is", "lineage", lin.ID(), "rows", has)
+	case !lin.Whole && time.Since(lin.Noted) <= r.refillStale():
+		return r.refill(ctx, refillPlan{why: "another ranker refills the store", others: true, resume: lin})
 	case !lin.Whole:
-		return r.refill(ctx, "a refill of the store did not finish", false)
+		return r.refill(ctx, refillPlan{why: "a refill of the store did not finish", resume: lin})
 	case lin.Anchor != rank.RowKey{}:
 		held, err := r.store.Holds(ctx, lin.Anchor)
 		if rank.FaultOf(err) == rank.Missing {
-			return r.refill(ctx, "the evaluations table is missing", true)
+			return r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true})
 		}
 		if err != nil {
 			return err
 		}
 		if !held {
-			return r.refill(ctx, "the evaluations table lost the rows it held (dropped or recreated)", false)
+			return r.refill(ctx, refillPlan{why: "the evaluations table lost the rows it held (dropped or recreated)"})
 		}
 	}
 	if lin.Stream != streamID {
@@ -150,31 +156,78 @@ func (r *ranker) evaluationsInfo(ctx context.Context) (*jetstream.StreamInfo, er
 // epoch names a new derivation of the store; nothing ranked or rendered reads it.
 func (r *ranker) epoch() uint64 { return uint64(r.now().UnixNano()) }
 
-// refill writes what the stream holds into the store (see the top of this file), recreating the
-// tables first when repair is set. Commits are held by the caller. It returns only once the
-// store is whole, or with ctx's error.
-func (r *ranker) refill(ctx context.Context, why string, repair bool) error {
+// Rankers share the store. One refills it at a time: a refill notes its lineage again every
+// refillBeat; a ranker that finds the newest lineage unfinished and noted within refillStale
+// waits for it (holding its own commits, unready) instead of refilling too, and takes the refill
+// over only once its notes stop. Two that start together both note a lineage; the one whose epoch
+// is not the newest yields at its next note.
+const (
+	refillBeat  = 2 * time.Second
+	refillStale = 30 * time.Second // hosts' clocks may differ by a few seconds
+)
+
+// refillStale is how long another ranker's refill may go without a note before it is taken over
+// (staleAfter, where a test set one).
+func (r *ranker) refillStale() time.Duration {
+	if r.staleAfter > 0 {
+		return r.staleAfter
+	}
+	return refillStale
+}
+
+// errYielded is a refill that found another ranker's newer one running.
+var errYielded = errors.New("another ranker refills the store")
+
+// refillPlan is how a refill starts.
+type refillPlan struct {
+	why string
+	// repair recreates the tables first; others waits for another ranker's refill first.
+	repair, others bool
+	// resume is a refill that stopped and may go on after its Through (zero: from the start).
+	resume rank.Lineage
+}
+
+// refill makes the store whole from the stream (see the top of this file). Commits are held by
+// the caller. It returns only once the store is whole, or with ctx's error.
+func (r *ranker) refill(ctx context.Context, plan refillPlan) error {
+	why, repair, others := plan.why, plan.repair, plan.others
 	start := time.Now()
 	r.boardsMu.Lock()
 	defer r.boardsMu.Unlock()
 	r.refilling.Store(&why)
-	r.m.refills.Inc()
+	defer r.refilling.Store(nil)
 	r.m.refilling.Set(1)
 	defer r.m.refilling.Set(0)
 	r.log.Warn("refilling the store from EVALUATIONS; unready until it is whole", "reason", why)
 	for attempt := uint64(1); ; attempt++ {
-		res, lin, err := r.refillOnce(ctx, why, repair)
+		if others {
+			if err := r.awaitRefill(ctx); err == nil || ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.log.Warn("the other ranker's refill stopped; taking it over")
+			if l, found, err := r.store.Lineage(ctx); err == nil && found && !l.Whole {
+				plan.resume = l // its progress as it last noted it
+			}
+		}
+		r.m.refills.Inc()
+		res, lin, err := r.refillOnce(ctx, why, repair, plan.resume)
 		if err == nil {
-			r.refilling.Store(nil)
 			r.log.Info("store refilled from EVALUATIONS; ready", "lineage", lin.ID(), "messages", res.Read, "written", res.Written,
-				"invalid", res.Invalid, "took", time.Since(start).Round(time.Millisecond).String())
+				"refused", res.Refused, "invalid", res.Invalid, "took", time.Since(start).Round(time.Millisecond).String())
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// The table may be gone again, or ClickHouse or the stream away: start over, repairing.
+		if others = errors.Is(err, errYielded); others {
+			continue
+		}
+		// The table may be gone again (start over, repairing), or ClickHouse or the stream away
+		// (go on from what was noted).
 		repair = repair || errors.Is(err, errTableLost)
+		if plan.resume = lin; repair {
+			plan.resume = rank.Lineage{}
+		}
 		delay := settle.Backoff(attempt)
 		r.m.clickhouseErrors.WithLabelValues("refill").Inc()
 		r.log.Warn("store refill failed; starting over", "reason", why, "attempt", attempt, "retry_in", delay.String(), "error", err)
@@ -186,34 +239,100 @@ func (r *ranker) refill(ctx context.Context, why string, repair bool) error {
 	}
 }
 
-// refillOnce is one try of refill: what it wrote, and the lineage it noted.
-func (r *ranker) refillOnce(ctx context.Context, why string, repair bool) (refill.Result, rank.Lineage, error) {
-	info, err := r.evaluationsInfo(ctx)
-	if err != nil {
-		return refill.Result{}, rank.Lineage{}, err
-	}
-	lin := rank.Lineage{Epoch: r.epoch(), Stream: rank.StreamID(info.Created)}
-	// Composers hear of it before the table changes: from now on they wait.
-	if err := r.publishLineage(ctx, lin, why); err != nil {
-		return refill.Result{}, lin, err
-	}
-	if repair {
-		if err := r.repair(ctx); err != nil {
-			return refill.Result{}, lin, fmt.Errorf("recreate the tables: %w", err)
+// awaitRefill waits until another ranker's refill is done (nil), or has stopped noting its
+// lineage for refillStale (an error).
+func (r *ranker) awaitRefill(ctx context.Context) error {
+	for {
+		lin, found, err := r.store.Lineage(ctx)
+		switch {
+		case err != nil:
+			r.log.Warn("store lineage not read while another ranker refills the store", "error", err)
+		case found && lin.Whole:
+			r.lineage.Store(&lin)
+			return nil
+		case !found || time.Since(lin.Noted) > r.refillStale():
+			return errors.New("the refill stopped noting its progress")
 		}
-		r.m.clickhouseRepairs.Inc()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(refillBeat / 2):
+		}
 	}
-	if err := r.store.NoteLineage(ctx, lin); err != nil {
-		return refill.Result{}, lin, errorOf(err)
-	}
-	res, err := refill.Run(ctx, refill.Options{JS: r.js, MaxEventBytes: r.maxBytes, Batch: max(r.batchSize, 1000), BatchBytes: r.batchBytes},
-		info.State.FirstSeq-1, r.refillWrite)
+}
+
+// refillOnce is one try of refill: what it wrote, and the lineage it noted last. It goes on from
+// resume where that is of the same stream and the table holds its anchor; else from the start.
+func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume rank.Lineage) (res refill.Result, lin rank.Lineage, err error) {
+	defer func() {
+		// A driver that panics on a row must not crash the ranker, which would refill again at
+		// its start and crash again: the refill fails, and is tried again with the backoff.
+		if v := recover(); v != nil {
+			r.log.Error("store refill panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = fmt.Errorf("the refill panicked: %v", v)
+		}
+	}()
+	info, err := r.evaluationsInfo(ctx)
 	if err != nil {
 		return res, lin, err
 	}
-	lin.Anchor, lin.Whole = res.Last, true
+	lin = rank.Lineage{Epoch: r.epoch(), Stream: rank.StreamID(info.Created)}
+	after := info.State.FirstSeq
+	if after > 0 {
+		after-- // a stream that never held a message says 0
+	}
+	if !repair && r.resumable(ctx, resume, lin.Stream) {
+		lin, after = resume, resume.Through
+		r.log.Info("the store refill goes on from where it stopped", "lineage", lin.ID(), "after", after)
+	}
+	lin.Whole, lin.Noted = false, time.Time{}
+	// Composers hear of it before the table changes: from now on they wait.
+	if err := r.publishLineage(ctx, lin, why); err != nil {
+		return res, lin, err
+	}
+	if repair {
+		if err := r.repair(ctx); err != nil {
+			return res, lin, fmt.Errorf("recreate the tables: %w", err)
+		}
+		r.m.clickhouseRepairs.Inc()
+	}
+	beat := func(ctx context.Context) error {
+		if err := r.store.NoteLineage(ctx, lin); err != nil {
+			return errorOf(err)
+		}
+		if newest, found, err := r.store.Lineage(ctx); err == nil && found && newest.Epoch > lin.Epoch {
+			return errYielded
+		}
+		// Again: a consumer made again meanwhile may carry an older state.
+		return r.publishLineage(ctx, lin, why)
+	}
+	if err := beat(ctx); err != nil {
+		return res, lin, err
+	}
+	last := time.Now()
+	res, err = refill.Run(ctx, refill.Options{JS: r.js, MaxEventBytes: r.maxBytes, Batch: max(r.batchSize, 1000), BatchBytes: r.batchBytes,
+		Written: func(ctx context.Context, seq uint64, stored rank.RowKey) error {
+			if stored != (rank.RowKey{}) {
+				lin.Anchor, lin.Through = stored, seq // the progress the next note records
+			}
+			if time.Since(last) < refillBeat {
+				return nil
+			}
+			last = time.Now()
+			return beat(ctx)
+		}}, after, r.writeRows)
+	if err != nil {
+		return res, lin, err
+	}
+	if res.Refused > 0 {
+		r.log.Warn("the refill skipped evaluations the table refuses (they were dead-lettered when they came)", "count", res.Refused)
+	}
+	lin.Whole = true
+	if res.Last != (rank.RowKey{}) {
+		lin.Anchor = res.Last
+	}
 	if lin.Anchor == (rank.RowKey{}) {
-		// Nothing was written (the stream held only invalid events): any row the table holds.
+		// Nothing was stored (the stream held only invalid events): any row the table holds.
 		if lin.Anchor, _, err = r.store.NewestRow(ctx); err != nil {
 			return res, lin, errorOf(err)
 		}
@@ -224,14 +343,14 @@ func (r *ranker) refillOnce(ctx context.Context, why string, repair bool) (refil
 	return res, lin, r.publishLineage(ctx, lin, "")
 }
 
-// refillWrite stores a batch of a refill as a commit does, skipping the rows the table refuses
-// (the ranker dead-lettered them when they first came).
-func (r *ranker) refillWrite(ctx context.Context, recs []rank.Record) error {
-	refused, err := r.writeRows(ctx, recs)
-	if len(refused) > 0 {
-		r.log.Warn("the refill skipped evaluations the table refuses", "count", len(refused))
+// resumable reports whether a refill that stopped may go on after its Through: of this stream,
+// with progress noted, and its last stored row still in the table.
+func (r *ranker) resumable(ctx context.Context, l rank.Lineage, stream string) bool {
+	if l.Epoch == 0 || l.Through == 0 || l.Stream != stream || l.Anchor == (rank.RowKey{}) {
+		return false
 	}
-	return err
+	held, err := r.store.Holds(ctx, l.Anchor)
+	return err == nil && held
 }
 
 // errorOf marks a missing table as errTableLost.
@@ -243,23 +362,18 @@ func errorOf(err error) error {
 }
 
 // publishLineage tells composers, through the ranker consumer's metadata, the store's lineage and
-// whether a refill runs (why, or empty). An unchanged state is not sent again.
+// whether a refill runs (why, or empty). The consumer's metadata is compared first: an unchanged
+// state costs one lookup.
 func (r *ranker) publishLineage(ctx context.Context, lin rank.Lineage, refilling string) error {
 	md := map[string]string{events.MetaStoreLineage: lin.ID()}
 	if refilling != "" {
 		md[events.MetaStoreRefilling] = refilling
-	}
-	state := md[events.MetaStoreLineage] + "|" + refilling
-	if prev := r.published.Load(); prev != nil && *prev == state {
-		r.lineage.Store(&lin)
-		return nil
 	}
 	if r.runtime != nil {
 		if err := r.runtime.SetMetadata(ctx, md); err != nil {
 			return fmt.Errorf("publish the store lineage on the ranker consumer: %w", err)
 		}
 	}
-	r.published.Store(&state)
 	r.lineage.Store(&lin)
 	return nil
 }

@@ -76,9 +76,10 @@ type ranker struct {
 	// leaderboard is read from a store being refilled.
 	boardsMu  sync.RWMutex
 	lineage   atomic.Pointer[rank.Lineage] // the store's lineage, as published
-	published atomic.Pointer[string]       // the consumer metadata last published
 	refilling atomic.Pointer[string]       // why, while a refill runs
 	checked   atomic.Bool                  // set once the store was found whole at start
+	// staleAfter replaces refillStale (lineage.go) in tests; 0 in the service.
+	staleAfter time.Duration
 
 	writing     atomic.Bool // set while the committer has a batch in hand
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
@@ -116,9 +117,13 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		defer close(committed)
 		for b := range batches {
 			r.writing.Store(true)
+			// Kept in progress for as long as the committer holds it: behind a check or a refill
+			// of the store (commitMu) and behind a slow insert alike.
+			alive := settle.KeepAlive(r.ackWait/3, b.keep...)
 			r.commitMu.Lock()
 			sc, ok := r.commitRecovering(work, b)
 			r.commitMu.Unlock()
+			alive()
 			if ok {
 				ann.add(sc, b.recs)
 			}
@@ -139,13 +144,12 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 	}
 	return rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: r.batchSize, Bytes: r.batchBytes, Flush: r.flushInterval,
 		Linger: r.linger, Busy: r.writing.Load},
-		consume.RecoverBatches(r.log, rt.Panics, r.settler, func(_, work context.Context, msgs []jetstream.Msg) {
-			// Kept in progress from here, while poison is dead-lettered (DEADLETTER may be slow
-			// or down: three tries with backoff) and while it waits behind a slow insert, so a
-			// short AckWait redelivers only what a crashed ranker held.
-			defer settle.KeepAlive(r.ackWait/3, msgs...)()
+		// Kept in progress from here, while poison is dead-lettered (DEADLETTER may be slow or
+		// down: three tries with backoff) and while it waits behind a slow insert, so a short
+		// AckWait redelivers only what a crashed ranker held.
+		consume.RecoverBatches(r.log, rt.Panics, r.settler, consume.KeepAliveBatches(r.ackWait/3, func(_, work context.Context, msgs []jetstream.Msg) {
 			batches <- r.parse(work, msgs)
-		}), r.log.Warn))
+		})), r.log.Warn))
 }
 
 // batch is a parsed batch: the rows to write, the messages to ack once they are written, and
@@ -196,11 +200,7 @@ func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) 
 		trace.WithAttributes(attribute.Int("podium.batch_size", len(b.recs)), attribute.Int("podium.messages", len(b.keep))))
 	defer span.End()
 	if len(b.recs) > 0 {
-		alive := settle.KeepAlive(r.ackWait/3, b.keep...) // an insert may wait on ClickHouse for long
-		ictx, ispan := r.trace.Start(ctx, "clickhouse.insert", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.Int("db.rows", len(b.recs))))
-		refused, err := r.write(ictx, b.recs)
-		tracing.End(ispan, err)
-		alive()
+		refused, err := r.insertSpan(ctx, b.recs)
 		if err != nil {
 			span.SetStatus(codes.Error, "given back for redelivery")
 			r.log.WarnContext(ctx, "gave up a batch; it will be redelivered", "rows", len(b.recs), "error", err)
@@ -212,21 +212,24 @@ func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) 
 		if len(refused) > 0 {
 			b = r.deadLetterRefused(ctx, b, refused)
 		}
-		r.anchorAfter(ctx, b.recs)
 	}
 	// The rows are stored; a redelivery of an ack that is lost is harmless: writes are idempotent.
-	// The last ack is confirmed, so that when composers hear of the commit, the ranker's ack
-	// floor already shows it (they check it: the notice only wakes them).
-	for i, msg := range b.keep {
-		o := settle.Ack()
-		if i == len(b.keep)-1 {
-			o = settle.AckConfirmed()
-		}
-		r.settler.Settle(ctx, msg, o)
-	}
+	// The acks are confirmed (sent again when a NATS restart lost them), so that when composers
+	// hear of the commit, the ranker's ack floor already shows it (they check it: the notice only
+	// wakes them).
+	r.settler.AckAll(ctx, b.keep, r.ackWait)
 	r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
 	r.notifyCommitted(b)
+	r.anchorAfter(ctx, b.recs) // once per lineage, after the acks: not on a prompt's path
 	return span.SpanContext(), true
+}
+
+// insertSpan writes recs as the span clickhouse.insert, ended however the write ends (a panic
+// included: commitRecovering goes on after it).
+func (r *ranker) insertSpan(ctx context.Context, recs []rank.Record) (refused map[string]error, err error) {
+	ictx, span := r.trace.Start(ctx, "clickhouse.insert", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.Int("db.rows", len(recs))))
+	defer func() { tracing.End(span, err) }()
+	return r.write(ictx, recs)
 }
 
 // commitRecovering is commit, with a panic of the commit (the driver on rows it mishandles)

@@ -202,3 +202,63 @@ func exec(t *testing.T, cfg rank.Config, q string) {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
+
+// rowCounter counts the rows inserted through it.
+type rowCounter struct {
+	*rank.Store
+	rows atomic.Int32
+}
+
+func (c *rowCounter) Insert(ctx context.Context, recs []rank.Record) error {
+	c.rows.Add(int32(len(recs)))
+	return c.Store.Insert(ctx, recs)
+}
+
+// TestRefillGoesOnWhereItStopped: a refill stopped after sequence 3 of 6 (its ranker killed): the
+// table holds its last stored row, so the next refill writes sequences 4 to 6 only, and the
+// store is whole again under the same lineage.
+func TestRefillGoesOnWhereItStopped(t *testing.T) {
+	st, _ := testenv.Store(t, true)
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	if err := events.EnsureStreams(t.Context(), js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	recs := records("resumed", "x1", "x2", "x3", "x4", "x5", "x6")
+	for _, rec := range recs {
+		body, err := events.Marshal(rec.EventID, "test", events.TypeEvaluationCompleted, rec.EvaluatedAt, rec.EvaluationCompleted)
+		if err == nil {
+			_, err = js.Publish(t.Context(), events.EvaluationSubject(rec.ExecutionID, rec.TeamID), body)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Insert(t.Context(), recs[:3]); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), events.StreamEvaluations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := rank.Lineage{Epoch: 5, Stream: rank.StreamID(stream.CachedInfo().Created), Anchor: rank.KeyOf(recs[2]), Through: 3}
+	if err := st.NoteLineage(t.Context(), stopped); err != nil {
+		t.Fatal(err)
+	}
+	counter := &rowCounter{Store: st}
+	r, _ := newTestRanker(t, counter, nil)
+	r.js, r.maxBytes, r.batchSize, r.staleAfter = js, 1<<20, 10, time.Millisecond
+	time.Sleep(5 * time.Millisecond) // the stopped refill's note is stale now
+	if err := r.checkStore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.rows.Load(); n != 3 {
+		t.Errorf("the refill wrote %d rows, want the 3 after sequence 3", n)
+	}
+	lin, _, err := st.Lineage(t.Context())
+	if err != nil || !lin.Whole || lin.Epoch != 5 || lin.Anchor != rank.KeyOf(recs[5]) {
+		t.Errorf("lineage after the refill: %+v (%v), want epoch 5 whole, anchored at x6", lin, err)
+	}
+	if got := stored(t, st, "resumed"); len(got) != 6 {
+		t.Errorf("stored %v, want x1 to x6", got)
+	}
+}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/settle"
 )
 
 // BatchFunc takes one batch of messages; it returns once it has handed the batch on (it may
@@ -25,6 +27,16 @@ type Batching struct {
 	// never). While it is, the batch keeps filling, up to Flush: waiting costs nothing then, and
 	// larger batches cost less each.
 	Busy func() bool
+}
+
+// KeepAliveBatches tells the broker every interval that a batch's messages are still in hand
+// while h runs, so a batch waiting behind a slow stage (a dead letter with backoff, an insert
+// waiting for ClickHouse) is not redelivered to another replica.
+func KeepAliveBatches(every time.Duration, h BatchFunc) BatchFunc {
+	return func(stop, work context.Context, msgs []jetstream.Msg) {
+		defer settle.KeepAlive(every, msgs...)()
+		h(stop, work, msgs)
+	}
 }
 
 // Batches is a Loop that gathers messages into batches: from a first message while more arrive

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,9 +39,10 @@ func (s Source) Ensure(ctx context.Context) (jetstream.Consumer, error) {
 	return s.ensure(ctx, s.Consumer)
 }
 
-// ensure creates the consumer with cfg, or updates the one there. Where it starts is the
-// existing consumer's to keep: one made again after a loss starts after what was handled
-// (Runtime.resumeAt), and a later update with the configuration's DeliverAll would be refused.
+// ensure creates the consumer with cfg, or updates the one there. Where it starts and its
+// metadata are the existing consumer's to keep: one made again after a loss starts after what was
+// handled (Runtime.resumeAt), a later update with the configuration's DeliverAll would be
+// refused, and the metadata is SetMetadata's alone to change.
 func (s Source) ensure(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	if s.StreamConfig != nil {
 		if _, err := s.JS.Stream(ctx, s.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -50,8 +52,10 @@ func (s Source) ensure(ctx context.Context, cfg jetstream.ConsumerConfig) (jetst
 		}
 	}
 	if have, err := s.JS.Consumer(ctx, s.Stream, cfg.Durable); err == nil {
+		// Its metadata too is the consumer's: another replica may have published a newer state
+		// there (Runtime.SetMetadata) than this one's configuration holds.
 		old := have.CachedInfo().Config
-		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime, cfg.Metadata = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime, old.Metadata
 	}
 	cons, err := s.JS.CreateOrUpdateConsumer(ctx, s.Stream, cfg)
 	if err != nil {
@@ -158,12 +162,46 @@ func (rt *Runtime) Panicked() {
 
 // SetMetadata updates the consumer's metadata (its state for others to read: the ranker's
 // store lineage) on the server, and keeps it for every time the consumer is made again.
+//
+// It changes the metadata alone, of the consumer as it is: a missing consumer is the runtime's to
+// make again (with this metadata), after the ack floor it saw.
 func (rt *Runtime) SetMetadata(ctx context.Context, md map[string]string) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.metadata = maps.Clone(md)
-	_, err := rt.Source.ensure(ctx, rt.config())
-	return err
+	cons, err := rt.Source.JS.Consumer(ctx, rt.Source.Stream, rt.Source.Consumer.Durable)
+	if err != nil {
+		return fmt.Errorf("consume: consumer %s: %w", rt.Source.Consumer.Durable, err)
+	}
+	cfg := cons.CachedInfo().Config
+	if maps.Equal(own(cfg.Metadata), own(md)) {
+		return nil
+	}
+	next := maps.Clone(md)
+	for k, v := range cfg.Metadata {
+		if strings.HasPrefix(k, serverMetadata) {
+			next[k] = v
+		}
+	}
+	cfg.Metadata = next
+	if _, err := rt.Source.JS.UpdateConsumer(ctx, rt.Source.Stream, cfg); err != nil {
+		return fmt.Errorf("consume: metadata of consumer %s: %w", cfg.Durable, err)
+	}
+	return nil
+}
+
+// serverMetadata prefixes the metadata keys nats-server sets on a consumer itself.
+const serverMetadata = "_nats"
+
+// own is the metadata a service set, without the server's keys.
+func own(md map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range md {
+		if !strings.HasPrefix(k, serverMetadata) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // config is the consumer's configuration with the metadata set; rt.mu held.

@@ -9,6 +9,7 @@ package inputs
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -95,6 +96,8 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 
 // Inputs are the composer's reads.
 type Inputs struct {
+	lineage  *lineage
+	failing  atomic.Pointer[readFailure] // the last store read's failure, while reads fail
 	probes   *probes
 	scores   *storeReads
 	contents *streamContent
@@ -119,6 +122,7 @@ func New(d Deps) (*Inputs, error) {
 	lin := &lineage{changed: scores.forget}
 	scores.snaps = newSnapshots(d.JS, evaluations, clock, lin)
 	in := &Inputs{
+		lineage: lin,
 		// A probe is two JetStream API calls (milliseconds); one caught by a disconnect must not
 		// hold every waiting request for long, since probes run one at a time.
 		probes:   newProbes(d.JS, 2*time.Second, lin),
@@ -138,6 +142,44 @@ func New(d Deps) (*Inputs, error) {
 	return in, nil
 }
 
+// Ready fails while no prompt can be composed from whole inputs: the ranker refills its store (as
+// the last commit probe read it), or the store's reads fail (until one succeeds, or for
+// failingFor). A composer that
+// answers every request inputs_not_ready or store_unavailable is not ready, whatever else works.
+func (in *Inputs) Ready(ctx context.Context) error {
+	if in.lineage.refill() != "" {
+		// Probes run for waiting requests: with none, look again, or the refill's end is not seen.
+		_, _ = in.probes.join(ctx)
+	}
+	if why := in.lineage.refill(); why != "" {
+		return fmt.Errorf("the ranker refills its store from EVALUATIONS (%s)", why)
+	}
+	if f := in.failing.Load(); f != nil && in.clock.Now().Sub(f.at) < failingFor {
+		return fmt.Errorf("store reads fail: %s", f.why)
+	}
+	return nil
+}
+
+// readFailure is a store read that failed, and when.
+type readFailure struct {
+	why string
+	at  time.Time
+}
+
+// failingFor is how long a failed store read keeps the composer unready without a read that
+// succeeds: no request may come to try again, and a failure long past says nothing of now.
+const failingFor = 10 * time.Second
+
+// noteRead records how a store read ended; one that its caller abandoned says nothing.
+func (in *Inputs) noteRead(ctx context.Context, err error) {
+	switch {
+	case err == nil:
+		in.failing.Store(nil)
+	case ctx.Err() == nil:
+		in.failing.Store(&readFailure{why: err.Error(), at: in.clock.Now()})
+	}
+}
+
 // Reader reads a prompt's inputs through the shared reads, each read a span of the request's.
 func (in *Inputs) Reader() render.Reader { return reader{in} }
 
@@ -150,6 +192,7 @@ func (r reader) Scores(ctx context.Context, executionID string, seq uint64) (*ra
 	evs, err := r.in.scores.get(ctx, executionID, seq)
 	tracing.Observe(ctx, r.in.m.requestReads.WithLabelValues("scores"), time.Since(start).Seconds())
 	tracing.End(span, err)
+	r.in.noteRead(ctx, err)
 	return evs, err
 }
 
@@ -160,5 +203,6 @@ func (r reader) Content(ctx context.Context, key rank.TeamKey, from, before int,
 	c, err := r.in.contents.get(ctx, key, from, before, refs)
 	tracing.Observe(ctx, r.in.m.requestReads.WithLabelValues("content"), time.Since(start).Seconds())
 	tracing.End(span, err)
+	r.in.noteRead(ctx, err)
 	return c, err
 }

@@ -13,20 +13,22 @@ import (
 // changes (a refill, a rebuild, the stream made again) the reads kept from before are dropped,
 // since they may have been taken from a store that was not whole.
 type lineage struct {
-	mu      sync.Mutex
-	current string
-	changed func() // called, without mu, when current changes
+	mu        sync.Mutex
+	current   string
+	refilling string // why the ranker refills the store, as the last probe read it
+	changed   func() // called, without mu, when current changes
 }
 
-// saw records the lineage a probe read; one that names another stream than the one the probe
-// saw (its creation time) is of a stream deleted since, and counts as none.
-func (l *lineage) saw(id string, streamCreated time.Time) {
+// saw records the lineage a probe read, and whether the ranker refills the store; a lineage that
+// names another stream than the one the probe saw (its creation time) is of a stream deleted
+// since, and counts as none.
+func (l *lineage) saw(id, refilling string, streamCreated time.Time) {
 	if _, stream, ok := strings.Cut(id, "@"); !ok || stream != rank.StreamID(streamCreated) {
 		id = ""
 	}
 	l.mu.Lock()
 	moved := id != l.current
-	l.current = id
+	l.current, l.refilling = id, refilling
 	l.mu.Unlock()
 	if moved && l.changed != nil {
 		l.changed()
@@ -38,4 +40,11 @@ func (l *lineage) serves(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return id != "" && id == l.current
+}
+
+// refill says why the ranker refills the store, as the last probe read it; empty when it does not.
+func (l *lineage) refill() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refilling
 }

@@ -73,7 +73,7 @@ func (p *probes) run(ctx context.Context) *probe {
 	pr.consumer = cons.CachedInfo()
 	md := pr.consumer.Config.Metadata
 	pr.refilling = md[events.MetaStoreRefilling]
-	p.lineage.saw(md[events.MetaStoreLineage], info.Created)
+	p.lineage.saw(md[events.MetaStoreLineage], pr.refilling, info.Created)
 	return pr
 }
 

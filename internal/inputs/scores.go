@@ -41,9 +41,10 @@ type storeReads struct {
 	now     func() time.Time
 	b       *batcher[string, uint64, *rank.Evaluations]
 
-	mu    sync.Mutex // guards kept and bytes; never held across a read
+	mu    sync.Mutex // guards kept, bytes and gen; never held across a read
 	kept  map[string]keptRead
-	bytes int // of kept reads, as of the last keep
+	bytes int    // of kept reads, as of the last keep
+	gen   uint64 // moved by forget: a read started before is not kept after
 }
 
 type keptRead struct {
@@ -80,6 +81,9 @@ func (s *storeReads) get(ctx context.Context, executionID string, seq uint64) (*
 // through the sequence their requests wait for, the rest from ClickHouse in one query. Each is
 // kept for the highest sequence its requests waited for.
 func (s *storeReads) fetch(ctx context.Context, batch map[string][]uint64) (map[string]*rank.Evaluations, error) {
+	s.mu.Lock()
+	gen := s.gen
+	s.mu.Unlock()
 	need := make(map[string]uint64, len(batch))
 	for exec, seqs := range batch {
 		need[exec] = slices.Max(seqs)
@@ -112,6 +116,9 @@ func (s *storeReads) fetch(ctx context.Context, batch map[string][]uint64) (map[
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.gen != gen {
+		return evs, nil // the lineage moved while it was read: it serves its requests only
+	}
 	for exec, seq := range need {
 		s.keep(exec, evs[exec], seq)
 	}
@@ -127,6 +134,7 @@ func (s *storeReads) forget() {
 	defer s.mu.Unlock()
 	clear(s.kept)
 	s.bytes = 0
+	s.gen++
 }
 
 func (s *storeReads) keep(exec string, ev *rank.Evaluations, seq uint64) {

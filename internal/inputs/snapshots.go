@@ -99,19 +99,12 @@ func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string
 // nothingSince reports whether EVALUATIONS holds no message of the execution's subjects after
 // sequence from, up to to: then a snapshot complete through from is complete through to.
 func (s *snapshots) nothingSince(ctx context.Context, exec string, from, to uint64) bool {
-	st, err := s.stream.get(ctx)
+	next, err := s.stream.next(ctx, events.TypeEvaluationCompleted+"."+exec+".*", from+1)
 	if err != nil {
-		return false
-	}
-	msg, err := st.GetMsg(ctx, from+1, jetstream.WithGetMsgSubject(events.TypeEvaluationCompleted+"."+exec+".*"))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return true // nothing of it since from
-	case err != nil:
 		s.forget()
 		return false
 	}
-	return msg.Sequence > to
+	return next == 0 || next > to // nothing of it since from, or only after to
 }
 
 // forget drops the handles after a failed read, so the next read looks them up again.

@@ -2,9 +2,12 @@ package inputs
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/pkg/events"
@@ -42,4 +45,66 @@ func (e *evaluationsStream) forget() {
 	e.mu.Lock()
 	e.st = nil
 	e.mu.Unlock()
+}
+
+// next is the sequence of the first message on subject at or after seq; 0 when there is none.
+//
+// It asks the stream's leader whenever the stream has replicas: a direct get may be answered by
+// any replica of an R3 stream, a lagging one among them, which would say "nothing since" of a
+// message it has not received yet, and a stale snapshot would pass for complete. On one replica
+// the leader answers either way, and the direct get costs the server less.
+func (e *evaluationsStream) next(ctx context.Context, subject string, seq uint64) (uint64, error) {
+	st, err := e.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if st.CachedInfo().Config.Replicas <= 1 {
+		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		return msg.Sequence, nil
+	}
+	return leaderNext(ctx, e.js.Conn(), events.StreamEvaluations, subject, seq)
+}
+
+// leaderNext asks the stream's leader (JetStream's STREAM.MSG.GET, which nats.go replaces by a
+// direct get when the stream allows those) for the first message on subject at or after seq.
+func leaderNext(ctx context.Context, nc *nats.Conn, stream, subject string, seq uint64) (uint64, error) {
+	req, err := json.Marshal(struct {
+		Seq  uint64 `json:"seq"`
+		Next string `json:"next_by_subj"`
+	}{seq, subject})
+	if err != nil {
+		return 0, err
+	}
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return 0, fmt.Errorf("%s: leader get: %w", stream, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("%s: leader get: %w", stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == 10037: // no message found (a missing stream is 404 too)
+		return 0, nil
+	case resp.Error != nil:
+		return 0, fmt.Errorf("%s: leader get: %s (%d)", stream, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return 0, fmt.Errorf("%s: leader get: an answer without a message", stream)
+	}
+	return resp.Message.Seq, nil
 }

@@ -16,9 +16,14 @@ import (
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// Write stores a batch of records; it returns once they are stored, or with the error that
-// stops the refill.
-type Write func(ctx context.Context, recs []rank.Record) error
+// Write stores a batch of records; it returns once they are stored, but for those the table
+// refuses (by event id), or with the error that stops the refill.
+type Write func(ctx context.Context, recs []rank.Record) (refused map[string]error, err error)
+
+// Insert is the Write of a store that refuses nothing it is given.
+func Insert(insert func(context.Context, []rank.Record) error) Write {
+	return func(ctx context.Context, recs []rank.Record) (map[string]error, error) { return nil, insert(ctx, recs) }
+}
 
 // Options say how a refill reads and writes.
 type Options struct {
@@ -28,16 +33,18 @@ type Options struct {
 	BatchBytes    int // bytes of events per write (default 8 MiB)
 	// Read, when set, hears of each message read, with its sequence.
 	Read func(seq uint64)
-	// Written, when set, hears after each write of the last sequence read so far: every
-	// evaluation up to it is stored.
-	Written func(ctx context.Context, seq uint64) error
+	// Written, when set, hears after each write of the last sequence read so far (every
+	// evaluation up to it is stored) and of the last row stored, if any was.
+	Written func(ctx context.Context, seq uint64, last rank.RowKey) error
 }
 
 // Result is what a refill did.
 type Result struct {
 	Read, Written, Invalid int
-	// Last is the key of the last record written; zero when none was.
+	// Last is the key of the last record stored; zero when none was.
 	Last rank.RowKey
+	// Refused counts the records the table refused (the ranker dead-lettered them).
+	Refused int
 	// LastSeq is the last sequence read.
 	LastSeq uint64
 }
@@ -57,15 +64,22 @@ func Run(ctx context.Context, o Options, after uint64, write Write) (Result, err
 	size := 0
 	flush := func() error {
 		if len(recs) > 0 {
-			if err := write(ctx, recs); err != nil {
+			refused, err := write(ctx, recs)
+			if err != nil {
 				return err
 			}
-			res.Written += len(recs)
-			res.Last = rank.KeyOf(recs[len(recs)-1])
+			res.Written += len(recs) - len(refused)
+			res.Refused += len(refused)
+			for i := len(recs) - 1; i >= 0; i-- {
+				if refused[recs[i].EventID] == nil {
+					res.Last = rank.KeyOf(recs[i]) // the anchor must be a row the table holds
+					break
+				}
+			}
 		}
 		recs, size = recs[:0], 0
 		if o.Written != nil {
-			return o.Written(ctx, res.LastSeq)
+			return o.Written(ctx, res.LastSeq, res.Last)
 		}
 		return nil
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -132,9 +133,23 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 		}
 		src.StreamConfig = &sc
 	}
-	cons, err := src.Ensure(ctx)
-	if err != nil {
-		return nil, nil, err
+	// At start too, a consumer deleted a moment ago may not be made again at once (nats-server
+	// answers 500 while it still moves the deleted one's files away): tried again for recoverFor.
+	var cons jetstream.Consumer
+	deadline := time.Now().Add(recoverFor)
+	for attempt := uint64(1); ; attempt++ {
+		if cons, err = src.Ensure(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, nil, err
+		}
+		b.Log.Warn("durable consumer not made yet; trying again", "consumer", durable, "stream", stream, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(settle.Backoff(attempt)):
+		}
 	}
 	rt := &consume.Runtime{Source: src, Log: b.Log, Pull: pull, Consuming: b.Consuming, RecoverFor: recoverFor,
 		Recoveries: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "consumer_recoveries_total",

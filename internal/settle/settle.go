@@ -6,6 +6,7 @@ package settle
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -109,6 +110,48 @@ func (s *Settler) Settle(ctx context.Context, msg jetstream.Msg, o Outcome) {
 	case Poison:
 		s.deadLetter(ctx, msg, o.Why)
 		_ = msg.TermWithReason("invalid event")
+	}
+}
+
+// AckAll acknowledges msgs, all handled, and returns once the server confirmed the last: then
+// every earlier ack of the same consumer on the same connection is applied too (the ack floor
+// shows them). An ack sent just before a NATS restart can be lost while the client takes it as
+// sent, and only the failing confirmation says so: then every ack is sent again, raw (the client
+// refuses a second ack of a message), and confirmed again, with the shared backoff, until the
+// confirmation comes or within passes (the server then redelivers them, which changes nothing:
+// every sink is idempotent). Without this a lost ack held the ack floor, and every composer
+// waiting on it, for a whole AckWait.
+func (s *Settler) AckAll(ctx context.Context, msgs []jetstream.Msg, within time.Duration) {
+	if len(msgs) == 0 {
+		return
+	}
+	s.settled.WithLabelValues(Done.String()).Add(float64(len(msgs)))
+	last := msgs[len(msgs)-1]
+	for _, msg := range msgs[:len(msgs)-1] {
+		_ = msg.Ack() // a failure here shows in the confirmation below
+	}
+	err := last.DoubleAck(ctx)
+	if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		return // acked before (a commit tried again after a panic)
+	}
+	nc := s.js.Conn()
+	deadline := time.Now().Add(within)
+	for attempt := uint64(1); err != nil && ctx.Err() == nil && time.Now().Before(deadline); attempt++ {
+		s.log.WarnContext(ctx, "ack not confirmed; sending the batch's acks again", "messages", len(msgs), "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(Backoff(attempt)):
+		}
+		for _, msg := range msgs[:len(msgs)-1] {
+			_ = nc.Publish(msg.Reply(), []byte("+ACK"))
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = nc.RequestWithContext(rctx, last.Reply(), []byte("+ACK"))
+		cancel()
+	}
+	if err != nil {
+		// Every sink is idempotent, so a redelivery of a handled message changes nothing.
+		s.log.WarnContext(ctx, "acks not confirmed; the messages will be redelivered", "messages", len(msgs), "error", err)
 	}
 }
 

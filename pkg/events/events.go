@@ -61,6 +61,20 @@ type TraceContext struct {
 	State  string // tracestate: vendor entries
 }
 
+// TraceOf reads the trace context an event's envelope carries, without validating the event: the
+// consumer runtime starts a message's span from it before the handler parses the event (an
+// invalid event gets a span too). A body that is not a JSON object carries none.
+func TraceOf(body []byte) TraceContext {
+	var env struct {
+		TraceParent string `json:"traceparent"`
+		TraceState  string `json:"tracestate"`
+	}
+	if json.Unmarshal(body, &env) != nil {
+		return TraceContext{}
+	}
+	return TraceContext{Parent: env.TraceParent, State: env.TraceState}
+}
+
 // NATS header names of trace context (W3C Trace Context).
 const (
 	HeaderTraceParent = "traceparent"

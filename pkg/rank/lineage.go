@@ -29,8 +29,14 @@ type Lineage struct {
 	Stream string
 	// Anchor is a row the table held when this was noted; zero while the table held none.
 	Anchor RowKey
+	// Through is how far a refill got: every evaluation up to this stream sequence is stored. A
+	// refill that stopped resumes after it while the table still holds the anchor.
+	Through uint64
 	// Whole is set once every evaluation the stream held when the derivation began is stored.
 	Whole bool
+	// Noted is when this was noted (read back; NoteLineage notes the time of the call): a refill
+	// notes its lineage again every few seconds, so one whose note is old has stopped.
+	Noted time.Time
 }
 
 // ID is the lineage's name in what is derived from it: epoch and stream, not the anchor (which
@@ -49,23 +55,31 @@ func StreamID(created time.Time) string { return created.UTC().Format(time.RFC33
 // The lineage queries, named so that the test comparing ClickHouse 18.16 with a current engine
 // (chdb_test.go) runs exactly them.
 const (
-	lineageQuery = `SELECT epoch, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, whole
+	lineageQuery = `SELECT epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole
 FROM store_lineage ORDER BY epoch DESC, version DESC LIMIT 1`
 	holdsQuery     = `SELECT count() FROM evaluations WHERE execution_id = ? AND team_id = ? AND event_id = ?`
 	newestRowQuery = `SELECT execution_id, team_id, event_id FROM evaluations ORDER BY stream_seq DESC, event_id LIMIT 1`
 )
 
-// Lineage reads the store's lineage; false when none was ever noted (a store made before
-// lineages, or a new one).
+// Lineage reads the store's lineage: the newest noted, by epoch then by when it was noted; false
+// when none was ever noted (a store made before lineages, or a new one). On a cluster each replica
+// read answers its newest, and the newest of those wins.
 func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
 	var l Lineage
+	var version uint64
 	found := false
 	err := s.query(ctx, lineageQuery, nil, func(rows driver.Rows) error {
+		var r Lineage
+		var v uint64
 		var whole uint8
-		if err := rows.Scan(&l.Epoch, &l.Stream, &l.Anchor.ExecutionID, &l.Anchor.TeamID, &l.Anchor.EventID, &whole); err != nil {
+		if err := rows.Scan(&r.Epoch, &v, &r.Stream, &r.Anchor.ExecutionID, &r.Anchor.TeamID, &r.Anchor.EventID, &r.Through, &whole); err != nil {
 			return err
 		}
-		l.Whole, found = whole == 1, true
+		if found && (r.Epoch < l.Epoch || r.Epoch == l.Epoch && v <= version) {
+			return nil
+		}
+		r.Whole, r.Noted = whole == 1, time.Unix(0, int64(v))
+		l, version, found = r, v, true
 		return nil
 	})
 	if err != nil {
@@ -82,12 +96,12 @@ func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 	}
 	now := time.Now()
 	err := s.rs.write(ctx, func(conn driver.Conn) error {
-		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, whole, noted_at)")
+		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole, noted_at)")
 		if err != nil {
 			return err
 		}
 		defer batch.Abort()
-		if err := batch.Append(l.Epoch, uint64(now.UnixNano()), l.Stream, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, whole, now); err != nil {
+		if err := batch.Append(l.Epoch, uint64(now.UnixNano()), l.Stream, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Through, whole, now); err != nil {
 			return err
 		}
 		return batch.Send()

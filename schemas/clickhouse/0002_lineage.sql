@@ -13,6 +13,7 @@ CREATE TABLE IF NOT EXISTS store_lineage (
     anchor_execution_id String,
     anchor_team_id String,
     anchor_event_id String,
+    through UInt64,
     whole UInt8,
     noted_at DateTime
 ) ENGINE = ReplacingMergeTree(version)
