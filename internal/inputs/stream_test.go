@@ -2,8 +2,11 @@ package inputs
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/podium-llm/podium/internal/servers"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -31,6 +34,52 @@ func TestLeaderNext(t *testing.T) {
 		direct, err := e.next(context.Background(), tt.subject, tt.from)
 		if err != nil || direct != tt.want {
 			t.Errorf("next(%s, %d) = %d, %v; want %d", tt.subject, tt.from, direct, err, tt.want)
+		}
+	}
+}
+
+// TestNextOnAnR3Stream: where EVALUATIONS has three replicas, next asks the stream's leader, from
+// a client connected to any of the servers, and finds what the stream holds.
+func TestNextOnAnR3Stream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three NATS servers")
+	}
+	cluster, err := servers.StartNATSCluster(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range cluster {
+			s.Shutdown()
+		}
+	})
+	ctx := context.Background()
+	_, js := testenv.JetStream(t, cluster[2])
+	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "an R3 EVALUATIONS", func() (bool, string) {
+		_, err := js.CreateOrUpdateStream(ctx, cfg)
+		return err == nil, fmt.Sprint(err)
+	})
+	for _, subject := range []string{"evaluation.completed.a.t", "evaluation.completed.b.t", "evaluation.completed.a.u"} {
+		if _, err := js.Publish(ctx, subject, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &evaluationsStream{js: js}
+	st, err := e.get(ctx)
+	if err != nil || st.CachedInfo().Config.Replicas != 3 {
+		t.Fatalf("stream: %v, replicas %d", err, st.CachedInfo().Config.Replicas)
+	}
+	for _, tt := range []struct {
+		subject string
+		from    uint64
+		want    uint64
+	}{{"evaluation.completed.a.*", 2, 3}, {"evaluation.completed.b.*", 3, 0}, {"evaluation.completed.b.*", 1, 2}} {
+		if got, err := e.next(ctx, tt.subject, tt.from); err != nil || got != tt.want {
+			t.Errorf("next(%s, %d) = %d, %v; want %d", tt.subject, tt.from, got, err, tt.want)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -391,3 +392,59 @@ const clickhouseUsers = `<?xml version="1.0"?>
   </quotas>
 </yandex>
 `
+
+// StartNATSCluster starts n JetStream servers clustered with each other (each with its store
+// under dir), so streams may have n replicas; it returns once a meta leader is elected.
+func StartNATSCluster(dir string, n int) ([]*server.Server, error) {
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	routes := make([]string, n)
+	for i := range n {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i])
+	}
+	var out []*server.Server
+	stop := func() {
+		for _, s := range out {
+			s.Shutdown()
+		}
+	}
+	for i := range n {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       ports[i],
+			JetStream:  true,
+			StoreDir:   filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			NoLog:      true,
+			NoSigs:     true,
+			Cluster:    server.ClusterOpts{Name: "podium", Host: "127.0.0.1", Port: ports[n+i]},
+			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("servers: nats n%d: %w", i+1, err)
+		}
+		go s.Start()
+		out = append(out, s)
+	}
+	for _, s := range out {
+		if !s.ReadyForConnections(10 * time.Second) {
+			stop()
+			return nil, errors.New("servers: a clustered nats did not accept connections within 10s")
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for _, s := range out {
+			if s.JetStreamIsLeader() {
+				return out, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, errors.New("servers: the nats cluster elected no JetStream meta leader within 20s")
+		}
+	}
+}
