@@ -177,6 +177,20 @@ func TestConsumerMadeAgainResumesAfterWhatWasHandled(t *testing.T) {
 		t.Fatal(err)
 	}
 	composer = e.start("composer") // its start updates the consumer: the start sequence stays
+	// Deleted again at once: the new process knows the floor from its start, not only from its
+	// first lookup two seconds later (the soak found a replica that started from the first
+	// request, and answered 34,308 requests a second time past the duplicate window).
+	if err := e.js.DeleteConsumer(t.Context(), events.StreamRounds, events.ConsumerComposer); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 15*time.Second, "the consumer made again by the new composer", func() (bool, string) {
+		_, err := consumerInfo(t.Context(), e.js, events.StreamRounds, events.ConsumerComposer)
+		return err == nil, fmt.Sprint(err)
+	})
+	if info, err := consumerInfo(t.Context(), e.js, events.StreamRounds, events.ConsumerComposer); err != nil ||
+		info.Config.DeliverPolicy != jetstream.DeliverByStartSequencePolicy || info.Config.OptStartSeq != 6 {
+		t.Errorf("deleted right after a start, the consumer was made again with %+v (err %v), want by start sequence at 6", info.Config, err)
+	}
 	e.requestRound("req-resume-after", events.RoundRequested{ExecutionID: "resume", TeamID: "t9", TeamName: "T", RoundNumber: 1, UserPrompt: "go"}, t0)
 	answeredOnce(t, e, 6, 30*time.Second)
 	if info, err := consumerInfo(t.Context(), e.js, events.StreamRounds, events.ConsumerComposer); err != nil || info.Config.OptStartSeq != 6 {

@@ -137,19 +137,25 @@ func (rt *Runtime) noteFloor(stream time.Time, floor uint64) {
 }
 
 // resumeAt is where a consumer made again starts: after the last floor seen, while the stream is
-// the same one and still holds that sequence's successors; 0 (from the start) otherwise.
-func (rt *Runtime) resumeAt(ctx context.Context) uint64 {
+// the same one; 0 (from the start) when none was seen or the stream was made again (its sequences
+// start over). A stream that cannot be looked up now is an error, not a reason to start over.
+func (rt *Runtime) resumeAt(ctx context.Context) (uint64, error) {
 	rt.floorMu.Lock()
 	floor, stream := rt.floor, rt.floorStream
 	rt.floorMu.Unlock()
 	if floor == 0 {
-		return 0
+		return 0, nil
 	}
 	st, err := rt.Source.JS.Stream(ctx, rt.Source.Stream)
-	if err != nil || !st.CachedInfo().Created.Equal(stream) {
-		return 0 // gone, or made again: its sequences start over
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return 0, nil // deleted: made again, its sequences start over
+	case err != nil:
+		return 0, fmt.Errorf("consume: stream %s: %w", rt.Source.Stream, err)
+	case !st.CachedInfo().Created.Equal(stream):
+		return 0, nil
 	}
-	return floor + 1
+	return floor + 1, nil
 }
 
 // Panicked counts a message whose handling panicked outside the handler's middleware (a later
@@ -266,6 +272,9 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		if err == nil {
 			rt.Consuming(true)
 			stream := rt.streamCreated(stop)
+			if info := cons.CachedInfo(); info != nil {
+				rt.noteFloor(stream, info.AckFloor.Stream) // known from the start, not only after a lookup
+			}
 			lost := watch(stop, cons, it, func(floor uint64) { rt.noteFloor(stream, floor) })
 			err = loop(stop, work, it)
 			if cause := lost(); cause != nil {
@@ -315,10 +324,14 @@ func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
 		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
 		rt.mu.Lock()
 		cfg := rt.config()
-		if start := rt.resumeAt(tctx); start > 0 {
+		start, err := rt.resumeAt(tctx)
+		if start > 0 {
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 		}
-		cons, err := rt.Source.ensure(tctx, cfg)
+		var cons jetstream.Consumer
+		if err == nil {
+			cons, err = rt.Source.ensure(tctx, cfg)
+		}
 		rt.mu.Unlock()
 		tcancel()
 		if err == nil {
