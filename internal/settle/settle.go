@@ -38,16 +38,10 @@ type Outcome struct {
 	Kind Kind
 	// Why explains Retry (logged) and Poison (the dead letter's Dead-Reason).
 	Why string
-	// Confirm waits for the server to confirm a Done's ack: once it has, every earlier ack of
-	// the same consumer on the same connection is applied too (the ack floor shows them).
-	Confirm bool
 }
 
 // Ack is the outcome of a handled message.
 func Ack() Outcome { return Outcome{Kind: Done} }
-
-// AckConfirmed is Ack, returning once the server applied it.
-func AckConfirmed() Outcome { return Outcome{Kind: Done, Confirm: true} }
 
 // RetryLater is the outcome of a transient failure.
 func RetryLater(err error) Outcome { return Outcome{Kind: Retry, Why: err.Error()} }
@@ -92,11 +86,8 @@ func (s *Settler) Settle(ctx context.Context, msg jetstream.Msg, o Outcome) {
 	s.settled.WithLabelValues(o.Kind.String()).Inc()
 	switch o.Kind {
 	case Done:
-		ack := msg.Ack
-		if o.Confirm {
-			ack = func() error { return msg.DoubleAck(ctx) }
-		}
-		if err := ack(); err != nil {
+		// A batch whose acks must be confirmed goes through AckAll.
+		if err := msg.Ack(); err != nil {
 			// Every sink is idempotent, so a redelivery of a handled message changes nothing.
 			s.log.WarnContext(ctx, "ack failed", "subject", msg.Subject(), "error", err)
 		}
