@@ -175,6 +175,15 @@ func (r *ranker) refillStale() time.Duration {
 	return refillStale
 }
 
+// refillGrace is how long a refill waits between publishing that it runs and touching the table
+// (rank.RefillGrace; grace, where a test set one).
+func (r *ranker) refillGrace() time.Duration {
+	if r.grace > 0 {
+		return r.grace
+	}
+	return rank.RefillGrace
+}
+
 // errYielded is a refill that found another ranker's newer one running.
 var errYielded = errors.New("another ranker refills the store")
 
@@ -286,9 +295,15 @@ func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume
 		r.log.Info("the store refill goes on from where it stopped", "lineage", lin.ID(), "after", after)
 	}
 	lin.Whole, lin.Noted = false, time.Time{}
-	// Composers hear of it before the table changes: from now on they wait.
+	// Composers hear of it before the table changes: from now on they wait, and a read that one
+	// started on an older probe has started before the table changes (rank.RefillGrace).
 	if err := r.publishLineage(ctx, lin, why); err != nil {
 		return res, lin, err
+	}
+	select {
+	case <-ctx.Done():
+		return res, lin, ctx.Err()
+	case <-time.After(r.refillGrace()):
 	}
 	if repair {
 		if err := r.repair(ctx); err != nil {

@@ -80,6 +80,8 @@ type ranker struct {
 	checked   atomic.Bool                  // set once the store was found whole at start
 	// staleAfter replaces refillStale (lineage.go) in tests; 0 in the service.
 	staleAfter time.Duration
+	// grace replaces rank.RefillGrace in tests; 0 in the service.
+	grace time.Duration
 
 	writing     atomic.Bool // set while the committer has a batch in hand
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back

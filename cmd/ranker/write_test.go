@@ -246,7 +246,7 @@ func TestRefillGoesOnWhereItStopped(t *testing.T) {
 	}
 	counter := &rowCounter{Store: st}
 	r, _ := newTestRanker(t, counter, nil)
-	r.js, r.maxBytes, r.batchSize, r.staleAfter = js, 1<<20, 10, time.Millisecond
+	r.js, r.maxBytes, r.batchSize, r.staleAfter, r.grace = js, 1<<20, 10, time.Millisecond, time.Millisecond
 	time.Sleep(5 * time.Millisecond) // the stopped refill's note is stale now
 	if err := r.checkStore(t.Context()); err != nil {
 		t.Fatal(err)

@@ -170,12 +170,18 @@ func (rt *Runtime) Panicked() {
 // store lineage) on the server, and keeps it for every time the consumer is made again.
 //
 // It changes the metadata alone, of the consumer as it is: a missing consumer is the runtime's to
-// make again (with this metadata), after the ack floor it saw.
+// make again (with this metadata), after the ack floor it saw, and is no error. Readers of a
+// missing consumer's metadata find none, which they take as "not known yet"; and a caller that
+// waited for the consumer would wait for ever where the runtime makes it again only once the
+// loop has finished what it holds (the ranker's refill holds every commit).
 func (rt *Runtime) SetMetadata(ctx context.Context, md map[string]string) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.metadata = maps.Clone(md)
 	cons, err := rt.Source.JS.Consumer(ctx, rt.Source.Stream, rt.Source.Consumer.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("consume: consumer %s: %w", rt.Source.Consumer.Durable, err)
 	}

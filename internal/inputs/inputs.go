@@ -118,16 +118,19 @@ func New(d Deps) (*Inputs, error) {
 	// One EVALUATIONS handle for the snapshots' direct gets and the content's: one lookup, and a
 	// failure seen by either makes both look it up again.
 	evaluations := &evaluationsStream{js: d.JS}
-	scores := newStoreReads(d.Store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now)
-	lin := &lineage{changed: scores.forget}
+	lin := &lineage{}
+	// A probe is two JetStream API calls (milliseconds); one caught by a disconnect must not
+	// hold every waiting request for long, since probes run one at a time.
+	probes := newProbes(d.JS, clock.Now, 2*time.Second, lin)
+	store := gate{store: d.Store, probes: probes, l: lin, now: clock.Now}
+	scores := newStoreReads(store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now)
+	lin.changed = scores.forget
 	scores.snaps = newSnapshots(d.JS, evaluations, clock, lin)
 	in := &Inputs{
-		lineage: lin,
-		// A probe is two JetStream API calls (milliseconds); one caught by a disconnect must not
-		// hold every waiting request for long, since probes run one at a time.
-		probes:   newProbes(d.JS, 2*time.Second, lin),
+		lineage:  lin,
+		probes:   probes,
 		scores:   scores,
-		contents: newStreamContent(d.JS, evaluations, d.MaxBytes, newContentReads(d.Store.Contents, m).get, m),
+		contents: newStreamContent(d.JS, evaluations, d.MaxBytes, newContentReads(store.Contents, m).get, m),
 		commits:  newCommits(),
 		m:        m,
 		trace:    d.Trace,

@@ -15,20 +15,25 @@ import (
 type lineage struct {
 	mu        sync.Mutex
 	current   string
-	refilling string // why the ranker refills the store, as the last probe read it
-	changed   func() // called, without mu, when current changes
+	refilling string    // why the ranker refills the store, as the last probe read it
+	probed    time.Time // when the probe that read it started
+	changed   func()    // called, without mu, when current changes
 }
 
 // saw records the lineage a probe read, and whether the ranker refills the store; a lineage that
 // names another stream than the one the probe saw (its creation time) is of a stream deleted
-// since, and counts as none.
-func (l *lineage) saw(id, refilling string, streamCreated time.Time) {
+// since, and counts as none. at is when the probe started.
+func (l *lineage) saw(id, refilling string, streamCreated, at time.Time) {
 	if _, stream, ok := strings.Cut(id, "@"); !ok || stream != rank.StreamID(streamCreated) {
 		id = ""
 	}
 	l.mu.Lock()
+	if at.Before(l.probed) { // an older probe than the one read last says nothing new
+		l.mu.Unlock()
+		return
+	}
 	moved := id != l.current
-	l.current, l.refilling = id, refilling
+	l.current, l.refilling, l.probed = id, refilling, at
 	l.mu.Unlock()
 	if moved && l.changed != nil {
 		l.changed()
@@ -44,7 +49,13 @@ func (l *lineage) serves(id string) bool {
 
 // refill says why the ranker refills the store, as the last probe read it; empty when it does not.
 func (l *lineage) refill() string {
+	why, _ := l.refillSince()
+	return why
+}
+
+// refillSince is refill, and when the probe that read it started.
+func (l *lineage) refillSince() (string, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.refilling
+	return l.refilling, l.probed
 }

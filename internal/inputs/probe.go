@@ -17,14 +17,15 @@ import (
 // requests costs two JetStream API calls per probe instead of two per request.
 type probes struct {
 	js      jetstream.JetStream
+	now     func() time.Time
 	timeout time.Duration // of one probe's API calls
 	b       *batcher[struct{}, struct{}, *probe]
 	// lineage hears of the store lineage each probe read (lineage.go).
 	lineage *lineage
 }
 
-func newProbes(js jetstream.JetStream, timeout time.Duration, l *lineage) *probes {
-	p := &probes{js: js, timeout: timeout, lineage: l}
+func newProbes(js jetstream.JetStream, now func() time.Time, timeout time.Duration, l *lineage) *probes {
+	p := &probes{js: js, now: now, timeout: timeout, lineage: l}
 	// One probe at a time, of the one key: every request waiting joins it.
 	p.b = newBatcher(1, 1, func(ctx context.Context, _ map[struct{}][]struct{}) (map[struct{}]*probe, error) {
 		return map[struct{}]*probe{{}: p.run(ctx)}, nil
@@ -54,6 +55,7 @@ func (p *probes) run(ctx context.Context) *probe {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	pr := &probe{}
+	started := p.now()
 	stream, err := p.js.Stream(ctx, events.StreamEvaluations)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		pr.noStream = true
@@ -73,7 +75,7 @@ func (p *probes) run(ctx context.Context) *probe {
 	pr.consumer = cons.CachedInfo()
 	md := pr.consumer.Config.Metadata
 	pr.refilling = md[events.MetaStoreRefilling]
-	p.lineage.saw(md[events.MetaStoreLineage], pr.refilling, info.Created)
+	p.lineage.saw(md[events.MetaStoreLineage], pr.refilling, info.Created, started)
 	return pr
 }
 

@@ -241,7 +241,7 @@ func TestCommitProbe(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, js := testenv.JetStream(t, testenv.NATS(t))
 			tt.setup(t, js)
-			c := newProbes(js, 5*time.Second, &lineage{})
+			c := newProbes(js, time.Now, 5*time.Second, &lineage{})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			p, err := c.join(ctx)
@@ -277,7 +277,7 @@ func TestCommitProbeStreamError(t *testing.T) {
 	nc, js := testenv.JetStream(t, testenv.NATS(t))
 	createEvaluations(t, js)
 	nc.Close()
-	c := newProbes(js, 5*time.Second, &lineage{})
+	c := newProbes(js, time.Now, 5*time.Second, &lineage{})
 	p, err := c.join(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +295,7 @@ func TestCommitProbeJoinersGetALaterProbe(t *testing.T) {
 	_, js := testenv.JetStream(t, testenv.NATS(t))
 	createEvaluations(t, js)
 	createRanker(t, js)
-	c := newProbes(js, 5*time.Second, &lineage{})
+	c := newProbes(js, time.Now, 5*time.Second, &lineage{})
 
 	const callers = 50
 	type result struct {

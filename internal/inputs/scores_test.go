@@ -738,7 +738,7 @@ func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 		}
 	}
 	lin := &lineage{}
-	lin.saw(current, "", stream.CachedInfo().Created)
+	lin.saw(current, "", stream.CachedInfo().Created, time.Now())
 	h.s.snaps = newSnapshots(js, &evaluationsStream{js: js}, realClock{}, lin)
 	for _, tt := range []struct{ exec, want string }{{"fresh", "snapshot"}, {"quiet", "snapshot"}, {"stale", "queried"}, {"none", "queried"}, {"relineaged", "queried"}} {
 		before := readCounts(t, h.m)

@@ -16,6 +16,18 @@ import (
 // again has another creation time; a refill or a rebuild starts a new epoch. Everything derived
 // from the store (the ranker's score snapshots) carries Lineage.ID, so any of these invalidates it.
 
+// A refill rewrites the table readers query: from the moment it touches the table until it is
+// whole, a read sees part of the rows, or none. The ranker publishes that it refills (its
+// consumer's metadata, read by every commit probe) and then waits RefillGrace before it touches
+// the table; a composer starts a ClickHouse read only while its newest probe started less than
+// ProbeFresh ago and saw no refill. A read that starts at t follows a probe started after
+// t-ProbeFresh that saw none: the refill was published after that, so it touches the table after
+// t-ProbeFresh+RefillGrace, two seconds later than the read started.
+const (
+	ProbeFresh  = time.Second
+	RefillGrace = 3 * ProbeFresh
+)
+
 // RowKey names one stored evaluation by the table's sort key, so a lookup reads one granule.
 type RowKey struct{ ExecutionID, TeamID, EventID string }
 

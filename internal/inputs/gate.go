@@ -1,0 +1,55 @@
+package inputs
+
+import (
+	"context"
+	"time"
+
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// A refill rewrites the table composers read (rank.ProbeFresh says how they stay out of it): every
+// ClickHouse read here starts only while the newest commit probe started less than
+// rank.ProbeFresh ago and saw no refill, and probes again otherwise.
+//
+// Before this gate, a composer whose probe preceded the ranker's publish and whose read followed
+// the table's recreation read an empty table and composed two prompts with an empty board (the
+// chaos soak, seed 1795628557958354139).
+
+// gate is the store reads, each started only as the rule above allows.
+type gate struct {
+	store  Store
+	probes *probes
+	l      *lineage
+	now    func() time.Time
+}
+
+// admit returns nil when a store read may start now, or why not (inputs_not_ready, retryable).
+func (g gate) admit(ctx context.Context) error {
+	why, probed := g.l.refillSince()
+	if g.now().Sub(probed) >= rank.ProbeFresh {
+		if _, err := g.probes.join(ctx); err != nil {
+			return err
+		}
+		why, _ = g.l.refillSince()
+	}
+	if why != "" {
+		return &events.Failure{Code: events.CodeInputsNotReady, Retryable: true,
+			Message: "the ranker is refilling ClickHouse from EVALUATIONS (" + why + ")"}
+	}
+	return nil
+}
+
+func (g gate) Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error) {
+	if err := g.admit(ctx); err != nil {
+		return nil, err
+	}
+	return g.store.Scores(ctx, executionIDs)
+}
+
+func (g gate) Contents(ctx context.Context, keys []rank.TeamKey, fromRound, beforeRound int) (map[rank.TeamKey]*rank.Content, error) {
+	if err := g.admit(ctx); err != nil {
+		return nil, err
+	}
+	return g.store.Contents(ctx, keys, fromRound, beforeRound)
+}
