@@ -57,13 +57,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// A pull buffer the size of the worker pool: replicas sharing the durable must not hoard
-	// requests they cannot start before AckWait (nats.go#1929).
+	// A pull buffer the size of the worker pool: what a replica holds it keeps alive, so it must
+	// hold no more requests than it can start soon, leaving the rest to the other replicas.
 	runtime, cons, err := base.Consumer(ctx, events.StreamRounds, events.ConsumerComposer, events.ConsumerOptions{
 		AckWait:       cfg.AckWait,
 		MaxAckPending: 4 * cfg.Workers, // a few replicas' worth of workers; more would only queue
 		MaxDeliver:    cfg.MaxDeliver,
-	}, jetstream.PullMaxMessages(cfg.Workers))
+	}, consume.Buffer{Messages: cfg.Workers})
 	if err != nil {
 		base.Close()
 		return err

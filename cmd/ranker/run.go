@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
@@ -64,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		AckWait:       cfg.AckWait,
 		MaxAckPending: 4 * cfg.BatchSize, // two replicas, each with a batch in hand and one buffered
 		MaxDeliver:    cfg.MaxDeliver,
-	}, jetstream.PullMaxMessagesWithBytesLimit(r.batchSize, r.batchBytes))
+	}, consume.Buffer{Messages: r.batchSize, Bytes: r.batchBytes})
 	if err != nil {
 		base.Close()
 		return err

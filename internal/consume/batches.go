@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/settle"
@@ -44,33 +43,27 @@ func KeepAliveBatches(every time.Duration, h BatchFunc) BatchFunc {
 // Bytes bytes. So an idle pipeline commits an evaluation as soon as it is pulled, and a loaded one
 // batches. A stop drains what the client holds in batches of what is already there.
 func Batches(b Batching, h BatchFunc, warn func(msg string, args ...any)) Loop {
-	return func(stop, work context.Context, it jetstream.MessagesContext) error {
-		var last error
+	return func(stop, work context.Context, it Messages) error {
 		draining := false
 		for {
-			var first jetstream.Msg
-			var err error
+			next := stop
 			if draining {
-				first, err = it.Next(jetstream.NextMaxWait(b.Flush))
-			} else {
-				first, err = it.Next(jetstream.NextContext(stop))
+				next = context.Background() // Drain closes it once empty
 			}
+			first, err := it.Next(next)
 			switch {
 			case err == nil:
-			case closed(err) || draining && errors.Is(err, nats.ErrTimeout):
-				return last
-			case stop.Err() != nil:
+			case closed(err):
+				return nil
+			case stop.Err() != nil && !draining:
 				// Stop pulling; what the server already sent is still ours to finish.
 				it.Drain()
 				draining = true
-				continue
-			case errors.Is(err, nats.ErrTimeout):
 				continue
 			case lostConsumer(err):
 				it.Stop()
 				return err
 			default:
-				last = err
 				warn("fetch failed", "error", err)
 				continue
 			}
@@ -81,7 +74,7 @@ func Batches(b Batching, h BatchFunc, warn func(msg string, args ...any)) Loop {
 
 // fill gathers a batch after its first message. Its waits end at a stop (the batch in hand then
 // goes at once), except while draining, when the stop has already come.
-func fill(stop context.Context, it jetstream.MessagesContext, first jetstream.Msg, b Batching, draining bool) []jetstream.Msg {
+func fill(stop context.Context, it Messages, first jetstream.Msg, b Batching, draining bool) []jetstream.Msg {
 	batch := []jetstream.Msg{first}
 	size := len(first.Data())
 	deadline := time.Now().Add(b.Flush)
@@ -103,11 +96,10 @@ func fill(stop context.Context, it jetstream.MessagesContext, first jetstream.Ms
 			break
 		}
 		ctx, cancel := context.WithTimeout(parent, wait)
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := it.Next(ctx)
 		cancel()
 		if err != nil {
-			if parent.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) &&
-				busy && time.Now().Before(deadline) {
+			if parent.Err() == nil && errors.Is(err, context.DeadlineExceeded) && busy && time.Now().Before(deadline) {
 				continue
 			}
 			break

@@ -89,14 +89,14 @@ func (s Source) remakeStream(ctx context.Context) error {
 // Loop consumes from one iterator until it closes: when stop ends (it then drains the iterator
 // and finishes what it holds, under work) or by itself. It returns the last error the iterator
 // gave, which says why it closed by itself.
-type Loop func(stop, work context.Context, it jetstream.MessagesContext) error
+type Loop func(stop, work context.Context, it Messages) error
 
 // Runtime runs a Loop on a Source.
 type Runtime struct {
 	Source Source
 	Log    *slog.Logger
-	// Pull are the options of every pull (buffer sizes).
-	Pull []jetstream.PullMessagesOpt
+	// Buffer bounds what the runtime holds ahead of the loop (pull.go).
+	Buffer Buffer
 	// Consuming reports whether messages are being consumed (the service's readiness).
 	Consuming func(bool)
 	// RecoverFor is how long the runtime tries to get a lost consumer back before it gives up.
@@ -232,7 +232,7 @@ const watchEvery = 2 * time.Second
 // watch looks the consumer up every watchEvery while the loop runs and stops the iterator when
 // the consumer or its stream is gone; the loop then ends as for any loss. The returned function
 // ends the watch and returns the loss it saw, if any.
-func watch(stop context.Context, cons jetstream.Consumer, it jetstream.MessagesContext, floor func(uint64)) func() error {
+func watch(stop context.Context, cons jetstream.Consumer, it Messages, floor func(uint64)) func() error {
 	ctx, cancel := context.WithCancel(stop)
 	done := make(chan struct{})
 	var cause error
@@ -266,6 +266,15 @@ func watch(stop context.Context, cons jetstream.Consumer, it jetstream.MessagesC
 	}
 }
 
+// keepEvery is how often what the runtime holds is kept alive: a third of the consumer's AckWait.
+func (rt *Runtime) keepEvery() time.Duration {
+	wait := rt.Source.Consumer.AckWait
+	if wait <= 0 {
+		wait = 30 * time.Second // the server's default
+	}
+	return max(wait/3, 100*time.Millisecond)
+}
+
 // retryEvery is the pause between two tries to get a lost consumer back.
 const retryEvery = 500 * time.Millisecond
 
@@ -274,27 +283,25 @@ const retryEvery = 500 * time.Millisecond
 func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop Loop) error {
 	for {
 		started := time.Now()
-		it, err := cons.Messages(rt.Pull...)
-		if err == nil {
-			rt.Consuming(true)
-			stream := rt.streamCreated(stop)
-			if info := cons.CachedInfo(); info != nil {
-				rt.noteFloor(stream, info.AckFloor.Stream) // known from the start, not only after a lookup
-			}
-			lost := watch(stop, cons, it, func(floor uint64) { rt.noteFloor(stream, floor) })
-			err = loop(stop, work, it)
-			if cause := lost(); cause != nil {
-				err = cause
-			}
-			rt.Consuming(false)
-			it.Stop()
-			if stop.Err() != nil {
-				return nil
-			}
+		it := newPull(cons, rt.Buffer, rt.keepEvery(), rt.Log)
+		rt.Consuming(true)
+		stream := rt.streamCreated(stop)
+		if info := cons.CachedInfo(); info != nil {
+			rt.noteFloor(stream, info.AckFloor.Stream) // known from the start, not only after a lookup
 		}
-		// Ended by itself: the consumer (or its stream) is gone, or never started. A consumer that
-		// ends as soon as it is made again is not retried in a tight loop.
-		lost := time.Now()
+		lost := watch(stop, cons, it, func(floor uint64) { rt.noteFloor(stream, floor) })
+		err := loop(stop, work, it)
+		if cause := lost(); cause != nil {
+			err = cause
+		}
+		rt.Consuming(false)
+		it.Stop()
+		if stop.Err() != nil {
+			return nil
+		}
+		// Ended by itself: the consumer (or its stream) is gone. A consumer that ends as soon as it
+		// is made again is not retried in a tight loop.
+		lostAt := time.Now()
 		rt.Log.Error("consumer lost; making it again", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream, "cause", errText(err))
 		if quick := retryEvery - time.Since(started); quick > 0 {
 			select {
@@ -313,7 +320,7 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 			rt.Recoveries.Inc()
 		}
 		rt.Log.Warn("consumer made again; consuming", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream,
-			"after", time.Since(lost).Round(time.Millisecond).String())
+			"after", time.Since(lostAt).Round(time.Millisecond).String())
 	}
 }
 

@@ -41,7 +41,7 @@ func Chain(h HandlerFunc, mw ...Middleware) HandlerFunc {
 // Workers is a Loop of n goroutines, each handling one message at a time under work and
 // settling it with settler.
 func Workers(n int, h HandlerFunc, settler *settle.Settler, warn func(msg string, args ...any)) Loop {
-	return func(stop, work context.Context, it jetstream.MessagesContext) error {
+	return func(stop, work context.Context, it Messages) error {
 		var mu sync.Mutex
 		var last error
 		var wg sync.WaitGroup
@@ -50,7 +50,7 @@ func Workers(n int, h HandlerFunc, settler *settle.Settler, warn func(msg string
 			go func() {
 				defer wg.Done()
 				for {
-					msg, err := it.Next()
+					msg, err := it.Next(context.Background()) // Stop and Drain end it
 					if err != nil {
 						if closed(err) {
 							return

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/podium-llm/podium/internal/servers"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
@@ -82,4 +84,58 @@ func TestNextOnAnR3Stream(t *testing.T) {
 			t.Errorf("next(%s, %d) = %d, %v; want %d", tt.subject, tt.from, got, err, tt.want)
 		}
 	}
+}
+
+// TestNextRightAfterEachPublishOnAnR3Stream: right after each publish is acknowledged (by the
+// leader and one follower: the third may not have it yet), next finds it, from a client of each
+// server in turn. A direct get, which any replica may answer, is counted beside it: the log says
+// how often it missed a message the stream had acknowledged.
+func TestNextRightAfterEachPublishOnAnR3Stream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three NATS servers")
+	}
+	cluster, err := servers.StartNATSCluster(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range cluster {
+			s.Shutdown()
+		}
+	})
+	ctx := context.Background()
+	var clients []*evaluationsStream
+	for _, s := range cluster {
+		_, js := testenv.JetStream(t, s)
+		clients = append(clients, &evaluationsStream{js: js})
+	}
+	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "an R3 EVALUATIONS", func() (bool, string) {
+		_, err := clients[0].js.CreateOrUpdateStream(ctx, cfg)
+		return err == nil, fmt.Sprint(err)
+	})
+	const n = 600
+	directMissed := 0
+	for i := range n {
+		c := clients[i%len(clients)]
+		subject := fmt.Sprintf("evaluation.completed.e%d.t", i)
+		ack, err := c.js.Publish(ctx, subject, []byte("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.next(ctx, subject, ack.Sequence); err != nil || got != ack.Sequence {
+			t.Fatalf("publish %d: next(%s, %d) = %d, %v right after the ack", i, subject, ack.Sequence, got, err)
+		}
+		st, err := c.get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.GetMsg(ctx, ack.Sequence, jetstream.WithGetMsgSubject(subject)); err != nil {
+			directMissed++
+		}
+	}
+	t.Logf("%d publishes: next found every one right after its ack; a direct get missed %d", n, directMissed)
 }

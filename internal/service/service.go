@@ -120,7 +120,7 @@ const recoverFor = time.Minute
 // Consumer creates or updates the service's durable consumer and returns it with the runtime that
 // consumes it: pull options, readiness, and making the consumer (and, under MANAGE_STREAMS, its
 // stream) again when it is lost.
-func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.ConsumerOptions, pull ...jetstream.PullMessagesOpt) (*consume.Runtime, jetstream.Consumer, error) {
+func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.ConsumerOptions, buf consume.Buffer) (*consume.Runtime, jetstream.Consumer, error) {
 	cfg, err := events.ConsumerConfig(durable, o)
 	if err != nil {
 		return nil, nil, err
@@ -151,7 +151,7 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 		case <-time.After(settle.Backoff(attempt)):
 		}
 	}
-	rt := &consume.Runtime{Source: src, Log: b.Log, Pull: pull, Consuming: b.Consuming, RecoverFor: recoverFor,
+	rt := &consume.Runtime{Source: src, Log: b.Log, Buffer: buf, Consuming: b.Consuming, RecoverFor: recoverFor,
 		Recoveries: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "consumer_recoveries_total",
 			Help: "Times the durable consumer was made again after it (or its stream) was deleted under the running service."}),
 		Panics: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "handler_panics_total",

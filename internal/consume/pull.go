@@ -1,0 +1,234 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Messages is what a Loop takes messages from: the runtime's own pull buffer.
+type Messages interface {
+	// Next returns the next message in hand; ctx's error when ctx ends first; the loss when the
+	// consumer is gone; jetstream.ErrMsgIteratorClosed once stopped, or drained and empty.
+	Next(ctx context.Context) (jetstream.Msg, error)
+	// Stop ends it at once: what it holds is left to be delivered again.
+	Stop()
+	// Drain asks for nothing more; Next still returns what is in hand, then ErrMsgIteratorClosed.
+	Drain()
+}
+
+// Buffer bounds what the runtime holds before the loop takes it.
+type Buffer struct {
+	Messages int // at most (at least 1)
+	Bytes    int // of message data at most; 0: no bound
+}
+
+// The runtime pulls with its own fetches into a buffer of its own rather than nats.go's
+// Messages iterator, whose buffer is out of reach: messages waiting there behind a batch held by
+// a slow stage (ClickHouse frozen, PROMPTS full) could not be kept alive, and the server
+// delivered them again every AckWait, counting toward MaxDeliver. Every message this buffer holds
+// is told InProgress every keepEvery; one a fetch brings is in the buffer as soon as it arrives.
+// A fetch asks only for the room the buffer has, so the buffer is bounded by count and bytes as
+// the iterator's was.
+
+// fetchWait is how long one fetch waits on the server for messages; an idle consumer asks again
+// after it. A fetch lost with a connection ends by then too.
+const fetchWait = 5 * time.Second
+
+// pull is the runtime's pull buffer over one consumer (see above).
+type pull struct {
+	cons      jetstream.Consumer
+	buf       Buffer
+	keepEvery time.Duration
+	log       *slog.Logger
+
+	ctx    context.Context // ends at Stop or Drain: no fetch after
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	queue   []jetstream.Msg
+	bytes   int
+	done    bool          // nothing more will be fetched
+	stopped bool          // Stop: Next returns closed at once
+	err     error         // the loss that ended the fetches, if one did
+	changed chan struct{} // closed, and made again, at every change
+}
+
+// newPull starts fetching from cons into a buffer bounded by buf; keepEvery is how often what it
+// holds is kept alive (a third of the consumer's AckWait).
+func newPull(cons jetstream.Consumer, buf Buffer, keepEvery time.Duration, log *slog.Logger) *pull {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pull{cons: cons, buf: buf, keepEvery: keepEvery, log: log, ctx: ctx, cancel: cancel,
+		changed: make(chan struct{})}
+	p.buf.Messages = max(p.buf.Messages, 1)
+	go p.fetch()
+	go p.keepAlive()
+	return p
+}
+
+// signal wakes whoever waits on a change; p.mu held.
+func (p *pull) signal() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *pull) Next(ctx context.Context) (jetstream.Msg, error) {
+	for {
+		p.mu.Lock()
+		switch {
+		case p.stopped:
+			p.mu.Unlock()
+			return nil, jetstream.ErrMsgIteratorClosed
+		case len(p.queue) > 0:
+			msg := p.queue[0]
+			p.queue[0] = nil
+			p.queue = p.queue[1:]
+			p.bytes -= len(msg.Data())
+			p.signal() // room for the next fetch
+			p.mu.Unlock()
+			return msg, nil
+		case p.done:
+			err := p.err
+			p.mu.Unlock()
+			if err == nil {
+				err = jetstream.ErrMsgIteratorClosed
+			}
+			return nil, err
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+func (p *pull) Stop() {
+	p.cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	p.signal()
+}
+
+func (p *pull) Drain() { p.cancel() }
+
+// room waits until the buffer has room for a fetch and returns how much: messages, and bytes
+// (0 when unbounded); false once fetching is to end. A fetch that brought nothing while the
+// buffer holds messages (after) waits for the loop to take one: the next message may not fit the
+// bytes left.
+func (p *pull) room(after bool) (int, int, bool) {
+	for {
+		p.mu.Lock()
+		n, b := p.buf.Messages-len(p.queue), p.buf.Bytes-p.bytes
+		fits := n > 0 && (p.buf.Bytes == 0 || b > 0) && !(after && len(p.queue) > 0)
+		ch := p.changed
+		p.mu.Unlock()
+		if p.ctx.Err() != nil {
+			return 0, 0, false
+		}
+		if fits {
+			if p.buf.Bytes == 0 {
+				b = 0
+			}
+			return n, b, true
+		}
+		select {
+		case <-p.ctx.Done():
+			return 0, 0, false
+		case <-ch:
+			after = false
+		}
+	}
+}
+
+// fetch fills the buffer until Stop or Drain, or the consumer is lost.
+func (p *pull) fetch() {
+	var lost error
+	defer func() {
+		p.mu.Lock()
+		p.done, p.err = true, lost
+		p.signal()
+		p.mu.Unlock()
+	}()
+	empty := false
+	for {
+		n, b, ok := p.room(empty)
+		if !ok {
+			return
+		}
+		got, err := p.fetchOnce(n, b)
+		switch {
+		case p.ctx.Err() != nil:
+			return
+		case lostConsumer(err):
+			lost = err
+			return
+		case err != nil:
+			p.log.Warn("fetch failed", "error", err)
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-time.After(retryEvery):
+			}
+		}
+		empty = got == 0
+	}
+}
+
+// fetchOnce is one fetch of at most n messages and b bytes (0: unbounded) into the buffer; it
+// returns how many it brought.
+func (p *pull) fetchOnce(n, b int) (int, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, fetchWait)
+	defer cancel()
+	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx)}
+	if b > 0 {
+		opts = append(opts, jetstream.FetchMaxBytes(b))
+	}
+	batch, err := p.cons.Fetch(n, opts...)
+	if err != nil {
+		return 0, err
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		got++
+		p.mu.Lock()
+		p.queue = append(p.queue, msg)
+		p.bytes += len(msg.Data())
+		p.signal()
+		p.mu.Unlock()
+	}
+	err = batch.Error()
+	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) {
+		err = nil // the fetch's wait ended: ask again
+	}
+	return got, err
+}
+
+// keepAlive tells the server every keepEvery that what the buffer holds is still in hand, until
+// it is stopped, or drained and empty. InProgress is fire-and-forget: a message the loop has
+// settled meanwhile ignores it.
+func (p *pull) keepAlive() {
+	t := time.NewTicker(p.keepEvery)
+	defer t.Stop()
+	for range t.C {
+		p.mu.Lock()
+		held := append([]jetstream.Msg(nil), p.queue...)
+		over := p.stopped || p.done && len(p.queue) == 0
+		p.mu.Unlock()
+		if over {
+			return
+		}
+		for _, msg := range held {
+			_ = msg.InProgress()
+		}
+	}
+}
