@@ -366,7 +366,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 	if loc := eval[string](t, ctx, `location.pathname`); loc != wantPath {
 		t.Fatalf("the leader's link led to %s, want %s", loc, wantPath)
 	}
-	recs, err := audit.Records(t.Context(), e.js, events.PromptComposedSubject(exec, leader.TeamID))
+	recs, err := audit.Source{JS: e.js}.Records(t.Context(), audit.Query{ExecutionID: exec, TeamID: leader.TeamID})
 	if err != nil {
 		t.Fatal(err)
 	}

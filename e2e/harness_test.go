@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 			args = append(args, "-race") // binaries that report data races in their logs and exit 66
 		}
 		args = append(args, "github.com/podium-llm/podium/cmd/ranker", "github.com/podium-llm/podium/cmd/composer", "github.com/podium-llm/podium/cmd/podium",
-			"github.com/podium-llm/podium/cmd/console")
+			"github.com/podium-llm/podium/cmd/console", "github.com/podium-llm/podium/cmd/archiver")
 		out, buildErr := exec.Command("go", args...).CombinedOutput()
 		if buildErr != nil {
 			err = fmt.Errorf("go build: %v\n%s", buildErr, out)

@@ -28,9 +28,9 @@ func TestConfigurationReference(t *testing.T) {
 		"Generated from the code: each table is what `<service> --help` prints, which envconfig writes from the\n" +
 		"service's configuration struct (`go test ./e2e -run TestConfigurationReference -update` writes this page\n" +
 		"again; the test fails when it differs). Every variable may also be given with the service's prefix\n" +
-		"(`RANKER_`, `COMPOSER_`, `CONSOLE_`), which overrides the shared name. The podium CLI reads the shared\n" +
+		"(`RANKER_`, `COMPOSER_`, `CONSOLE_`, `ARCHIVER_`), which overrides the shared name. The podium CLI reads the shared\n" +
 		"variables, with the prefix `PODIUM_`. What the settings mean in practice: [operating](operating.md).\n")
-	for _, svc := range []string{"ranker", "composer", "console"} {
+	for _, svc := range []string{"ranker", "composer", "console", "archiver"} {
 		out, err := exec.Command(filepath.Join(bins.dir, svc), "--help").CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s --help: %v\n%s", svc, err, out)

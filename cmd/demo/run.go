@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	env := []string{"PATH=" + os.Getenv("PATH"), "NATS_URL=" + ns.ClientURL(), "CLICKHOUSE_ADDR=" + ch.Addr,
 		"CLICKHOUSE_DATABASE=demo", "LOG_LEVEL=info", "TZ=UTC"}
-	step(stdout, "starting ranker and composer")
+	step(stdout, "starting ranker, composer and archiver")
 	ranker, err := startService(ctx, filepath.Join(*binDir, "ranker"), dir, env, "HTTP_ADDR", "")
 	if err != nil {
 		return err
@@ -83,7 +83,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer composer.stop(stdout)
-	fmt.Fprintf(stdout, "  ranker http://%s   composer http://%s   (logs in %s)\n", ranker.addr, composer.addr, dir)
+	archiver, err := startService(ctx, filepath.Join(*binDir, "archiver"), dir, env, "HTTP_ADDR", "")
+	if err != nil {
+		return err
+	}
+	defer archiver.stop(stdout)
+	fmt.Fprintf(stdout, "  ranker http://%s   composer http://%s   archiver http://%s   (logs in %s)\n", ranker.addr, composer.addr, archiver.addr, dir)
 	step(stdout, "starting the web console")
 	console, err := startService(ctx, filepath.Join(*binDir, "console"), dir, env, "CONSOLE_ADDR", *consoleAddr)
 	if err != nil {
@@ -164,8 +169,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "  evaluations committed up to sequence %d; tournament played in %s\n", lb.EvaluationsSeq, time.Since(start).Round(time.Millisecond))
 
+	step(stdout, "archive: every prompt record copied into ClickHouse")
+	if err := waitArchived(ctx, js, stdout); err != nil {
+		return err
+	}
+
 	// The auditor's check: every recorded prompt is what its request renders again, as of the
-	// evaluations it was made from.
+	// evaluations it was made from (read from the archive).
 	step(stdout, "audit: podium prompts verify --all --execution "+exec)
 	if err := verifyPrompts(ctx, *binDir, env, exec, stdout); err != nil {
 		return err
@@ -179,6 +189,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	step(stdout, "stopping everything")
 	return nil
+}
+
+// waitArchived waits until the archiver has stored every record PROMPTS holds.
+func waitArchived(ctx context.Context, js jetstream.JetStream, w io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		cons, err := js.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver)
+		if err == nil {
+			info := cons.CachedInfo()
+			if info.NumPending == 0 && info.NumAckPending == 0 {
+				fmt.Fprintf(w, "  every record through PROMPTS sequence %d is archived; the audit below reads them from ClickHouse\n", info.AckFloor.Stream)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the archiver did not store every prompt record within 30s: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func step(w io.Writer, s string) { fmt.Fprintf(w, "\n== %s\n", s) }

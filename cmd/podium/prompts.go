@@ -19,13 +19,20 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// records reads the records of a subject filter.
-func (e *env) records(ctx context.Context, filter string) ([]audit.Record, error) {
+// records reads the records q selects: archived ones from ClickHouse, the tail from PROMPTS. Where
+// ClickHouse cannot be opened, the stream alone is read (it holds what its retention kept).
+func (e *env) records(ctx context.Context, q audit.Query) ([]audit.Record, error) {
 	js, err := e.jetstream()
 	if err != nil {
 		return nil, err
 	}
-	return audit.Records(ctx, js, filter)
+	src := audit.Source{JS: js}
+	if st, err := e.rank(ctx); err == nil {
+		src.Archive = st
+	} else {
+		fmt.Fprintf(e.stderr, "podium: the prompts archive cannot be read (%v); reading %s alone\n", err, events.StreamPrompts)
+	}
+	return src.Records(ctx, q)
 }
 
 // teamRound reads EXEC TEAM ROUND.
@@ -47,7 +54,7 @@ func promptsShow(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		recs, err := e.records(ctx, events.PromptComposedSubject(exec, team))
+		recs, err := e.records(ctx, audit.Query{ExecutionID: exec, TeamID: team, Rounds: []int{round}})
 		if err != nil {
 			return err
 		}
@@ -62,7 +69,7 @@ func promptsShow(fs *flag.FlagSet) func(context.Context, *env) error {
 			return enc.Encode(r.Data)
 		}
 		d := r.Data
-		fmt.Fprintf(e.out, "prompt of %s (%s) round %d, %s sequence %d\n", d.TeamName, d.TeamID, d.RoundNumber, events.StreamPrompts, r.Seq)
+		fmt.Fprintf(e.out, "prompt of %s (%s) round %d, %s sequence %d%s\n", d.TeamName, d.TeamID, d.RoundNumber, events.StreamPrompts, r.Seq, archivedNote(r))
 		fmt.Fprintf(e.out, "request %s; template %s@%d (sha256 %.12s…); %d tokens (%s); evaluations up to sequence %d\n",
 			d.RequestID, d.Template.Name, d.Template.Version, d.Template.SHA256, d.TokenEstimate, d.TokenEncoding, d.Inputs.EvaluationsSeq)
 		for _, t := range d.Truncated {
@@ -82,36 +89,44 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 	dir := fs.String("templates-dir", os.Getenv("COMPOSER_TEMPLATES_DIR"), "the composer's template directory")
 	tz := fs.String("tz", os.Getenv("TZ"), "the composer's default timezone (TZ)")
 	return func(ctx context.Context, e *env) error {
-		var filter string
+		var q audit.Query
 		var round int
 		switch {
 		case *all && *execution != "" && len(e.args) == 0:
 			if !events.ValidIdentifier(*execution) {
 				return usagef("--execution %s is not an identifier", events.Quote(*execution))
 			}
-			filter = events.TypePromptComposed + "." + *execution + ".*"
+			q.ExecutionID = *execution
 		case !*all && *execution == "":
 			exec, team, r, err := teamRound(e.args)
 			if err != nil {
 				return err
 			}
-			filter, round = events.PromptComposedSubject(exec, team), r
+			q, round = audit.Query{ExecutionID: exec, TeamID: team, Rounds: []int{r}}, r
 		default:
 			return usagef("verify takes EXEC TEAM ROUND, or --all --execution EXEC")
 		}
-		recs, err := e.records(ctx, filter)
+		what := q.ExecutionID
+		if q.TeamID != "" {
+			what += " " + q.TeamID
+		}
+		recs, err := e.records(ctx, q)
+		var changed *audit.Mismatch
+		if errors.As(err, &changed) {
+			return &checkError{changed.Error()} // a row changed in the archive: the verdict
+		}
 		if err != nil {
 			return err
 		}
 		if round > 0 {
 			r, ok := audit.Latest(recs, round)
 			if !ok {
-				return &checkError{fmt.Sprintf("no prompt.composed for round %d on %s", round, filter)}
+				return &checkError{fmt.Sprintf("no prompt.composed for round %d of %s", round, what)}
 			}
 			recs = []audit.Record{r}
 		}
 		if len(recs) == 0 {
-			return &checkError{fmt.Sprintf("no prompt.composed on %s", filter)}
+			return &checkError{fmt.Sprintf("no prompt.composed of %s", what)}
 		}
 		st, err := e.rank(ctx)
 		if err != nil {
@@ -135,7 +150,7 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 				case !errors.As(err, &m):
 					return err // not a verdict: the store or the templates failed
 				}
-				return &checkError{fmt.Sprintf("%s %s round %d (PROMPTS sequence %d) differs: %v", r.Data.ExecutionID, r.Data.TeamID, r.Data.RoundNumber, r.Seq, err)}
+				return &checkError{fmt.Sprintf("%s %s round %d (PROMPTS sequence %d%s) differs: %v", r.Data.ExecutionID, r.Data.TeamID, r.Data.RoundNumber, r.Seq, archivedNote(r), err)}
 			}
 			fmt.Fprintf(e.out, "ok  %s %s round %d  sha256 %.16s…  (%s@%d, evaluations up to %d)\n", r.Data.ExecutionID, r.Data.TeamID,
 				r.Data.RoundNumber, r.Data.PromptSHA256, r.Data.Template.Name, r.Data.Template.Version, r.Data.Inputs.EvaluationsSeq)
@@ -143,6 +158,14 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 		fmt.Fprintf(e.out, "%d record(s) verified: every one is what its request renders as of its evaluations_seq\n", len(recs))
 		return nil
 	}
+}
+
+// archivedNote says where a record was read from, when it was the archive.
+func archivedNote(r audit.Record) string {
+	if r.Archived {
+		return ", read from the ClickHouse archive"
+	}
+	return ""
 }
 
 func promptsDiff(fs *flag.FlagSet) func(context.Context, *env) error {
@@ -158,7 +181,7 @@ func promptsDiff(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil || r2 < 1 {
 			return usagef("ROUND2 must be a positive number, got %q", e.args[3])
 		}
-		recs, err := e.records(ctx, events.PromptComposedSubject(exec, team))
+		recs, err := e.records(ctx, audit.Query{ExecutionID: exec, TeamID: team, Rounds: []int{r1, r2}})
 		if err != nil {
 			return err
 		}

@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return &usageError{"configuration: " + err.Error()}
 	}
-	e := &env{cfg: &cfg, out: stdout, args: fs.Args()}
+	e := &env{cfg: &cfg, out: stdout, stderr: stderr, args: fs.Args()}
 	defer e.done()
 	return parse(ctx, e)
 }
@@ -131,9 +131,10 @@ type command struct {
 
 // env is what a command works with; connections are opened on first use.
 type env struct {
-	cfg  *config
-	out  io.Writer
-	args []string
+	cfg    *config
+	out    io.Writer
+	stderr io.Writer // notes beside the output (a source that could not be read)
+	args   []string
 
 	js    jetstream.JetStream
 	close []func()

@@ -34,6 +34,7 @@ type Store interface {
 	Executions(ctx context.Context) ([]rank.ExecutionSummary, error)
 	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 	Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error)
+	audit.Archive
 }
 
 var _ Store = (*rank.Store)(nil)
@@ -110,6 +111,9 @@ func New(d Deps) (*Console, error) {
 
 // Close ends every live response and the subscriptions.
 func (c *Console) Close() { c.hub.stop() }
+
+// audit reads prompt records: archived ones from ClickHouse, the stream's tail from PROMPTS.
+func (c *Console) audit() audit.Source { return audit.Source{JS: c.d.JS, Archive: c.d.Store} }
 
 // Handler serves every page, the assets and the live stream. Only GET and HEAD are answered.
 func (c *Console) Handler() http.Handler {

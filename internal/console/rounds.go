@@ -86,7 +86,7 @@ func (c *Console) teamRound(r *http.Request) (any, error) {
 	}
 	ctx := r.Context()
 	p := roundPage{Exec: exec, Team: team, Round: round}
-	recs, err := audit.Rounds(ctx, c.d.JS, events.PromptComposedSubject(exec, team), round, round-1)
+	recs, err := c.audit().Rounds(ctx, exec, team, round, round-1)
 	if err != nil && !isNotFound(err) {
 		return nil, err
 	}
@@ -226,7 +226,7 @@ func (c *Console) text(w http.ResponseWriter, r *http.Request) {
 func (c *Console) wholeText(ctx context.Context, kind, exec, team string, round int) (string, error) {
 	switch kind {
 	case "prompt":
-		recs, err := audit.Rounds(ctx, c.d.JS, events.PromptComposedSubject(exec, team), round)
+		recs, err := c.audit().Rounds(ctx, exec, team, round)
 		if err != nil && !isNotFound(err) {
 			return "", err
 		}

@@ -57,7 +57,7 @@ func TestMetricsReference(t *testing.T) {
 	page.WriteString("# Metrics reference\n\n" +
 		"Generated from the code: every Prometheus collector the services define (`go test ./internal/docs\n" +
 		"-run TestMetricsReference -update` writes this page again; the test fails when it differs).\n" +
-		"`<service>` is `ranker`, `composer` or `console`, for the collectors every service has. Beside these,\n" +
+		"`<service>` is `ranker`, `composer`, `console` or `archiver`, for the collectors every service has. Beside these,\n" +
 		"each service exports Go's and the process's (`go_*`, `process_*`). What they are for:\n" +
 		"[metrics.md](metrics.md).\n\n| metric | type | labels | meaning | defined in |\n|---|---|---|---|---|\n")
 	for _, m := range metrics {

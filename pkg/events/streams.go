@@ -21,6 +21,7 @@ const (
 const (
 	ConsumerRanker   = "ranker"
 	ConsumerComposer = "composer"
+	ConsumerArchiver = "archiver"
 )
 
 // StreamOptions are the operator's choices that shape the streams.
@@ -108,6 +109,8 @@ func ConsumerConfig(durable string, o ConsumerOptions) (jetstream.ConsumerConfig
 	case ConsumerComposer:
 		cfg.Description = "composer: answers every round.requested with prompt.composed or prompt.failed"
 		cfg.FilterSubject = TypeRoundRequested + ".>"
+	case ConsumerArchiver:
+		cfg.Description = "archiver: copies every PROMPTS record into ClickHouse, acks only after it is stored"
 	default:
 		return jetstream.ConsumerConfig{}, fmt.Errorf("events: unknown consumer %q", durable)
 	}
@@ -123,6 +126,11 @@ const (
 	MetaStoreLineage   = "podium_store_lineage"
 	MetaStoreRefilling = "podium_store_refilling"
 )
+
+// The archiver's consumer names the fill of the prompts archive that its ack floor speaks of
+// (rank.Store.NoteArchiveEpoch): readers take archived records from ClickHouse only while the
+// table holds that epoch's marker, and read the stream alone otherwise.
+const MetaArchiveEpoch = "podium_archive_epoch"
 
 // BucketScores is the key-value bucket of score snapshots: one key per execution, the
 // rank.Evaluations.Snapshot the ranker wrote after its last commit of that execution. Only the

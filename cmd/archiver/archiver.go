@@ -1,0 +1,428 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/streamscan"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// How a batch of PROMPTS records gets into the archive, whatever ClickHouse says:
+//   - transient faults (down, busy, a lost quorum) are retried with the shared backoff for as
+//     long as they last, the batch kept in progress and /readyz failing meanwhile;
+//   - a missing database or table (dropped by an operator) is recreated from the migrations and
+//     filled again from the whole PROMPTS stream (what it still holds), unready meanwhile: the
+//     archive is a view of the stream, and a table made again empty would otherwise lack
+//     everything archived before;
+//   - records the table refuses are found by writing halves, and dead-lettered with ClickHouse's
+//     error, while the others are stored;
+//   - a record that is not a prompt.composed or prompt.failed CloudEvent is dead-lettered.
+// Messages are acknowledged only once ClickHouse has their rows, so nothing acknowledged is lost.
+
+// archiveStore is what the archiver needs of ClickHouse.
+type archiveStore interface {
+	ArchivePrompts(ctx context.Context, recs []rank.ArchivedPrompt) error
+	Repair(ctx context.Context) ([]string, error)
+	Ping(ctx context.Context) error
+	HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, error)
+	NoteArchiveEpoch(ctx context.Context, epoch string, at time.Time) error
+}
+
+var _ archiveStore = (*rank.Store)(nil)
+
+// archiver copies batches of PROMPTS records into ClickHouse.
+type archiver struct {
+	log        *slog.Logger
+	js         jetstream.JetStream
+	store      archiveStore
+	settler    *settle.Settler
+	m          *metrics
+	ackWait    time.Duration
+	batchSize  int
+	batchBytes int
+	// createDatabase makes the database again when it was dropped (Repair makes the tables).
+	createDatabase func(ctx context.Context) error
+	now            func() time.Time
+
+	// publish names the archive's epoch in the consumer's metadata (consume.Runtime.SetMetadata).
+	publish func(ctx context.Context, md map[string]string) error
+
+	epoch       atomic.Pointer[string] // the epoch published: the table that holds its marker is whole
+	insertFails atomic.Bool            // set while a batch waits for ClickHouse to come back
+	refilling   atomic.Pointer[string] // why, while the table is filled again from the stream
+}
+
+// handle archives one batch and acknowledges what is stored.
+func (a *archiver) handle(_, work context.Context, msgs []jetstream.Msg) {
+	created, err := a.streamCreated(work)
+	if err != nil {
+		// Without the stream's identity a row could not say which stream it came from: the
+		// batch goes back, to come again once the stream answers.
+		a.log.WarnContext(work, "PROMPTS does not answer; the batch is given back", "error", err)
+		for _, msg := range msgs {
+			a.settler.Settle(work, msg, settle.RetryLater(err))
+		}
+		return
+	}
+	recs := make([]rank.ArchivedPrompt, 0, len(msgs))
+	keep := make([]jetstream.Msg, 0, len(msgs))
+	for _, msg := range msgs {
+		rec, err := record(msg, created)
+		if err != nil {
+			a.m.records.WithLabelValues("dead_lettered").Inc()
+			a.settler.Settle(work, msg, settle.Reject(err.Error()))
+			continue
+		}
+		recs, keep = append(recs, rec), append(keep, msg)
+	}
+	refused, err := a.write(work, recs)
+	if err != nil {
+		return // work ended: the batch is redelivered to whoever runs next
+	}
+	stored := keep[:0:0]
+	for i, msg := range keep {
+		if why := refused[recs[i].EventID]; why != nil {
+			a.m.records.WithLabelValues("dead_lettered").Inc()
+			a.settler.Settle(work, msg, settle.Reject("clickhouse refused the record: "+strings.ReplaceAll(why.Error(), "\n", " ")))
+			continue
+		}
+		stored = append(stored, msg)
+	}
+	now := a.now()
+	for i := range recs {
+		if refused[recs[i].EventID] == nil {
+			a.m.lag.Observe(max(now.Sub(recs[i].Stored), 0).Seconds())
+		}
+	}
+	a.m.records.WithLabelValues("archived").Add(float64(len(stored)))
+	a.settler.AckAll(work, stored, a.ackWait)
+}
+
+// streamCreated is the identity of the PROMPTS stream now: its creation time.
+func (a *archiver) streamCreated(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := a.js.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return "", fmt.Errorf("look up %s: %w", events.StreamPrompts, err)
+	}
+	return st.CachedInfo().Created.UTC().Format(time.RFC3339Nano), nil
+}
+
+// record reads one PROMPTS message as the archive keeps it.
+func record(msg jetstream.Msg, created string) (rank.ArchivedPrompt, error) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return rank.ArchivedPrompt{}, fmt.Errorf("message without JetStream metadata: %w", err)
+	}
+	var env events.Envelope
+	if err := json.Unmarshal(msg.Data(), &env); err != nil {
+		return rank.ArchivedPrompt{}, fmt.Errorf("not a CloudEvent: %w", err)
+	}
+	rec := rank.ArchivedPrompt{EventID: env.ID, EventType: env.Type, Subject: msg.Subject(), Body: bytes.Clone(msg.Data()),
+		StreamCreated: created, Seq: md.Sequence.Stream, Stored: md.Timestamp.UTC()}
+	if env.ID == "" {
+		return rank.ArchivedPrompt{}, errors.New("a record without an id")
+	}
+	switch env.Type {
+	case events.TypePromptComposed:
+		var pc events.PromptComposed
+		if err := json.Unmarshal(env.Data, &pc); err != nil {
+			return rank.ArchivedPrompt{}, fmt.Errorf("prompt.composed data: %w", err)
+		}
+		rec.RequestID, rec.ExecutionID, rec.TeamID, rec.Round = pc.RequestID, pc.ExecutionID, pc.TeamID, pc.RoundNumber
+		rec.TemplateName, rec.TemplateVersion = pc.Template.Name, pc.Template.Version
+		rec.EvaluationsSeq, rec.PromptSHA256 = pc.Inputs.EvaluationsSeq, pc.PromptSHA256
+	case events.TypePromptFailed:
+		var pf events.PromptFailed
+		if err := json.Unmarshal(env.Data, &pf); err != nil {
+			return rank.ArchivedPrompt{}, fmt.Errorf("prompt.failed data: %w", err)
+		}
+		rec.RequestID, rec.ExecutionID, rec.TeamID, rec.Round = pf.RequestID, pf.ExecutionID, pf.TeamID, pf.RoundNumber
+	default:
+		return rank.ArchivedPrompt{}, fmt.Errorf("type %q is not a prompt record", env.Type)
+	}
+	if rec.ExecutionID == "" || rec.TeamID == "" || rec.Round < 0 || uint64(rec.Round) > 1<<32-1 {
+		return rank.ArchivedPrompt{}, fmt.Errorf("%s %s names no execution, team and round", env.Type, env.ID)
+	}
+	return rec, nil
+}
+
+// write stores recs (see the top of this file), in the archive the consumer's metadata names:
+// a table that lost its epoch's marker (dropped, made again) is filled again first. It returns the
+// records ClickHouse refused, by event id, when the others are stored; an error only when ctx
+// ended first.
+func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) (map[string]error, error) {
+	refused := map[string]error{}
+	for attempt := uint64(1); ; attempt++ {
+		err := a.whole(ctx)
+		if err == nil {
+			err = a.insert(ctx, recs, refused)
+		}
+		switch {
+		case err == nil:
+			return refused, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, errTableLost):
+			if err := a.refill(ctx, err.Error()); err != nil {
+				return nil, err
+			}
+		default: // the check failed: ClickHouse is away, as for an insert
+			a.insertFails.Store(true)
+			delay := settle.Backoff(attempt)
+			a.log.WarnContext(ctx, "clickhouse check of the archive failed, will retry", "attempt", attempt, "retry_in", delay.String(), "error", err)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(delay):
+			}
+		}
+	}
+}
+
+// whole checks that the table is the archive the consumer's ack floor speaks of: it holds the
+// marker of the epoch the archiver published. errTableLost when it does not.
+func (a *archiver) whole(ctx context.Context) error {
+	epoch := a.epoch.Load()
+	if epoch == nil {
+		return fmt.Errorf("%w: no epoch published yet", errTableLost)
+	}
+	holds, err := a.store.HoldsArchiveEpoch(ctx, *epoch)
+	if err != nil {
+		return err
+	}
+	if !holds {
+		return fmt.Errorf("%w: the prompts table lost the marker of epoch %s (dropped, or made again)", errTableLost, *epoch)
+	}
+	return nil
+}
+
+// errTableLost is an insert into a database or table that is missing.
+var errTableLost = errors.New("the prompts table is missing")
+
+// insert writes recs, retrying while ClickHouse is unavailable, and splits a batch the table
+// refuses until each refused record is found (into refused).
+func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt, refused map[string]error) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	for attempt := uint64(1); ; attempt++ {
+		start := time.Now()
+		err := a.store.ArchivePrompts(ctx, recs)
+		if err == nil {
+			a.m.insertDuration.Observe(time.Since(start).Seconds())
+			a.m.batchSize.Observe(float64(len(recs)))
+			if a.insertFails.Swap(false) {
+				a.log.InfoContext(ctx, "clickhouse insert recovered", "attempts", attempt)
+			}
+			return nil
+		}
+		switch rank.FaultOf(err) {
+		case rank.Missing:
+			return fmt.Errorf("%w: %v", errTableLost, err)
+		case rank.Refused:
+			a.m.clickhouseErrors.WithLabelValues("refused").Inc()
+			if len(recs) == 1 {
+				refused[recs[0].EventID] = err
+				return nil
+			}
+			half := len(recs) / 2
+			if err := a.insert(ctx, recs[:half], refused); err != nil {
+				return err
+			}
+			return a.insert(ctx, recs[half:], refused)
+		}
+		a.insertFails.Store(true)
+		a.m.clickhouseErrors.WithLabelValues("insert").Inc()
+		delay := settle.Backoff(attempt)
+		a.log.WarnContext(ctx, "clickhouse insert failed, will retry", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// refill makes the database and table again and archives what PROMPTS holds, from its first
+// record, then notes a new epoch in the table and publishes it: the batch in hand is written
+// after it. Rows are idempotent, so a refill that stops half way (a stop, a kill) is simply done
+// again, by whoever finds the marker missing next.
+func (a *archiver) refill(ctx context.Context, why string) error {
+	a.refilling.Store(&why)
+	defer a.refilling.Store(nil)
+	a.m.refills.Inc()
+	start := time.Now()
+	a.log.WarnContext(ctx, "the prompts archive is not whole; making it again and filling it from PROMPTS", "reason", why)
+	for attempt := uint64(1); ; attempt++ {
+		n, err := a.refillOnce(ctx)
+		if err == nil {
+			a.log.InfoContext(ctx, "prompts archive made again and filled from PROMPTS", "records", n, "epoch", *a.epoch.Load(),
+				"took", time.Since(start).Round(time.Millisecond).String())
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		delay := settle.Backoff(attempt)
+		a.log.WarnContext(ctx, "prompts archive refill failed; starting over", "attempt", attempt, "retry_in", delay.String(), "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// refillOnce is one try of refill; it returns how many records it wrote.
+func (a *archiver) refillOnce(ctx context.Context) (int, error) {
+	if err := a.createDatabase(ctx); err != nil {
+		return 0, err
+	}
+	if _, err := a.store.Repair(ctx); err != nil {
+		return 0, err
+	}
+	created, err := a.streamCreated(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var chunk []rank.ArchivedPrompt
+	size, total := 0, 0
+	flush := func() error {
+		refused := map[string]error{}
+		if err := a.insert(ctx, chunk, refused); err != nil {
+			return err
+		}
+		total += len(chunk) - len(refused)
+		chunk, size = chunk[:0], 0
+		return nil
+	}
+	_, err = streamscan.Scan(ctx, a.js, events.StreamPrompts, ">", 0, func(msg jetstream.Msg) error {
+		rec, err := record(msg, created)
+		if err != nil {
+			return nil // dead-lettered when it was consumed
+		}
+		chunk, size = append(chunk, rec), size+len(rec.Body)
+		if len(chunk) >= a.batchSize || size >= a.batchBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return total, err
+	}
+	return total, a.newEpoch(ctx)
+}
+
+// newEpoch notes a new epoch in the table, then publishes it: from then on the table is the
+// archive the consumer's ack floor speaks of.
+func (a *archiver) newEpoch(ctx context.Context) error {
+	now := a.now()
+	epoch := fmt.Sprintf("epoch-%d", now.UnixNano())
+	if err := a.store.NoteArchiveEpoch(ctx, epoch, now); err != nil {
+		return err
+	}
+	if err := a.publish(ctx, map[string]string{events.MetaArchiveEpoch: epoch}); err != nil {
+		return err
+	}
+	a.epoch.Store(&epoch)
+	return nil
+}
+
+// start finds whether the table is the archive of the consumer's metadata before anything is
+// consumed: a consumer that has archived nothing gets a first epoch; one whose table lost its
+// marker fills the table again.
+func (a *archiver) start(ctx context.Context, cons jetstream.Consumer) error {
+	info := cons.CachedInfo()
+	if epoch := info.Config.Metadata[events.MetaArchiveEpoch]; epoch != "" {
+		a.epoch.Store(&epoch)
+		return nil // the first batch checks the marker (write)
+	}
+	if info.AckFloor.Stream == 0 && info.NumAckPending == 0 {
+		for attempt := uint64(1); ; attempt++ {
+			err := a.createDatabase(ctx)
+			if err == nil {
+				_, err = a.store.Repair(ctx)
+			}
+			if err == nil {
+				err = a.newEpoch(ctx)
+			}
+			if err == nil {
+				return nil
+			}
+			a.log.WarnContext(ctx, "the archive's first epoch could not be noted, will retry", "attempt", attempt, "error", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(settle.Backoff(attempt)):
+			}
+		}
+	}
+	return a.refill(ctx, "the archiver's consumer names no epoch of the archive")
+}
+
+// ready fails while the archive cannot take what the stream holds.
+func (a *archiver) ready(ctx context.Context) error {
+	if why := a.refilling.Load(); why != nil {
+		return errors.New("filling the prompts archive again from PROMPTS: " + *why)
+	}
+	if a.epoch.Load() == nil {
+		return errors.New("the prompts archive is not checked against its consumer yet")
+	}
+	if a.insertFails.Load() {
+		return errors.New("inserts into the prompts archive are failing; records are held, not lost")
+	}
+	return a.store.Ping(ctx)
+}
+
+// watchConsumer keeps the backlog gauges current: what the stream holds that is not archived.
+func (a *archiver) watchConsumer(ctx context.Context, cons jetstream.Consumer, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if info, err := cons.Info(ctx); err == nil {
+			a.m.pending.Set(float64(info.NumPending + uint64(info.NumAckPending)))
+			if info.NumPending+uint64(info.NumAckPending) == 0 {
+				a.m.oldest.Set(0)
+			} else if msg, err := a.oldestUnarchived(ctx, info.AckFloor.Stream); err == nil {
+				a.m.oldest.Set(max(a.now().Sub(msg), 0).Seconds())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// oldestUnarchived is when the stream stored the first record after the ack floor.
+func (a *archiver) oldestUnarchived(ctx context.Context, floor uint64) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := a.js.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return time.Time{}, err
+	}
+	msg, err := st.GetMsg(ctx, floor+1, jetstream.WithGetMsgSubject(">"))
+	if err != nil {
+		return time.Time{}, err
+	}
+	return msg.Time, nil
+}

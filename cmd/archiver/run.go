@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+const summary = `archiver: copies every record of the PROMPTS audit stream into ClickHouse (the prompts table),
+once per event id, and acknowledges a record only once ClickHouse has it.
+
+Usage:
+  archiver           run the service until SIGTERM or SIGINT
+  archiver --help    print this text`
+
+// run is the whole service: it returns when ctx ends and everything in hand is finished, or on a
+// start-up error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg config
+	_, done, err := service.Prepare(args, stdout, "archiver", summary, &cfg)
+	if done || err != nil {
+		return err
+	}
+	log := service.NewLogger(stderr, cfg.LogLevel, "archiver")
+	storeCfg := cfg.Store(log)
+	if err := rank.CreateDatabase(ctx, storeCfg); err != nil {
+		return err
+	}
+	st, err := rank.Open(ctx, storeCfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// The archiver makes its table itself, so it can start before or without a ranker.
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	for _, name := range applied {
+		log.Info("migration applied", "migration", name)
+	}
+	base, err := service.Start(ctx, "archiver", &cfg.Common, log, events.StreamPrompts, events.StreamDeadLetter)
+	if err != nil {
+		return err
+	}
+	a := &archiver{
+		log:     log,
+		js:      base.JS,
+		store:   st,
+		settler: settle.New(base.JS, log, base.Reg, "archiver"),
+		m:       newMetrics(base.Reg),
+		ackWait: cfg.AckWait,
+		// A record may be as large as the server's max payload: one must always fit a pull.
+		batchSize:      cfg.BatchSize,
+		batchBytes:     max(cfg.BatchBytes, int(base.NC.MaxPayload())+64<<10),
+		createDatabase: func(ctx context.Context) error { return rank.CreateDatabase(ctx, storeCfg) },
+		now:            time.Now,
+	}
+	runtime, cons, err := base.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver, events.ConsumerOptions{
+		AckWait:       cfg.AckWait,
+		MaxAckPending: 4 * cfg.BatchSize, // two replicas, each with a batch in hand and one buffered
+		MaxDeliver:    -1,                // a record is never dropped unarchived
+	}, consume.Buffer{Messages: a.batchSize, Bytes: a.batchBytes})
+	if err != nil {
+		base.Close()
+		return err
+	}
+	a.publish = runtime.SetMetadata
+	base.StoreMetrics(st)
+	return base.Run(ctx, service.Serving{
+		HTTPAddr:        cfg.HTTPAddr,
+		Checks:          map[string]service.Check{"clickhouse": a.ready},
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Started:         []any{"clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase},
+		Consume: func(stop, work context.Context) error {
+			return consumeBatches(stop, work, a, runtime, cons, cfg)
+		},
+		Watch: []func(context.Context){
+			func(work context.Context) { a.watchConsumer(work, cons, 5*time.Second) },
+		},
+	})
+}
+
+// consumeBatches runs the archiver's batches on the runtime: panics recovered into dead letters,
+// batches kept alive while they wait for ClickHouse.
+func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime, cons jetstream.Consumer, cfg config) error {
+	if err := a.start(stop, cons); err != nil {
+		if stop.Err() != nil {
+			return nil // stopped before it began
+		}
+		return fmt.Errorf("archiver: %w", err)
+	}
+	err := rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: a.batchSize, Bytes: a.batchBytes,
+		Flush: cfg.FlushInterval, Linger: cfg.Linger},
+		consume.RecoverBatches(a.log, rt.Panics, a.settler, consume.KeepAliveBatches(cfg.AckWait/3, a.handle)), a.log.Warn))
+	if err != nil {
+		return fmt.Errorf("archiver: %w", err)
+	}
+	return nil
+}

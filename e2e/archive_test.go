@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats.go"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// archived reads the archive of an execution as the readers do (one row per event id).
+func (e *env) archived(exec string) []rank.ArchivedPrompt {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := rank.Open(ctx, rank.Config{Addrs: []string{e.chAddr}, Database: e.database})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: exec})
+	if err != nil && !strings.Contains(err.Error(), "doesn't exist") {
+		e.t.Fatal(err)
+	}
+	return recs
+}
+
+// checkArchive waits until the archive of exec holds exactly what PROMPTS holds of it: the same
+// records, byte for byte, at the same sequences, each once.
+func (e *env) checkArchive(exec string, n int) {
+	e.t.Helper()
+	stream := e.collect(events.StreamPrompts, "prompt.*."+exec+".*", n, 20*time.Second)
+	if len(stream) != n {
+		e.t.Fatalf("PROMPTS holds %d records of %s, want %d", len(stream), exec, n)
+	}
+	var got []rank.ArchivedPrompt
+	testenv.WaitFor(e.t, 30*time.Second, fmt.Sprintf("%d records of %s archived", n, exec), func() (bool, string) {
+		got = e.archived(exec)
+		return len(got) >= n, fmt.Sprintf("%d archived", len(got))
+	})
+	if len(got) != n {
+		e.t.Fatalf("the archive holds %d records of %s, PROMPTS %d", len(got), exec, n)
+	}
+	for i, m := range stream {
+		a := got[i]
+		if a.Seq != m.Seq || a.Subject != m.Subject || !bytes.Equal(a.Body, m.Body) || !a.Stored.Equal(m.Time.UTC().Truncate(time.Microsecond)) {
+			e.t.Errorf("record %d of %s: archived seq %d %s (%d bytes, stored %s), stream seq %d %s (%d bytes, stored %s)",
+				i, exec, a.Seq, a.Subject, len(a.Body), a.Stored, m.Seq, m.Subject, len(m.Body), m.Time)
+		}
+		env := dataOf(e.t, m.Body, &struct{}{})
+		if a.EventID != env.ID || a.EventType != env.Type {
+			e.t.Errorf("record %d of %s: archived as %s %s, is %s %s", i, exec, a.EventType, a.EventID, env.Type, env.ID)
+		}
+	}
+}
+
+// play answers rounds 2 to rounds+1 of teams teams of exec (each after the team's evaluation of the
+// round before) and returns how many prompts PROMPTS holds of it then.
+func (e *env) play(exec string, teams, rounds int) int {
+	e.t.Helper()
+	for r := 1; r <= rounds; r++ {
+		for k := range teams {
+			team := fmt.Sprintf("team-%d", k)
+			ev := evaluation(exec, team, "Team "+team, r, float64(10*r+k), fmt.Sprintf("%s %s answer of round %d", exec, team, r), t0.Add(time.Duration(r)*time.Minute))
+			e.publishEvaluation(fmt.Sprintf("ev-%s-%s-%d", exec, team, r), ev)
+			e.requestRound(fmt.Sprintf("req-%s-%s-%d", exec, team, r+1), events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team,
+				RoundNumber: r + 1, UserPrompt: "Improve.", MaxRounds: rounds + 1}, t0.Add(time.Duration(r)*time.Minute+time.Second))
+		}
+	}
+	n := teams * rounds
+	for _, a := range e.answers("prompt.*."+exec+".*", n, 30*time.Second) {
+		if !a.ok() {
+			e.t.Errorf("%s: %s %+v", exec, a.subject, a.failed)
+		}
+	}
+	return n
+}
+
+// TestArchive: every prompt.composed and prompt.failed lands in the archive once per event id,
+// byte for byte: through an archiver killed with SIGKILL and started again (what it held is
+// delivered again), the prompts table dropped (made again and filled from PROMPTS), and a record that is not a prompt record
+// (dead-lettered, the others go on).
+func TestArchive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	e := newEnv(t)
+	e.start("ranker")
+	e.start("composer")
+	arch := e.start("archiver", "ARCHIVER_ACK_WAIT=2s")
+
+	first := e.play("arch-1", 3, 3)
+	e.checkArchive("arch-1", first)
+	if n := arch.metric(t, "archiver_lag_seconds_count"); n < float64(first) {
+		t.Errorf("archiver_lag_seconds_count = %v, want at least %d", n, first)
+	}
+
+	t.Run("a record that is not a prompt record is dead-lettered", func(t *testing.T) {
+		e.publishRaw(events.PromptComposedSubject("arch-bad", "t"), "junk-1", []byte(`{"not": "a cloudevent"`))
+		dl := e.collect(events.StreamDeadLetter, "deadletter.>", 1, 20*time.Second)
+		if len(dl) != 1 || dl[0].Header.Get("Dead-Stream") != events.StreamPrompts {
+			t.Fatalf("dead letters: %+v", dl)
+		}
+		if why := dl[0].Header.Get("Dead-Reason"); !strings.Contains(why, "not a CloudEvent") {
+			t.Errorf("Dead-Reason = %q", why)
+		}
+	})
+
+	t.Run("killed and started again: each record once", func(t *testing.T) {
+		if err := arch.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-arch.done
+		arch.done <- nil
+		second := e.play("arch-2", 3, 2)
+		arch = e.start("archiver", "ARCHIVER_ACK_WAIT=2s")
+		e.checkArchive("arch-2", second)
+		e.checkArchive("arch-1", first)
+	})
+
+	t.Run("the table dropped: made again and filled from PROMPTS", func(t *testing.T) {
+		e.storeExec("DROP TABLE prompts")
+		third := e.play("arch-3", 2, 2)
+		e.checkArchive("arch-3", third)
+		e.checkArchive("arch-1", first)
+		e.checkArchive("arch-2", 6)
+		if n := arch.metric(t, "archiver_refills_total"); n != 1 {
+			t.Errorf("archiver_refills_total = %v, want 1", n)
+		}
+		if !strings.Contains(arch.logs.String(), "prompts archive made again and filled from PROMPTS") {
+			t.Errorf("no log line of the refill:\n%s", arch.logs)
+		}
+	})
+
+	t.Run("readers take archived records from ClickHouse, scan no stream, and name a changed row", func(t *testing.T) {
+		creates := e.consumerCreates(t)
+		out, code := e.podium(t, nil, "prompts", "verify", "--all", "--execution", "arch-1")
+		if code != 0 || !strings.Contains(out, "9 record(s) verified") {
+			t.Fatalf("verify --all: exit %d\n%s", code, out)
+		}
+		out, code = e.podium(t, nil, "prompts", "show", "arch-1", "team-1", "3")
+		if code != 0 || !strings.Contains(out, "read from the ClickHouse archive") || !strings.Contains(out, "arch-1 team-1 answer of round 2") {
+			t.Fatalf("show: exit %d\n%s", code, out)
+		}
+		out, code = e.podium(t, nil, "prompts", "diff", "arch-1", "team-1", "2", "3")
+		if code != 0 || !strings.Contains(out, "+") {
+			t.Fatalf("diff: exit %d\n%s", code, out)
+		}
+		if n := creates.Load(); n != 0 {
+			t.Errorf("reading archived records created %d consumers on PROMPTS, want 0 (no stream scan)", n)
+		}
+
+		// A column changed by hand: the row says what its body does not.
+		e.storeExec("ALTER TABLE prompts UPDATE evaluations_seq = 999999 WHERE execution_id = 'arch-1' AND team_id = 'team-2' AND round_number = 3")
+		e.waitMutations(t)
+		out, code = e.podium(t, nil, "prompts", "verify", "arch-1", "team-2", "3")
+		if code != 1 || !strings.Contains(out, "team-2 round 3") || !strings.Contains(out, "was changed in ClickHouse: its evaluations_seq is 999999") {
+			t.Errorf("verify of a changed column: exit %d\n%s", code, out)
+		}
+		// The body changed by hand: it renders differently from what it records.
+		e.storeExec("ALTER TABLE prompts UPDATE body = replaceOne(body, 'answer of round 1', 'answer of round 7') WHERE execution_id = 'arch-1' AND team_id = 'team-0' AND round_number = 2")
+		e.waitMutations(t)
+		out, code = e.podium(t, nil, "prompts", "verify", "arch-1", "team-0", "2")
+		if code != 1 || !strings.Contains(out, "arch-1 team-0 round 2") || !strings.Contains(out, "read from the ClickHouse archive) differs") {
+			t.Errorf("verify of a changed body: exit %d\n%s", code, out)
+		}
+	})
+}
+
+// consumerCreates counts the consumers made on PROMPTS from now on (a stream scan makes one).
+func (e *env) consumerCreates(t *testing.T) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	sub, err := e.nc.Subscribe("$JS.API.CONSUMER.CREATE."+events.StreamPrompts+".>", func(*nats.Msg) { n.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// waitMutations waits until ClickHouse has applied every ALTER ... UPDATE of the test's database.
+func (e *env) waitMutations(t *testing.T) {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{e.chAddr}, Auth: clickhouse.Auth{Database: e.database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	testenv.WaitFor(t, 20*time.Second, "mutations applied", func() (bool, string) {
+		var n uint64
+		err := conn.QueryRow(context.Background(), "SELECT count() FROM system.mutations WHERE database = ? AND is_done = 0", e.database).Scan(&n)
+		return err == nil && n == 0, fmt.Sprint(n, err)
+	})
+}

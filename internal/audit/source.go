@@ -1,0 +1,193 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/streamscan"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// Archive is what a Source reads of the prompts archive (rank.Store; the read-only account is
+// enough).
+type Archive interface {
+	ArchivedPrompts(ctx context.Context, f rank.PromptFilter) ([]rank.ArchivedPrompt, error)
+	HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, error)
+}
+
+var _ Archive = (*rank.Store)(nil)
+
+// Source reads prompt.composed records: those the archiver has stored from ClickHouse, and from
+// the PROMPTS stream only the tail it has not archived yet. So a read costs the same whatever the
+// size of the audit, and records trimmed from the stream by its retention are still read.
+//
+// The archive is used only while it is whole: the archiver's consumer names an epoch
+// (events.MetaArchiveEpoch) and the table holds that epoch's marker. Everything at or below the
+// consumer's ack floor of the stream as it is now is in the table then (the archiver acks a
+// record only once ClickHouse has it); rows of an earlier PROMPTS (deleted and made again) are
+// read from the table alone. Otherwise (no archiver, a table dropped or being filled again) the
+// stream is read, as before the archive.
+type Source struct {
+	JS      jetstream.JetStream
+	Archive Archive // nil: the stream alone
+}
+
+// Query selects the records of one execution, optionally one team and some rounds.
+type Query struct {
+	ExecutionID string
+	TeamID      string // "": every team
+	Rounds      []int  // none: every round
+}
+
+func (q Query) filter() string {
+	team := q.TeamID
+	if team == "" {
+		team = "*"
+	}
+	return events.TypePromptComposed + "." + q.ExecutionID + "." + team
+}
+
+func (q Query) wants(r Record) bool {
+	return len(q.Rounds) == 0 || slices.Contains(q.Rounds, r.Data.RoundNumber)
+}
+
+// Records reads the prompt.composed records q selects, in the order PROMPTS stored them.
+func (s Source) Records(ctx context.Context, q Query) ([]Record, error) {
+	mark, ok, err := s.archived(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	after := uint64(0)
+	if ok {
+		rows, err := s.Archive.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: q.ExecutionID, TeamID: q.TeamID, Rounds: q.Rounds})
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			if row.EventType != events.TypePromptComposed || row.StreamCreated == mark.created && row.Seq > mark.floor {
+				continue // a failure, or a record of the tail: read from the stream below
+			}
+			r, err := fromArchive(row)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+		after = mark.floor
+		if !s.tailHolds(ctx, q.filter(), after) {
+			return out, nil
+		}
+	}
+	_, err = streamscan.Scan(ctx, s.JS, events.StreamPrompts, q.filter(), after, func(msg jetstream.Msg) error {
+		r, err := record(msg)
+		if err == nil && q.wants(r) {
+			out = append(out, r)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fromArchive reads an archived row. A row whose columns do not say what its body says was
+// changed in ClickHouse after it was archived: that is a *Mismatch naming it, as a record that
+// does not render again is.
+func fromArchive(row rank.ArchivedPrompt) (Record, error) {
+	where := fmt.Sprintf("archived record %s (%s %s round %d, PROMPTS sequence %d)", row.EventID, row.ExecutionID, row.TeamID, row.Round, row.Seq)
+	r, err := Decode(row.Subject, row.Body)
+	if err != nil {
+		return Record{}, differs("%s: its body does not decode: %v", where, err)
+	}
+	d := r.Data
+	for _, c := range []struct {
+		column      string
+		row, record any
+	}{
+		{"event_id", row.EventID, r.EventID},
+		{"execution_id", row.ExecutionID, d.ExecutionID},
+		{"team_id", row.TeamID, d.TeamID},
+		{"round_number", row.Round, d.RoundNumber},
+		{"request_id", row.RequestID, d.RequestID},
+		{"template_name", row.TemplateName, d.Template.Name},
+		{"template_version", row.TemplateVersion, d.Template.Version},
+		{"evaluations_seq", row.EvaluationsSeq, d.Inputs.EvaluationsSeq},
+		{"prompt_sha256", row.PromptSHA256, d.PromptSHA256},
+		{"subject", row.Subject, events.PromptComposedSubject(d.ExecutionID, d.TeamID)},
+	} {
+		if c.row != c.record {
+			return Record{}, differs("%s was changed in ClickHouse: its %s is %v, its body says %v", where, c.column, c.row, c.record)
+		}
+	}
+	r.Seq, r.Stored, r.Archived = row.Seq, row.Stored, true
+	return r, nil
+}
+
+// Rounds reads the latest record of each of the rounds asked of one team: a round with none is
+// absent.
+func (s Source) Rounds(ctx context.Context, exec, team string, rounds ...int) (map[int]Record, error) {
+	recs, err := s.Records(ctx, Query{ExecutionID: exec, TeamID: team, Rounds: rounds})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]Record, len(rounds))
+	for _, r := range recs {
+		out[r.Data.RoundNumber] = r // later is latest, as Latest takes it
+	}
+	return out, nil
+}
+
+// mark is how far the archive holds the stream: every record at or below floor of the PROMPTS
+// created then.
+type mark struct {
+	floor   uint64
+	created string
+}
+
+// archived says how far the archive holds the stream; false when it is not to be read (none, not
+// whole, or the archiver's consumer is not there).
+func (s Source) archived(ctx context.Context) (mark, bool, error) {
+	if s.Archive == nil {
+		return mark{}, false, nil
+	}
+	st, err := s.JS.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return mark{}, false, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
+	}
+	cons, err := st.Consumer(ctx, events.ConsumerArchiver)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return mark{}, false, nil
+	}
+	if err != nil {
+		return mark{}, false, fmt.Errorf("read the archiver's consumer: %w", err)
+	}
+	info := cons.CachedInfo()
+	epoch := info.Config.Metadata[events.MetaArchiveEpoch]
+	if epoch == "" {
+		return mark{}, false, nil
+	}
+	holds, err := s.Archive.HoldsArchiveEpoch(ctx, epoch)
+	if err != nil || !holds {
+		return mark{}, false, nil // ClickHouse away, or the table not whole: the stream holds it all
+	}
+	return mark{floor: info.AckFloor.Stream, created: st.CachedInfo().Created.UTC().Format(time.RFC3339Nano)}, true, nil
+}
+
+// tailHolds reports whether the stream holds a record on filter after seq: one direct lookup, so a
+// read of archived records scans nothing.
+func (s Source) tailHolds(ctx context.Context, filter string, after uint64) bool {
+	st, err := s.JS.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return true // the scan reports it
+	}
+	_, err = st.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(filter))
+	return !errors.Is(err, jetstream.ErrMsgNotFound)
+}

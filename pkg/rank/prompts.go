@@ -1,0 +1,195 @@
+package rank
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// The prompts archive (schemas/clickhouse/0003_prompts.sql) keeps every record of the PROMPTS
+// audit stream in ClickHouse, the CloudEvent byte for byte, so the audit lasts however short the
+// stream's retention. It lives beside the evaluations, on the same node or replicas, written
+// with the same quorum.
+
+// ArchivedPrompt is one record of PROMPTS as the archive keeps it: the stored body and where the
+// stream had it, plus the columns readers select on.
+type ArchivedPrompt struct {
+	EventID         string
+	EventType       string // events.TypePromptComposed or events.TypePromptFailed
+	RequestID       string
+	ExecutionID     string
+	TeamID          string
+	Round           int
+	TemplateName    string // empty for prompt.failed
+	TemplateVersion int
+	EvaluationsSeq  uint64
+	PromptSHA256    string
+	Subject         string
+	Body            []byte // the CloudEvent as the stream stored it
+	StreamCreated   string // the PROMPTS stream's creation time, RFC 3339: its identity
+	Seq             uint64 // its sequence in that stream
+	Stored          time.Time
+}
+
+// ArchivePrompts writes records in one batch. Writing a record again is harmless: reads keep
+// the first stored copy of an event id.
+func (s *Store) ArchivePrompts(ctx context.Context, recs []ArchivedPrompt) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	err := s.rs.write(ctx, func(conn driver.Conn) error {
+		batch, err := conn.PrepareBatch(ctx, `INSERT INTO prompts (execution_id, team_id, round_number, event_id,
+		event_type, request_id, template_name, template_version, evaluations_seq, prompt_sha256, subject, body,
+		stream_created, stream_seq, stored_at_us)`)
+		if err != nil {
+			return err
+		}
+		defer batch.Abort()
+		for _, r := range recs {
+			if err := batch.Append(r.ExecutionID, r.TeamID, uint32(r.Round), r.EventID, r.EventType, r.RequestID,
+				r.TemplateName, uint32(r.TemplateVersion), r.EvaluationsSeq, r.PromptSHA256, r.Subject, string(r.Body),
+				r.StreamCreated, r.Seq, r.Stored.UnixMicro()); err != nil {
+				return &clientConversion{fmt.Errorf("append %s: %w", r.EventID, err)}
+			}
+		}
+		return batch.Send()
+	})
+	if err != nil {
+		return fmt.Errorf("rank: archive %d prompts: %w", len(recs), err)
+	}
+	return nil
+}
+
+// PromptFilter selects archived records: one execution, optionally one team, optionally some
+// rounds (none: every round).
+type PromptFilter struct {
+	ExecutionID string
+	TeamID      string
+	Rounds      []int
+}
+
+// archiveColumns are the columns a read of the archive returns.
+const archiveColumns = `execution_id, team_id, round_number, event_id, event_type, request_id, template_name,
+template_version, evaluations_seq, prompt_sha256, subject, body, stream_created, stream_seq, stored_at_us`
+
+// promptsQuery reads one execution's records, or one team's: a prefix of the sort key, so only
+// their granules are read.
+func promptsQuery(f PromptFilter) (string, []any) {
+	q, args := `SELECT `+archiveColumns+` FROM prompts WHERE execution_id = ?`, []any{f.ExecutionID}
+	if f.TeamID != "" {
+		q, args = q+` AND team_id = ?`, append(args, f.TeamID)
+	}
+	if len(f.Rounds) > 0 {
+		rounds := clickhouse.GroupSet{Value: make([]any, len(f.Rounds))}
+		for i, r := range f.Rounds {
+			rounds.Value[i] = uint32(max(r, 0))
+		}
+		q, args = q+` AND round_number IN ?`, append(args, rounds)
+	}
+	return q, args
+}
+
+// ArchivedPrompts reads the archived records f selects, one per event id (its first stored
+// copy), in the order the stream stored them.
+func (s *Store) ArchivedPrompts(ctx context.Context, f PromptFilter) ([]ArchivedPrompt, error) {
+	q, args := promptsQuery(f)
+	first := map[string]ArchivedPrompt{}
+	err := s.query(ctx, q, args, func(rows driver.Rows) error {
+		var r ArchivedPrompt
+		var round, version uint32
+		var body string
+		var stored int64
+		if err := rows.Scan(&r.ExecutionID, &r.TeamID, &round, &r.EventID, &r.EventType, &r.RequestID, &r.TemplateName,
+			&version, &r.EvaluationsSeq, &r.PromptSHA256, &r.Subject, &body, &r.StreamCreated, &r.Seq, &stored); err != nil {
+			return err
+		}
+		r.Round, r.TemplateVersion, r.Body, r.Stored = int(round), int(version), []byte(body), time.UnixMicro(stored).UTC()
+		if have, ok := first[r.EventID]; !ok || storedBefore(r, have) {
+			first[r.EventID] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rank: archived prompts of %s: %w", f.ExecutionID, err)
+	}
+	out := make([]ArchivedPrompt, 0, len(first))
+	for _, r := range first {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b ArchivedPrompt) int {
+		if storedBefore(a, b) {
+			return -1
+		}
+		if storedBefore(b, a) {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// storedBefore orders records as the stream stored them: by sequence within one stream, by the
+// stream's creation across a stream made again (its sequences start over), the event id last so
+// that the order is total.
+func storedBefore(a, b ArchivedPrompt) bool {
+	if a.StreamCreated != b.StreamCreated {
+		return a.Stored.Before(b.Stored) || a.Stored.Equal(b.Stored) && a.StreamCreated < b.StreamCreated
+	}
+	return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.EventID, b.EventID)) < 0
+}
+
+// ArchivedCount is the number of distinct records the archive holds (the soak and the capacity
+// benchmark compare it with the stream).
+func (s *Store) ArchivedCount(ctx context.Context) (uint64, error) {
+	var n uint64
+	err := s.query(ctx, `SELECT uniqExact(event_id) FROM prompts WHERE execution_id != ''`, nil, func(rows driver.Rows) error { return rows.Scan(&n) })
+	if err != nil {
+		return 0, fmt.Errorf("rank: count archived prompts: %w", err)
+	}
+	return n, nil
+}
+
+// The archive says which fill of it is whole with a marker row of its own, in the table itself
+// (no execution has an empty id): the archiver writes a new epoch once it has filled a table from
+// the stream, and names it in its consumer's metadata (events.MetaArchiveEpoch). A table dropped
+// or made again (by hand, or by a ranker's repair) loses the marker, so the archiver and every
+// reader see that it is not the archive the consumer's ack floor speaks of.
+const markerType = "archive.epoch"
+
+// ArchiveEpochs are the epochs whose marker the table holds. A missing table is an error whose
+// FaultOf is Missing.
+func (s *Store) ArchiveEpochs(ctx context.Context) ([]string, error) {
+	var out []string
+	err := s.query(ctx, `SELECT event_id FROM prompts WHERE execution_id = '' AND team_id = '' AND event_type = '`+markerType+`'`, nil,
+		func(rows driver.Rows) error {
+			var epoch string
+			if err := rows.Scan(&epoch); err != nil {
+				return err
+			}
+			out = append(out, epoch)
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("rank: archive epochs: %w", err)
+	}
+	return out, nil
+}
+
+// HoldsArchiveEpoch reports whether the table holds the marker of epoch.
+func (s *Store) HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, error) {
+	epochs, err := s.ArchiveEpochs(ctx)
+	if FaultOf(err) == Missing {
+		return false, nil
+	}
+	return slices.Contains(epochs, epoch), err
+}
+
+// NoteArchiveEpoch writes the marker of epoch.
+func (s *Store) NoteArchiveEpoch(ctx context.Context, epoch string, at time.Time) error {
+	return s.ArchivePrompts(ctx, []ArchivedPrompt{{EventID: epoch, EventType: markerType, Stored: at}})
+}

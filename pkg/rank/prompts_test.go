@@ -1,0 +1,85 @@
+package rank_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// TestArchivedPromptsOncePerEventID: every copy of a record is stored, and reads return one per
+// event id (the first the stream stored), in the stream's order, whatever the merge state;
+// filters by team and round read only those; a marker is no record.
+func TestArchivedPromptsOncePerEventID(t *testing.T) {
+	ctx := t.Context()
+	st, cfg := testenv.Store(t, true)
+	raw, err := clickhouse.Open(&clickhouse.Options{Addr: cfg.Addrs, Auth: clickhouse.Auth{Database: cfg.Database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	exec := func(q string) {
+		if err := raw.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	rec := func(team string, round int, seq uint64, body string) rank.ArchivedPrompt {
+		return rank.ArchivedPrompt{EventID: fmt.Sprintf("prompt-%s-%d", team, round), EventType: "prompt.composed", RequestID: fmt.Sprintf("req-%s-%d", team, round),
+			ExecutionID: "x", TeamID: team, Round: round, TemplateName: "team-round", TemplateVersion: 2, EvaluationsSeq: seq * 10,
+			Subject: "prompt.composed.x." + team, Body: []byte(body), StreamCreated: "2026-11-26T09:00:00Z", Seq: seq, Stored: at.Add(time.Duration(seq) * time.Millisecond)}
+	}
+	first := []rank.ArchivedPrompt{rec("a", 1, 1, "a1"), rec("b", 1, 2, "b1"), rec("a", 2, 3, "a2")}
+	if err := st.ArchivePrompts(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	// A redelivery stores the same record again at a later sequence (a copy past the duplicate
+	// window), and the marker of an epoch sits in the same table.
+	again := rec("a", 2, 9, "a2 stored again")
+	if err := st.ArchivePrompts(ctx, []rank.ArchivedPrompt{again, rec("b", 2, 4, "b2")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.NoteArchiveEpoch(ctx, "epoch-1", at); err != nil {
+		t.Fatal(err)
+	}
+	for _, merged := range []bool{false, true} {
+		if merged {
+			exec("OPTIMIZE TABLE prompts FINAL")
+		}
+		got, err := st.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bodies []string
+		for _, r := range got {
+			bodies = append(bodies, string(r.Body))
+		}
+		if want := "[a1 b1 a2 b2]"; fmt.Sprint(bodies) != want {
+			t.Errorf("merged %v: read %v, want %s", merged, bodies, want)
+		}
+		if got[2].Seq != 3 || !got[2].Stored.Equal(first[2].Stored) || got[2].EvaluationsSeq != 30 {
+			t.Errorf("merged %v: the first copy read back as %+v", merged, got[2])
+		}
+		n, err := st.ArchivedCount(ctx)
+		if err != nil || n != 4 {
+			t.Errorf("merged %v: ArchivedCount = %d, %v; want 4", merged, n, err)
+		}
+	}
+	got, err := st.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: "x", TeamID: "a", Rounds: []int{2, 7}})
+	if err != nil || len(got) != 1 || string(got[0].Body) != "a2" {
+		t.Errorf("team a round 2: %+v, %v", got, err)
+	}
+	holds, err := st.HoldsArchiveEpoch(ctx, "epoch-1")
+	if err != nil || !holds {
+		t.Errorf("HoldsArchiveEpoch(epoch-1) = %v, %v", holds, err)
+	}
+	exec("DROP TABLE prompts")
+	holds, err = st.HoldsArchiveEpoch(ctx, "epoch-1")
+	if err != nil || holds {
+		t.Errorf("after the drop: HoldsArchiveEpoch(epoch-1) = %v, %v; want false, nil", holds, err)
+	}
+}
