@@ -391,17 +391,29 @@ func (a *archiver) ready(ctx context.Context) error {
 	return a.store.Ping(ctx)
 }
 
-// watchConsumer keeps the backlog gauges current: what the stream holds that is not archived.
+// watchConsumer keeps the backlog gauges current (what the stream holds that is not archived)
+// and says loudly when PROMPTS' retention could trim a record before it is archived: JetStream
+// cannot hold a record back for a consumer of a limits stream, so the archiver watches its lag
+// against the stream's max_age.
 func (a *archiver) watchConsumer(ctx context.Context, cons jetstream.Consumer, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var warned time.Time
 	for {
 		if info, err := cons.Info(ctx); err == nil {
-			a.m.pending.Set(float64(info.NumPending + uint64(info.NumAckPending)))
-			if info.NumPending+uint64(info.NumAckPending) == 0 {
-				a.m.oldest.Set(0)
-			} else if msg, err := a.oldestUnarchived(ctx, info.AckFloor.Stream); err == nil {
-				a.m.oldest.Set(max(a.now().Sub(msg), 0).Seconds())
+			waiting := info.NumPending + uint64(info.NumAckPending)
+			a.m.pending.Set(float64(waiting))
+			age := time.Duration(0)
+			if waiting > 0 {
+				if stored, err := a.oldestUnarchived(ctx, info.AckFloor.Stream); err == nil {
+					age = max(a.now().Sub(stored), 0)
+				}
+			}
+			a.m.oldest.Set(age.Seconds())
+			if maxAge := a.promptsMaxAge(ctx); maxAge > 0 && age > maxAge/2 && time.Since(warned) > time.Minute {
+				warned = time.Now()
+				a.log.ErrorContext(ctx, "the archive lags more than half PROMPTS' retention: records may be trimmed from the stream before they are archived",
+					"oldest_unarchived", age.Round(time.Second).String(), "prompts_max_age", maxAge.String())
 			}
 		}
 		select {
@@ -409,6 +421,30 @@ func (a *archiver) watchConsumer(ctx context.Context, cons jetstream.Consumer, e
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// promptsMaxAge is PROMPTS' max_age now (0: for ever, or unknown).
+func (a *archiver) promptsMaxAge(ctx context.Context) time.Duration {
+	st, err := a.js.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return 0
+	}
+	return st.CachedInfo().Config.MaxAge
+}
+
+// warnRetention says at start what PROMPTS' limits mean for the archive.
+func (a *archiver) warnRetention(ctx context.Context) {
+	st, err := a.js.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.MaxAge > 0 {
+		a.log.WarnContext(ctx, "PROMPTS trims records older than its max_age: the archive must never lag that much behind (alert PodiumArchiveLagging pages at 5m)", "prompts_max_age", cfg.MaxAge.String())
+	}
+	if cfg.MaxBytes > 0 || cfg.MaxMsgs > 0 {
+		a.log.WarnContext(ctx, "PROMPTS trims its oldest records at its max_bytes or max_msgs whatever the archive holds: keep either far above a day of prompts", "prompts_max_bytes", cfg.MaxBytes, "prompts_max_msgs", cfg.MaxMsgs)
 	}
 }
 

@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	a.publish = runtime.SetMetadata
+	a.warnRetention(ctx)
 	base.StoreMetrics(st)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,

@@ -342,6 +342,7 @@ func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume
 	if res.Refused > 0 {
 		r.log.Warn("the refill skipped evaluations the table refuses (they were dead-lettered when they came)", "count", res.Refused)
 	}
+	r.warnTrimmed(ctx)
 	lin.Whole = true
 	if res.Last != (rank.RowKey{}) {
 		lin.Anchor = res.Last
@@ -441,5 +442,19 @@ func (r *ranker) watchStore(ctx context.Context) {
 		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("store lineage not checked; trying again", "error", err)
 		}
+	}
+}
+
+// warnTrimmed says, after a refill, when EVALUATIONS no longer holds its first evaluations
+// (EVALUATIONS_MAX_AGE or _MAX_BYTES trimmed it): the refilled store has what the stream kept, so
+// the leaderboards of the executions trimmed away are short of them.
+func (r *ranker) warnTrimmed(ctx context.Context) {
+	st, err := r.js.Stream(ctx, events.StreamEvaluations)
+	if err != nil {
+		return
+	}
+	if first := st.CachedInfo().State.FirstSeq; first > 1 {
+		r.log.Warn("EVALUATIONS was trimmed by its retention: the refilled store lacks the evaluations before the stream's first sequence; restore the table from a backup to have them back",
+			"first_seq", first, "max_age", st.CachedInfo().Config.MaxAge.String(), "max_bytes", st.CachedInfo().Config.MaxBytes)
 	}
 }

@@ -166,7 +166,7 @@ func (r *ranker) storeReady(ctx context.Context) error {
 // an operator-managed deployment has none (composers then read ClickHouse).
 func scoresBucket(ctx context.Context, base *service.Base, cfg *config) (jetstream.KeyValue, error) {
 	if cfg.ManageStreams {
-		kv, err := base.JS.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(cfg.StreamReplicas))
+		kv, err := base.JS.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(cfg.StreamReplicas, cfg.StateMaxIdle))
 		if err != nil {
 			return nil, fmt.Errorf("bucket %s: %w", events.BucketScores, err)
 		}

@@ -25,7 +25,7 @@ func TestSnapshotTooLargeRemovesTheStaleOne(t *testing.T) {
 	ctx := t.Context()
 	ns := testenv.NATS(t)
 	nc, js := testenv.JetStream(t, ns)
-	kv, err := js.CreateKeyValue(ctx, events.ScoresBucketConfig(1))
+	kv, err := js.CreateKeyValue(ctx, events.ScoresBucketConfig(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

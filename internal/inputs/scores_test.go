@@ -708,7 +708,7 @@ func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 	h.insert(t, "fresh", "quiet", "stale", "none", "relineaged")
 	_, js := testenv.JetStream(t, testenv.NATS(t))
 	ctx := t.Context()
-	kv, err := js.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(1))
+	kv, err := js.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,13 @@ type Common struct {
 
 	ManageStreams  bool          `envconfig:"MANAGE_STREAMS" default:"true" desc:"create or update the streams at start (false where an operator owns them)"`
 	StreamReplicas int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas of every stream (3 in a cluster)"`
-	PromptsMaxAge  time.Duration `envconfig:"PROMPTS_MAX_AGE" default:"0" desc:"retention of the PROMPTS audit stream, 0 = forever"`
+	// Retention: unset leaves what the stream has on the server (an operator's own edit stands;
+	// a new stream keeps everything); set, the services apply it at every start.
+	PromptsMaxAge       *time.Duration `envconfig:"PROMPTS_MAX_AGE" desc:"retention of the PROMPTS audit stream (0 = for ever, else at least 1h, above the archive's worst lag); unset: what the stream has is left alone"`
+	PromptsMaxBytes     *int64         `envconfig:"PROMPTS_MAX_BYTES" desc:"bytes PROMPTS keeps at most, the oldest records removed first (0 = no bound, else at least 64 MiB); unset: left alone"`
+	EvaluationsMaxAge   *time.Duration `envconfig:"EVALUATIONS_MAX_AGE" desc:"retention of EVALUATIONS (0 = for ever, else at least 1h); a store refilled after a trim holds what the stream kept; unset: left alone"`
+	EvaluationsMaxBytes *int64         `envconfig:"EVALUATIONS_MAX_BYTES" desc:"bytes EVALUATIONS keeps at most (0 = no bound, else at least 64 MiB); unset: left alone"`
+	StateMaxIdle        time.Duration  `envconfig:"STATE_MAX_IDLE" default:"168h" desc:"how long an execution's score snapshot (SCORES) and last leaderboard.updated (LEADERBOARDS) stay after its last commit; readers then use ClickHouse; 0 = for ever"`
 	MaxEventBytes  int           `envconfig:"MAX_EVENT_BYTES" default:"1048576" desc:"largest accepted event body in bytes"`
 	LogLevel       LogLevel      `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error; logs are JSON on stderr"`
 	Pprof          bool          `envconfig:"PPROF" default:"false" desc:"serve Go profiles under /debug/pprof/ on the HTTP address (off: they expose internals)"`
@@ -73,8 +79,18 @@ func (c *Common) ValidateShared(prefix string) error {
 	if c.MaxEventBytes < 1 {
 		errs = append(errs, fmt.Errorf("MAX_EVENT_BYTES (or %s_MAX_EVENT_BYTES) must be positive, got %d", prefix, c.MaxEventBytes))
 	}
-	if c.PromptsMaxAge < 0 {
-		errs = append(errs, fmt.Errorf("PROMPTS_MAX_AGE (or %s_PROMPTS_MAX_AGE) must not be negative, got %s", prefix, c.PromptsMaxAge))
+	for name, d := range map[string]*time.Duration{"PROMPTS_MAX_AGE": c.PromptsMaxAge, "EVALUATIONS_MAX_AGE": c.EvaluationsMaxAge} {
+		if d != nil && *d != 0 && *d < minRetention {
+			errs = append(errs, fmt.Errorf("%s (or %s_%s) must be 0 (for ever) or at least %s, got %s: a shorter retention trims records before the archive or the store can be refilled from them", name, prefix, name, minRetention, *d))
+		}
+	}
+	for name, b := range map[string]*int64{"PROMPTS_MAX_BYTES": c.PromptsMaxBytes, "EVALUATIONS_MAX_BYTES": c.EvaluationsMaxBytes} {
+		if b != nil && *b != 0 && *b != -1 && *b < minRetentionBytes {
+			errs = append(errs, fmt.Errorf("%s (or %s_%s) must be 0 (no bound) or at least %d (64 MiB), got %d", name, prefix, name, minRetentionBytes, *b))
+		}
+	}
+	if c.StateMaxIdle < 0 {
+		errs = append(errs, fmt.Errorf("STATE_MAX_IDLE (or %s_STATE_MAX_IDLE) must be 0 (for ever) or positive, got %s", prefix, c.StateMaxIdle))
 	}
 	if len(c.ClickHouseAddr) == 0 {
 		errs = append(errs, fmt.Errorf("CLICKHOUSE_ADDR (or %s_CLICKHOUSE_ADDR) must name at least one host:port", prefix))
@@ -122,9 +138,19 @@ func (c *Common) validateReplication(prefix string) []error {
 	return errs
 }
 
+// The least retention a stream may be given: PROMPTS must keep a record until the archive has it,
+// and EVALUATIONS until the store does (both are seconds behind when healthy; the alert on the
+// archive's lag fires at five minutes).
+const (
+	minRetention      = time.Hour
+	minRetentionBytes = 64 << 20
+)
+
 // Streams returns the stream options the configuration asks for.
 func (c *Common) Streams() events.StreamOptions {
-	return events.StreamOptions{Replicas: c.StreamReplicas, PromptsMaxAge: c.PromptsMaxAge}
+	return events.StreamOptions{Replicas: c.StreamReplicas, StateMaxIdle: c.StateMaxIdle,
+		Prompts:     events.Retention{MaxAge: c.PromptsMaxAge, MaxBytes: c.PromptsMaxBytes},
+		Evaluations: events.Retention{MaxAge: c.EvaluationsMaxAge, MaxBytes: c.EvaluationsMaxBytes}}
 }
 
 // Store returns where ClickHouse is and how it replicates; log hears of replicas failing over.

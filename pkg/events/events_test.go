@@ -207,7 +207,8 @@ func TestEnsureStreamsIsIdempotentAndFollowsTheContract(t *testing.T) {
 	_, js := testenv.JetStream(t, ns)
 	ctx := context.Background()
 	all := []string{events.StreamEvaluations, events.StreamRounds, events.StreamPrompts, events.StreamLeaderboards, events.StreamDeadLetter}
-	opts := events.StreamOptions{Replicas: 1, PromptsMaxAge: 72 * time.Hour}
+	age := 72 * time.Hour
+	opts := events.StreamOptions{Replicas: 1, Prompts: events.Retention{MaxAge: &age}, StateMaxIdle: 168 * time.Hour}
 	for range 2 {
 		if err := events.EnsureStreams(ctx, js, opts, all...); err != nil {
 			t.Fatal(err)
@@ -218,14 +219,15 @@ func TestEnsureStreamsIsIdempotentAndFollowsTheContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := prompts.CachedInfo().Config
-	if !cfg.DenyDelete || !cfg.DenyPurge || cfg.Storage != jetstream.FileStorage || cfg.MaxAge != 72*time.Hour || cfg.Duplicates != 10*time.Minute {
+	if !cfg.DenyDelete || !cfg.DenyPurge || cfg.Storage != jetstream.FileStorage || cfg.MaxAge != 72*time.Hour || cfg.Duplicates != 10*time.Minute ||
+		cfg.Compression != jetstream.S2Compression {
 		t.Errorf("PROMPTS config = %+v", cfg)
 	}
 	if err := prompts.Purge(ctx); err == nil {
 		t.Error("PROMPTS accepted a purge")
 	}
 	lb, _ := js.Stream(ctx, events.StreamLeaderboards)
-	if c := lb.CachedInfo().Config; c.MaxMsgsPerSubject != 1 || c.Duplicates != 2*time.Minute {
+	if c := lb.CachedInfo().Config; c.MaxMsgsPerSubject != 1 || c.Duplicates != 2*time.Minute || c.MaxAge != 168*time.Hour {
 		t.Errorf("LEADERBOARDS config = %+v", c)
 	}
 	// A duplicate id within the window is stored once.
@@ -237,6 +239,73 @@ func TestEnsureStreamsIsIdempotentAndFollowsTheContract(t *testing.T) {
 	info, _ := prompts.Info(ctx)
 	if info.State.Msgs != 1 {
 		t.Errorf("PROMPTS holds %d messages after a duplicate publish, want 1", info.State.Msgs)
+	}
+}
+
+// TestEnsureStreamsLeavesWhatTheConfigurationDoesNotOwn: an operator's edit of a limit the
+// configuration leaves unset survives every start; a limit the configuration sets is applied, and
+// nothing else the operator set changes with it.
+func TestEnsureStreamsLeavesWhatTheConfigurationDoesNotOwn(t *testing.T) {
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	ctx := t.Context()
+	get := func(name string) jetstream.StreamConfig {
+		t.Helper()
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config
+	}
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamPrompts, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	if c := get(events.StreamPrompts); c.MaxAge != 0 || c.MaxBytes != -1 {
+		t.Fatalf("a new PROMPTS without limits: max_age %s, max_bytes %d", c.MaxAge, c.MaxBytes)
+	}
+	// The operator edits by hand.
+	edited := get(events.StreamPrompts)
+	edited.MaxAge, edited.MaxBytes, edited.Discard = 48*time.Hour, 1<<30, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, edited); err != nil {
+		t.Fatal(err)
+	}
+	evEdited := get(events.StreamEvaluations)
+	evEdited.MaxMsgSize = 2 << 20
+	if _, err := js.UpdateStream(ctx, evEdited); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a restart, and another
+		if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamPrompts, events.StreamEvaluations); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := get(events.StreamPrompts); c.MaxAge != 48*time.Hour || c.MaxBytes != 1<<30 || c.Discard != jetstream.DiscardNew {
+		t.Errorf("the operator's PROMPTS limits were reverted: max_age %s, max_bytes %d, discard %v", c.MaxAge, c.MaxBytes, c.Discard)
+	}
+	if c := get(events.StreamEvaluations); c.MaxMsgSize != 2<<20 {
+		t.Errorf("the operator's EVALUATIONS max_msg_size was reverted: %d", c.MaxMsgSize)
+	}
+	// The configuration sets the age: applied, the bytes and discard policy left as they were.
+	age := 96 * time.Hour
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{Prompts: events.Retention{MaxAge: &age}}, events.StreamPrompts); err != nil {
+		t.Fatal(err)
+	}
+	if c := get(events.StreamPrompts); c.MaxAge != 96*time.Hour || c.MaxBytes != 1<<30 || c.Discard != jetstream.DiscardNew || !c.DenyPurge {
+		t.Errorf("PROMPTS after PROMPTS_MAX_AGE=96h: %+v", c)
+	}
+	// A bound set to 0 is no bound.
+	var none int64
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{Prompts: events.Retention{MaxBytes: &none}}, events.StreamPrompts); err != nil {
+		t.Fatal(err)
+	}
+	if c := get(events.StreamPrompts); c.MaxBytes != -1 || c.MaxAge != 96*time.Hour {
+		t.Errorf("PROMPTS after PROMPTS_MAX_BYTES=0: max_bytes %d, max_age %s", c.MaxBytes, c.MaxAge)
+	}
+	// An idle time shorter than the duplicate window narrows the window, as the server requires.
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{StateMaxIdle: 30 * time.Second}, events.StreamLeaderboards); err != nil {
+		t.Fatal(err)
+	}
+	if c := get(events.StreamLeaderboards); c.MaxAge != 30*time.Second || c.Duplicates != 30*time.Second {
+		t.Errorf("LEADERBOARDS with STATE_MAX_IDLE=30s: max_age %s, duplicates %s", c.MaxAge, c.Duplicates)
 	}
 }
 

@@ -2,7 +2,9 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,8 +28,20 @@ const (
 
 // StreamOptions are the operator's choices that shape the streams.
 type StreamOptions struct {
-	Replicas      int           // STREAM_REPLICAS
-	PromptsMaxAge time.Duration // PROMPTS_MAX_AGE, 0 keeps the audit log forever
+	Replicas    int    // STREAM_REPLICAS
+	Prompts     Retention // PROMPTS_MAX_AGE, PROMPTS_MAX_BYTES
+	Evaluations Retention // EVALUATIONS_MAX_AGE, EVALUATIONS_MAX_BYTES
+	// StateMaxIdle is how long the last leaderboard.updated of an execution stays in
+	// LEADERBOARDS after its last update (STATE_MAX_IDLE); 0 keeps it for ever.
+	StateMaxIdle time.Duration
+}
+
+// Retention is the retention of one stream as the configuration sets it. A nil field is not the
+// configuration's: EnsureStreams leaves what the stream has (an operator's `nats stream edit`
+// stands), and a new stream has no such limit.
+type Retention struct {
+	MaxAge   *time.Duration // 0: for ever
+	MaxBytes *int64         // 0 or -1: no bound
 }
 
 // StreamConfig returns the configuration of one contract stream.
@@ -39,6 +53,7 @@ func StreamConfig(name string, o StreamOptions) (jetstream.StreamConfig, error) 
 		Retention:  jetstream.LimitsPolicy,
 		Replicas:   replicas,
 		Duplicates: 2 * time.Minute,
+		MaxBytes:   -1,
 	}
 	switch name {
 	case StreamEvaluations:
@@ -47,6 +62,7 @@ func StreamConfig(name string, o StreamOptions) (jetstream.StreamConfig, error) 
 		// Composers read each evaluation's content here by sequence; a direct get is answered
 		// by any replica of the stream, without its leader.
 		cfg.AllowDirect = true
+		o.Evaluations.apply(&cfg)
 	case StreamRounds:
 		cfg.Description = "round.requested events: the composer's input"
 		cfg.Subjects = []string{TypeRoundRequested + ".>"}
@@ -55,34 +71,116 @@ func StreamConfig(name string, o StreamOptions) (jetstream.StreamConfig, error) 
 		cfg.Subjects = []string{TypePromptComposed + ".>", TypePromptFailed + ".>"}
 		cfg.DenyDelete = true
 		cfg.DenyPurge = true
-		cfg.MaxAge = o.PromptsMaxAge
 		// Longer than any redelivery of a request, so a prompt composed twice is stored once.
 		cfg.Duplicates = 10 * time.Minute
+		// Each round's prompt repeats most of the last one: compressed blocks take a fraction of
+		// the disk (docs/operating.md, "Disk plan").
+		cfg.Compression = jetstream.S2Compression
+		o.Prompts.apply(&cfg)
 	case StreamLeaderboards:
 		cfg.Description = "leaderboard.updated: the last leaderboard of each execution"
 		cfg.Subjects = []string{TypeLeaderboardUpdated + ".>"}
 		cfg.MaxMsgsPerSubject = 1
+		// An execution's last board goes once it has been idle this long: the ranker's API and
+		// ClickHouse keep every board.
+		cfg.MaxAge = o.StateMaxIdle
 	case StreamDeadLetter:
 		cfg.Description = "events that can never be processed, byte for byte, with Dead-Reason, Dead-Stream and Dead-Sequence headers"
 		cfg.Subjects = []string{"deadletter.>"}
 	default:
 		return jetstream.StreamConfig{}, fmt.Errorf("events: unknown stream %q", name)
 	}
+	cfg.Duplicates = window(cfg.Duplicates, cfg.MaxAge)
 	return cfg, nil
 }
 
-// EnsureStreams creates or updates the named streams; running it again changes nothing.
+// apply sets the limits the configuration holds.
+func (l Retention) apply(cfg *jetstream.StreamConfig) {
+	if l.MaxAge != nil {
+		cfg.MaxAge = *l.MaxAge
+	}
+	if l.MaxBytes != nil {
+		cfg.MaxBytes = *l.MaxBytes
+		if cfg.MaxBytes == 0 {
+			cfg.MaxBytes = -1
+		}
+	}
+}
+
+// window is a duplicate window that fits a stream's MaxAge, as the server requires.
+func window(dup, maxAge time.Duration) time.Duration {
+	if maxAge > 0 && dup > maxAge {
+		return maxAge
+	}
+	return dup
+}
+
+// EnsureStreams creates the named streams, or updates what the configuration owns of those that
+// exist; running it again changes nothing. What it owns: subjects, description, replicas, the
+// duplicate window, PROMPTS' deny-delete, deny-purge and compression, EVALUATIONS' direct gets,
+// LEADERBOARDS' one message per subject and age (STATE_MAX_IDLE), and the limits of Retention that
+// are set. Everything else an operator set on the server (a limit the configuration leaves unset,
+// discard policy, placement, sources) is left as it is, so a restart never reverts it.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions, names ...string) error {
 	for _, name := range names {
-		cfg, err := StreamConfig(name, o)
+		want, err := StreamConfig(name, o)
 		if err != nil {
 			return err
 		}
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if err := ensureStream(ctx, js, want, o); err != nil {
 			return fmt.Errorf("events: ensure stream %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, o StreamOptions) error {
+	for range 3 {
+		st, err := js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, want)
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				continue // another service made it meanwhile: update it as it is
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		have := st.CachedInfo().Config
+		next := Owned(have, want, o)
+		if reflect.DeepEqual(next, have) {
+			return nil
+		}
+		_, err = js.UpdateStream(ctx, next)
+		return err
+	}
+	return errors.New("created and deleted again while it was being made")
+}
+
+// Owned is have (a stream's configuration on the server) with what the configuration owns set
+// from want (see EnsureStreams).
+func Owned(have, want jetstream.StreamConfig, o StreamOptions) jetstream.StreamConfig {
+	next := have
+	next.Subjects, next.Description, next.Replicas = want.Subjects, want.Description, want.Replicas
+	next.DenyDelete, next.DenyPurge, next.AllowDirect = want.DenyDelete, want.DenyPurge, want.AllowDirect
+	next.MaxMsgsPerSubject, next.Compression = want.MaxMsgsPerSubject, want.Compression
+	var l Retention
+	switch want.Name {
+	case StreamPrompts:
+		l = o.Prompts
+	case StreamEvaluations:
+		l = o.Evaluations
+	case StreamLeaderboards:
+		next.MaxAge = want.MaxAge
+	}
+	l.apply(&next)
+	dup := 2 * time.Minute
+	if want.Name == StreamPrompts {
+		dup = 10 * time.Minute
+	}
+	next.Duplicates = window(dup, next.MaxAge)
+	return next
 }
 
 // ConsumerOptions shape a service's durable pull consumer.
@@ -138,8 +236,9 @@ const MetaArchiveEpoch = "podium_archive_epoch"
 // and composers read ClickHouse for it.
 const BucketScores = "SCORES"
 
-// ScoresBucketConfig is the configuration of BucketScores.
-func ScoresBucketConfig(replicas int) jetstream.KeyValueConfig {
+// ScoresBucketConfig is the configuration of BucketScores: a key goes once its execution has had
+// no commit for maxIdle (0: never), and composers then read ClickHouse for it.
+func ScoresBucketConfig(replicas int, maxIdle time.Duration) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: BucketScores, Description: "podium: each execution's score rows as of the ranker's last commit of it, so composer replicas share one ClickHouse read",
-		History: 1, Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
+		History: 1, Replicas: max(replicas, 1), Storage: jetstream.FileStorage, TTL: maxIdle}
 }
