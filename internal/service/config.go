@@ -43,8 +43,8 @@ type Common struct {
 	ClickHouseInsertQuorum        int           `envconfig:"CLICKHOUSE_INSERT_QUORUM" default:"0" desc:"replicas that must have an evaluation before the ranker acks it; 0 = a majority of CLICKHOUSE_ADDR"`
 	ClickHouseInsertQuorumTimeout time.Duration `envconfig:"CLICKHOUSE_INSERT_QUORUM_TIMEOUT" default:"10s" desc:"longest wait for the quorum of one insert; the ranker then retries it (writes are idempotent)"`
 
-	ManageStreams  bool          `envconfig:"MANAGE_STREAMS" default:"true" desc:"create or update the streams at start (false where an operator owns them)"`
-	StreamReplicas int           `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas of every stream (3 in a cluster)"`
+	ManageStreams  bool `envconfig:"MANAGE_STREAMS" default:"true" desc:"create or update the streams at start (false where an operator owns them)"`
+	StreamReplicas int  `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas of every stream (3 in a cluster)"`
 	// Retention: unset leaves what the stream has on the server (an operator's own edit stands;
 	// a new stream keeps everything); set, the services apply it at every start.
 	PromptsMaxAge       *time.Duration `envconfig:"PROMPTS_MAX_AGE" desc:"retention of the PROMPTS audit stream (0 = for ever, else at least 1h, above the archive's worst lag); unset: what the stream has is left alone"`
@@ -52,9 +52,9 @@ type Common struct {
 	EvaluationsMaxAge   *time.Duration `envconfig:"EVALUATIONS_MAX_AGE" desc:"retention of EVALUATIONS (0 = for ever, else at least 1h); a store refilled after a trim holds what the stream kept; unset: left alone"`
 	EvaluationsMaxBytes *int64         `envconfig:"EVALUATIONS_MAX_BYTES" desc:"bytes EVALUATIONS keeps at most (0 = no bound, else at least 64 MiB); unset: left alone"`
 	StateMaxIdle        time.Duration  `envconfig:"STATE_MAX_IDLE" default:"168h" desc:"how long an execution's score snapshot (SCORES) and last leaderboard.updated (LEADERBOARDS) stay after its last commit; readers then use ClickHouse; 0 = for ever"`
-	MaxEventBytes  int           `envconfig:"MAX_EVENT_BYTES" default:"1048576" desc:"largest accepted event body in bytes"`
-	LogLevel       LogLevel      `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error; logs are JSON on stderr"`
-	Pprof          bool          `envconfig:"PPROF" default:"false" desc:"serve Go profiles under /debug/pprof/ on the HTTP address (off: they expose internals)"`
+	MaxEventBytes       int            `envconfig:"MAX_EVENT_BYTES" default:"1048576" desc:"largest accepted event body in bytes"`
+	LogLevel            LogLevel       `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error; logs are JSON on stderr"`
+	Pprof               bool           `envconfig:"PPROF" default:"false" desc:"serve Go profiles under /debug/pprof/ on the HTTP address (off: they expose internals)"`
 
 	HTTPReadTimeout  time.Duration `envconfig:"HTTP_READ_TIMEOUT" default:"15s" desc:"longest time to read one HTTP request, body included (slow clients are cut off)"`
 	HTTPWriteTimeout time.Duration `envconfig:"HTTP_WRITE_TIMEOUT" default:"60s" desc:"longest time to answer one HTTP request (a render waits for inputs, then renders)"`

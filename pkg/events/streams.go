@@ -28,7 +28,7 @@ const (
 
 // StreamOptions are the operator's choices that shape the streams.
 type StreamOptions struct {
-	Replicas    int    // STREAM_REPLICAS
+	Replicas    int       // STREAM_REPLICAS
 	Prompts     Retention // PROMPTS_MAX_AGE, PROMPTS_MAX_BYTES
 	Evaluations Retention // EVALUATIONS_MAX_AGE, EVALUATIONS_MAX_BYTES
 	// StateMaxIdle is how long the last leaderboard.updated of an execution stays in
