@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go"
 
+	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -204,4 +207,79 @@ func (e *env) waitMutations(t *testing.T) {
 		err := conn.QueryRow(context.Background(), "SELECT count() FROM system.mutations WHERE database = ? AND is_done = 0", e.database).Scan(&n)
 		return err == nil && n == 0, fmt.Sprint(n, err)
 	})
+}
+
+// TestExportBundleVerifiesOffline: `podium export` writes one execution's evaluations (a replay
+// and a re-evaluation among them), prompts and templates to one file, the same bytes each time;
+// `podium prompts verify --bundle` proves every prompt from it with NATS and ClickHouse out of
+// reach, and names the record that a changed score no longer renders.
+func TestExportBundleVerifiesOffline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	e := newEnv(t)
+	e.start("ranker")
+	e.start("composer")
+	e.start("archiver")
+	const exec = "bundle"
+	n := e.play(exec, 3, 3)
+	// A replay of an id (stored again, counted once) and a re-evaluation (a new id, later), then
+	// the next round of that team.
+	ev := evaluation(exec, "team-1", "Team team-1", 3, 99.5, "a better answer of round 3", t0.Add(time.Hour))
+	e.publishEvaluation("ev-bundle-team-1-3-again", ev)
+	e.publishRaw(events.EvaluationSubject(exec, "team-2"), "ev-bundle-team-2-3-replay", mustMarshal(t, published{id: "ev-bundle-team-2-3",
+		ev: evaluation(exec, "team-2", "Team team-2", 3, 1, "replayed", t0.Add(2*time.Hour))}))
+	e.requestRound("req-bundle-team-1-5", events.RoundRequested{ExecutionID: exec, TeamID: "team-1", TeamName: "Team team-1",
+		RoundNumber: 5, UserPrompt: "Improve.", MaxRounds: 5}, t0.Add(3*time.Hour))
+	n++
+	e.answers("prompt.*."+exec+".*", n, 20*time.Second)
+	e.checkArchive(exec, n)
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bundle.podium.json.gz")
+	out, code := e.podium(t, nil, "export", "--execution", exec, "--out", file)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d prompts", n)) {
+		t.Fatalf("export: exit %d\n%s", code, out)
+	}
+	first, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := filepath.Join(dir, "again.podium.json.gz")
+	if out, code := e.podium(t, nil, "export", "--execution", exec, "--out", again); code != 0 {
+		t.Fatalf("export again: exit %d\n%s", code, out)
+	}
+	if second, _ := os.ReadFile(again); !bytes.Equal(first, second) {
+		t.Error("the same execution exported to different bytes")
+	}
+
+	// No servers: NATS and ClickHouse addresses nobody answers.
+	offline := []string{"NATS_URL=nats://127.0.0.1:1", "CLICKHOUSE_ADDR=127.0.0.1:1"}
+	out, code = e.podium(t, offline, "prompts", "verify", "--bundle", file)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d record(s) verified", n)) {
+		t.Fatalf("verify --bundle: exit %d\n%s", code, out)
+	}
+
+	// A score changed in the bundle: the prompts that showed it differ.
+	b, err := audit.ReadBundle(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b.Evaluations {
+		if b.Evaluations[i].EventID == "ev-bundle-team-0-1" {
+			b.Evaluations[i].Data.Evaluation.OverallScore = 12.25
+		}
+	}
+	var buf bytes.Buffer
+	if err := b.Write(&buf, false); err != nil {
+		t.Fatal(err)
+	}
+	changed := filepath.Join(dir, "changed.json")
+	if err := os.WriteFile(changed, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = e.podium(t, offline, "prompts", "verify", "--bundle", changed)
+	if code != 1 || !strings.Contains(out, "bundle team-") || !strings.Contains(out, "differs") {
+		t.Errorf("verify of a changed bundle: exit %d\n%s", code, out)
+	}
 }

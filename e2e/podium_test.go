@@ -15,7 +15,7 @@ import (
 )
 
 // podium runs the CLI against e's servers and returns its output and exit code.
-func (e *env) podium(t *testing.T, extraEnv []string, args ...string) (string, int) {
+func (e *env) podium(t testing.TB, extraEnv []string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bins.dir, "podium"), args...)
 	cmd.Env = e.baseEnv(extraEnv...)

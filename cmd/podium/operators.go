@@ -21,7 +21,8 @@ import (
 func commands() map[string]command {
 	return map[string]command{
 		"prompts show":             {"EXEC TEAM ROUND [--json]", "Print the recorded prompt of a team's round and what it was made from.", promptsShow},
-		"prompts verify":           {"EXEC TEAM ROUND | --all --execution EXEC", "Render each record again from its request, template version and evaluations_seq; exit 1 naming the first that differs.", promptsVerify},
+		"prompts verify":           {"EXEC TEAM ROUND | --all --execution EXEC | --bundle FILE", "Render each record again from its request, template version and evaluations_seq (from a bundle: with no NATS and no ClickHouse); exit 1 naming the first that differs.", promptsVerify},
+		"export":                   {"--execution EXEC [--out FILE]", "Write one execution's bundle: its evaluations, its prompt records byte for byte and the files of every template version they name, which `prompts verify --bundle` proves offline.", export},
 		"prompts diff":             {"EXEC TEAM ROUND1 ROUND2", "Print a unified diff of a team's prompts of two rounds.", promptsDiff},
 		"prompts tail":             {"[--execution E] [--team T] [--all] [--count N]", "Print each prompt.composed and prompt.failed as it is recorded.", promptsTail},
 		"templates push":           {"DIR|FILE [--label L]", "Push a template folder or .mustache file as the next version of its name; it is checked as composers check templates and refused with its line and variable.", templatesPush},

@@ -86,9 +86,21 @@ func promptsShow(fs *flag.FlagSet) func(context.Context, *env) error {
 func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 	all := fs.Bool("all", false, "verify every record of --execution")
 	execution := fs.String("execution", "", "the execution of --all")
+	bundle := fs.String("bundle", "", "verify every record of an export bundle (podium export), with no NATS and no ClickHouse")
 	dir := fs.String("templates-dir", os.Getenv("COMPOSER_TEMPLATES_DIR"), "the composer's template directory")
-	tz := fs.String("tz", os.Getenv("TZ"), "the composer's default timezone (TZ)")
+	tz := fs.String("tz", os.Getenv("TZ"), "the composer's default timezone (TZ); with --bundle, the bundle's unless set")
 	return func(ctx context.Context, e *env) error {
+		if *bundle != "" {
+			if *all || *execution != "" || len(e.args) > 0 {
+				return usagef("--bundle takes no other record selection")
+			}
+			tzSet := false
+			fs.Visit(func(f *flag.Flag) { tzSet = tzSet || f.Name == "tz" })
+			if !tzSet {
+				*tz = ""
+			}
+			return verifyBundle(ctx, e, *bundle, *tz)
+		}
 		var q audit.Query
 		var round int
 		switch {
@@ -139,25 +151,55 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 				return err
 			}
 		}
-		v := audit.NewVerifier(*dir, *tz, reg, render.Store{St: st})
-		for _, r := range recs {
-			if err := v.Verify(ctx, r); err != nil {
-				var m *audit.Mismatch
-				var bad *audit.ConfigError
-				switch {
-				case errors.As(err, &bad):
-					return usagef("%v", bad)
-				case !errors.As(err, &m):
-					return err // not a verdict: the store or the templates failed
-				}
-				return &checkError{fmt.Sprintf("%s %s round %d (PROMPTS sequence %d%s) differs: %v", r.Data.ExecutionID, r.Data.TeamID, r.Data.RoundNumber, r.Seq, archivedNote(r), err)}
-			}
-			fmt.Fprintf(e.out, "ok  %s %s round %d  sha256 %.16s…  (%s@%d, evaluations up to %d)\n", r.Data.ExecutionID, r.Data.TeamID,
-				r.Data.RoundNumber, r.Data.PromptSHA256, r.Data.Template.Name, r.Data.Template.Version, r.Data.Inputs.EvaluationsSeq)
-		}
-		fmt.Fprintf(e.out, "%d record(s) verified: every one is what its request renders as of its evaluations_seq\n", len(recs))
-		return nil
+		return verifyRecords(ctx, e, audit.NewVerifier(*dir, *tz, reg, render.Store{St: st}), recs)
 	}
+}
+
+// verifyRecords verifies each record and prints the verdicts; the first that differs is the
+// command's failure.
+func verifyRecords(ctx context.Context, e *env, v *audit.Verifier, recs []audit.Record) error {
+	for _, r := range recs {
+		if err := v.Verify(ctx, r); err != nil {
+			var m *audit.Mismatch
+			var bad *audit.ConfigError
+			switch {
+			case errors.As(err, &bad):
+				return usagef("%v", bad)
+			case !errors.As(err, &m):
+				return err // not a verdict: the store or the templates failed
+			}
+			return &checkError{fmt.Sprintf("%s %s round %d (PROMPTS sequence %d%s) differs: %v", r.Data.ExecutionID, r.Data.TeamID, r.Data.RoundNumber, r.Seq, archivedNote(r), err)}
+		}
+		fmt.Fprintf(e.out, "ok  %s %s round %d  sha256 %.16s…  (%s@%d, evaluations up to %d)\n", r.Data.ExecutionID, r.Data.TeamID,
+			r.Data.RoundNumber, r.Data.PromptSHA256, r.Data.Template.Name, r.Data.Template.Version, r.Data.Inputs.EvaluationsSeq)
+	}
+	fmt.Fprintf(e.out, "%d record(s) verified: every one is what its request renders as of its evaluations_seq\n", len(recs))
+	return nil
+}
+
+// verifyBundle proves every record of an export bundle from the bundle alone.
+func verifyBundle(ctx context.Context, e *env, path, tz string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return &usageError{err.Error()}
+	}
+	b, err := audit.ReadBundle(raw)
+	if err != nil {
+		return &checkError{err.Error()}
+	}
+	recs, err := b.Records()
+	if err == nil && len(recs) == 0 {
+		err = fmt.Errorf("the bundle of %s holds no prompt.composed", b.ExecutionID)
+	}
+	if err != nil {
+		return &checkError{err.Error()}
+	}
+	v, err := b.Verifier(tz)
+	if err != nil {
+		return &checkError{err.Error()}
+	}
+	fmt.Fprintf(e.out, "bundle of %s: %d evaluations, %d prompts, %d template versions\n", b.ExecutionID, len(b.Evaluations), len(recs), len(b.Templates))
+	return verifyRecords(ctx, e, v, recs)
 }
 
 // archivedNote says where a record was read from, when it was the archive.

@@ -29,6 +29,8 @@ Auditors:
   prompts show EXEC TEAM ROUND      print the recorded prompt of a team's round and what it was made from
   prompts verify EXEC TEAM ROUND    render the record again from itself and compare (sha256)
   prompts verify --all --execution EXEC   every record of an execution
+  prompts verify --bundle FILE      every record of an export bundle, with no NATS and no ClickHouse
+  export --execution EXEC [--out F] one execution's evaluations, prompts and templates in one bundle
   prompts diff EXEC TEAM R1 R2      unified diff of a team's prompts of two rounds
   prompts tail [--execution E] [--team T] [--all] [--count N]   follow the audit stream
 

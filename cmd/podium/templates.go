@@ -315,7 +315,7 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 		}
 		evs, contents := rank.FromRecords(recs)
-		in, err := render.Inputs(ctx, lib, offline{evs, contents}, "render", req.Data, when.Truncate(time.Microsecond), uint64(len(recs)))
+		in, err := render.Inputs(ctx, lib, render.Memory{Evs: evs, Contents: contents}, "render", req.Data, when.Truncate(time.Microsecond), uint64(len(recs)))
 		if err != nil {
 			return err
 		}
@@ -330,18 +330,4 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 		fmt.Fprintf(os.Stderr, "(%s@%d, %d tokens %s, %d cut(s))\n", out.Template.Name, out.Template.Version, out.TokenEstimate, out.TokenEncoding, len(out.Truncated))
 		return nil
 	}
-}
-
-// offline reads inputs from records held in memory.
-type offline struct {
-	evs      *rank.Evaluations
-	contents map[rank.TeamKey]*rank.Content
-}
-
-func (o offline) Scores(context.Context, string, uint64) (*rank.Evaluations, error) {
-	return o.evs, nil
-}
-
-func (o offline) Content(_ context.Context, key rank.TeamKey, _, _ int, _ []rank.ContentRef) (*rank.Content, error) {
-	return o.contents[key], nil
 }

@@ -22,6 +22,8 @@ type Record struct {
 	Seq         uint64
 	Stored      time.Time // when the stream stored it
 	EventID     string
+	Subject     string
+	Raw         []byte // the CloudEvent as stored
 	Data        events.PromptComposed
 	TraceParent string // the envelope's traceparent: the composer's span that made it
 	Archived    bool   // read from the prompts archive in ClickHouse, not from the stream
@@ -37,7 +39,7 @@ func record(msg jetstream.Msg) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	r.Seq, r.Stored = md.Sequence.Stream, md.Timestamp
+	r.Seq, r.Stored, r.Raw = md.Sequence.Stream, md.Timestamp, bytes.Clone(msg.Data())
 	return r, nil
 }
 
@@ -54,7 +56,7 @@ func Decode(subject string, body []byte) (Record, error) {
 	if err := dec.Decode(&pc); err != nil {
 		return Record{}, fmt.Errorf("record %s: %w", subject, err)
 	}
-	return Record{EventID: env.ID, Data: pc, TraceParent: env.TraceParent}, nil
+	return Record{EventID: env.ID, Subject: subject, Data: pc, TraceParent: env.TraceParent}, nil
 }
 
 // Latest is the last record of a round: a request answered again keeps its first record (the

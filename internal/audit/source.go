@@ -127,7 +127,7 @@ func fromArchive(row rank.ArchivedPrompt) (Record, error) {
 			return Record{}, differs("%s was changed in ClickHouse: its %s is %v, its body says %v", where, c.column, c.row, c.record)
 		}
 	}
-	r.Seq, r.Stored, r.Archived = row.Seq, row.Stored, true
+	r.Seq, r.Stored, r.Archived, r.Raw = row.Seq, row.Stored, true, row.Body
 	return r, nil
 }
 

@@ -41,6 +41,7 @@ type Verifier struct {
 	dir, tz  string
 	registry registry.State
 	reader   render.Reader
+	extra    []*compose.Template // served by name@version before anything else (a bundle's)
 
 	mu   sync.Mutex
 	libs map[string]*compose.Library // by token encoding
@@ -51,6 +52,10 @@ type Verifier struct {
 func NewVerifier(dir, tz string, reg registry.State, reader render.Reader) *Verifier {
 	return &Verifier{dir: dir, tz: tz, registry: reg, reader: reader, libs: map[string]*compose.Library{}}
 }
+
+// Library is the library the verifier renders with for a token encoding: the composer's
+// templates and the registry's versions (an export takes the records' template files from it).
+func (v *Verifier) Library(encoding string) (*compose.Library, error) { return v.library(encoding) }
 
 func (v *Verifier) library(encoding string) (*compose.Library, error) {
 	v.mu.Lock()
@@ -73,6 +78,9 @@ func (v *Verifier) library(encoding string) (*compose.Library, error) {
 		return nil, &ConfigError{fmt.Errorf("templates: %w", err)}
 	}
 	lib, _ = lib.WithRegistry(v.registry.Versions, v.registry.Labels) // bad versions rendered nothing
+	if len(v.extra) > 0 {
+		lib = lib.WithTemplates(v.extra)
+	}
 	v.libs[encoding] = lib
 	return lib, nil
 }

@@ -72,3 +72,20 @@ func (s Store) Scores(ctx context.Context, executionID string, _ uint64) (*rank.
 func (s Store) Content(ctx context.Context, key rank.TeamKey, from, before int, _ []rank.ContentRef) (*rank.Content, error) {
 	return s.St.Content(ctx, key.ExecutionID, key.TeamID, from, before)
 }
+
+// Memory reads inputs from records held in memory (rank.FromRecords): offline rendering, and the
+// proof of an export bundle, which reads exactly what the store's reads would.
+type Memory struct {
+	Evs      *rank.Evaluations
+	Contents map[rank.TeamKey]*rank.Content
+}
+
+// Scores are the records' score rows.
+func (m Memory) Scores(context.Context, string, uint64) (*rank.Evaluations, error) {
+	return m.Evs, nil
+}
+
+// Content is one team's content of the records.
+func (m Memory) Content(_ context.Context, key rank.TeamKey, _, _ int, _ []rank.ContentRef) (*rank.Content, error) {
+	return m.Contents[key], nil
+}

@@ -64,11 +64,17 @@ var ErrNoClickHouse = errors.New("clickhouse-server is not installed: run `apt-g
 // ports, data and logs in dir) and waits until it answers queries. The process is killed if this
 // process dies, so an aborted test run leaves nothing behind.
 func StartClickHouse(ctx context.Context, dir string) (*ClickHouse, error) {
+	return StartClickHouseWith(ctx, dir, "")
+}
+
+// StartClickHouseWith is StartClickHouse with extra XML in the server's config (a compression
+// method, to measure the archive under it).
+func StartClickHouseWith(ctx context.Context, dir, extra string) (*ClickHouse, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	ch, err := newClickHouse(dir, ports[0], ports[1], "")
+	ch, err := newClickHouse(dir, ports[0], ports[1], extra)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"regexp"
@@ -52,9 +53,15 @@ type Template struct {
 	Limits      Limits
 	Variants    []*Variant // in match order: priority descending, then name
 
-	parts         []part   // base parts in message order
-	relativePaths []string // names under vars that must hold workspace-relative paths
+	parts         []part            // base parts in message order
+	relativePaths []string          // names under vars that must hold workspace-relative paths
+	files         map[string][]byte // what SHA256 is of: the files as read, by path in the template
 }
+
+// Files are the files the template was loaded from (the ones SHA256 is of), by their path in the
+// template's folder (or <name>.mustache and <name>.json for a single-file template): with
+// LoadFiles they make the same template again anywhere, as an export bundle does.
+func (t *Template) Files() map[string][]byte { return maps.Clone(t.files) }
 
 // part is one rendered piece: a message of a role, or the whole prompt (role "").
 type part struct {
@@ -255,7 +262,7 @@ func loadFileTemplate(fsys fs.FS, name string, schema *node) (*Template, error) 
 	if t.Variants, err = loadVariants(nil, src, name, m, t.parts, schema); err != nil {
 		return nil, err
 	}
-	t.SHA256 = src.sum()
+	t.SHA256, t.files = src.sum(), src.files
 	return t, nil
 }
 
@@ -283,7 +290,7 @@ func loadFolderTemplate(fsys fs.FS, name string, schema *node) (*Template, error
 	if t.Variants, err = loadVariants(fsys, src, name, m, t.parts, schema); err != nil {
 		return nil, err
 	}
-	t.SHA256 = src.sum()
+	t.SHA256, t.files = src.sum(), src.files
 	return t, nil
 }
 

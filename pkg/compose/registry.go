@@ -49,6 +49,51 @@ func LoadVersion(v Version) (*Template, error) {
 	return t, nil
 }
 
+// LoadFiles makes a template again from its Files, as version version, whatever it was loaded
+// from first (built in, a directory, the registry): the same files give the same SHA256. A
+// single-file template is <name>.mustache with its optional <name>.json; anything else is a folder.
+func LoadFiles(name string, version int, files map[string][]byte) (*Template, error) {
+	if !events.ValidIdentifier(name) || version < 1 {
+		return nil, fmt.Errorf("compose: template %q@%d: bad name or version", name, version)
+	}
+	fsys := fstest.MapFS{}
+	for p, b := range files {
+		fsys[p] = &fstest.MapFile{Data: b}
+	}
+	var t *Template
+	var err error
+	if _, single := files[name+".mustache"]; single {
+		t, err = loadFileTemplate(fsys, name, variables())
+	} else {
+		t, err = loadFolderTemplate(fsys, name, variables())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("compose: %s@%d: %w", name, version, err)
+	}
+	t.Version = version
+	return t, nil
+}
+
+// WithTemplates returns a library that serves, besides l's templates and registry, these
+// templates by name@version (an export bundle's): a reference name@V finds them first.
+func (l *Library) WithTemplates(ts []*Template) *Library {
+	out := *l
+	out.registry = make(map[string]*registered, len(l.registry))
+	for name, r := range l.registry {
+		out.registry[name] = &registered{versions: maps.Clone(r.versions), labels: maps.Clone(r.labels), latest: r.latest}
+	}
+	for _, t := range ts {
+		r := out.registry[t.Name]
+		if r == nil {
+			r = &registered{versions: map[int]*Template{}, labels: map[string]int{}}
+			out.registry[t.Name] = r
+		}
+		r.versions[t.Version] = t
+		r.latest = max(r.latest, t.Version)
+	}
+	return &out
+}
+
 // WithRegistry returns a library that serves, besides l's templates, the registry's versions
 // and labels (labels: name -> label -> version). A version that fails its check is left out,
 // never served, and returned among the errors; l itself does not change, so a composer swaps

@@ -2,6 +2,7 @@ package compose
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -53,5 +54,41 @@ func TestRegistryResolution(t *testing.T) {
 	}
 	if _, err := base.Lookup("greet"); err == nil {
 		t.Errorf("the base library changed: it resolves greet")
+	}
+}
+
+// TestLoadFilesMakesTheSameTemplate: every built-in template, folder or single file, made again
+// from its Files is the same template (the same SHA256), and a library WithTemplates serves it
+// by name@version; a file changed is another template.
+func TestLoadFilesMakesTheSameTemplate(t *testing.T) {
+	base := testLibrary(t)
+	var again []*Template
+	for _, tmpl := range base.Templates() {
+		got, err := LoadFiles(tmpl.Name, 40+tmpl.Version, tmpl.Files())
+		if err != nil {
+			t.Fatalf("%s: %v", tmpl.Name, err)
+		}
+		if got.SHA256 != tmpl.SHA256 || len(tmpl.Files()) == 0 {
+			t.Errorf("%s made again from %d files: sha256 %s, was %s", tmpl.Name, len(tmpl.Files()), got.SHA256, tmpl.SHA256)
+		}
+		again = append(again, got)
+	}
+	if len(again) < 2 {
+		t.Fatalf("only %d built-in templates", len(again))
+	}
+	lib := base.WithTemplates(again)
+	for _, want := range again {
+		got, err := lib.Lookup(fmt.Sprintf("%s@%d", want.Name, want.Version))
+		if err != nil || got != want {
+			t.Errorf("Lookup(%s@%d) = %v, %v", want.Name, want.Version, got, err)
+		}
+	}
+	files := again[0].Files()
+	for p, b := range files {
+		files[p] = append(b, ' ')
+		break
+	}
+	if changed, err := LoadFiles(again[0].Name, 1, files); err == nil && changed.SHA256 == again[0].SHA256 {
+		t.Error("a changed file made the same template")
 	}
 }

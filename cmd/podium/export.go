@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/internal/render"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// export writes one execution's bundle (audit.Bundle): its evaluations from the store, its
+// records from the archive and the stream's tail, and the files of every template version they
+// name, so that `podium prompts verify --bundle` proves it on a machine with no servers.
+func export(fs *flag.FlagSet) func(context.Context, *env) error {
+	execution := fs.String("execution", "", "the execution to export")
+	out := fs.String("out", "", "the bundle file (gzip-compressed when it ends in .gz); default EXEC.podium.json.gz")
+	dir := fs.String("templates-dir", os.Getenv("COMPOSER_TEMPLATES_DIR"), "the composer's template directory (templates the records name may live there)")
+	tz := fs.String("tz", os.Getenv("TZ"), "the composer's default timezone (TZ), recorded in the bundle")
+	return func(ctx context.Context, e *env) error {
+		if len(e.args) > 0 || *execution == "" {
+			return usagef("export takes --execution EXEC")
+		}
+		if !events.ValidIdentifier(*execution) {
+			return usagef("--execution %s is not an identifier", events.Quote(*execution))
+		}
+		path := *out
+		if path == "" {
+			path = *execution + ".podium.json.gz"
+		}
+		st, err := e.rank(ctx)
+		if err != nil {
+			return err
+		}
+		evals, err := st.ExecutionRecords(ctx, *execution)
+		if err != nil {
+			return err
+		}
+		recs, err := e.records(ctx, audit.Query{ExecutionID: *execution})
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 && len(evals) == 0 {
+			return &checkError{fmt.Sprintf("execution %s has no evaluations and no prompts", *execution)}
+		}
+		var reg registry.State
+		if kv, err := e.registryKV(ctx, false); err == nil {
+			if reg, err = registryState(ctx, kv); err != nil {
+				return err
+			}
+		}
+		encoding := "o200k_base"
+		if len(recs) > 0 {
+			encoding = recs[0].Data.TokenEncoding
+		}
+		lib, err := audit.NewVerifier(*dir, *tz, reg, render.Store{St: st}).Library(encoding)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		b, err := audit.NewBundle(*execution, *tz, evals, recs, lib)
+		if err != nil {
+			return &checkError{err.Error()}
+		}
+		var buf bytes.Buffer
+		if err := b.Write(&buf, strings.HasSuffix(path, ".gz")); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			return &usageError{err.Error()}
+		}
+		fmt.Fprintf(e.out, "%s: %d evaluations, %d prompts, %d template versions of %s (%d bytes); verify it anywhere with `podium prompts verify --bundle %s`\n",
+			path, len(b.Evaluations), len(b.Prompts), len(b.Templates), *execution, buf.Len(), path)
+		return nil
+	}
+}

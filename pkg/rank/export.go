@@ -1,0 +1,49 @@
+package rank
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// exportQuery reads every stored copy of an execution's evaluations, every column Insert writes.
+const exportQuery = `SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, metrics, feedback,
+submission, submission_format, evaluated_at, event_source, stream_seq FROM evaluations WHERE execution_id = ?`
+
+// ExecutionRecords reads every stored copy of an execution's evaluations as the records they were
+// written from, by EVALUATIONS sequence: what FromRecords turns back into exactly the reads of the
+// store (an export bundle proves its prompts with them, offline).
+func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]Record, error) {
+	var out []Record
+	err := s.query(ctx, exportQuery, []any{executionID}, func(rows driver.Rows) error {
+		var r Record
+		var round uint32
+		var metrics, at string
+		if err := rows.Scan(&r.ExecutionID, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Evaluation.OverallScore, &metrics,
+			&r.Evaluation.Feedback, &r.Submission.Content, &r.Submission.Format, &at, &r.Source, &r.Seq); err != nil {
+			return err
+		}
+		r.RoundNumber = int(round)
+		if err := json.Unmarshal([]byte(metrics), &r.Evaluation.Metrics); err != nil {
+			return fmt.Errorf("metrics of %s: %w", r.EventID, err)
+		}
+		var err error
+		if r.EvaluatedAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
+			return fmt.Errorf("evaluated_at of %s: %w", r.EventID, err)
+		}
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rank: evaluations of %s: %w", executionID, err)
+	}
+	// On a cluster, or before a merge, a copy may be read twice: keep one of each (event, sequence).
+	slices.SortFunc(out, func(a, b Record) int { return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.EventID, b.EventID)) })
+	out = slices.CompactFunc(out, func(a, b Record) bool { return a.Seq == b.Seq && a.EventID == b.EventID })
+	return out, nil
+}
