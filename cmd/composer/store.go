@@ -68,6 +68,9 @@ func (c *composer) store(ctx context.Context, publish func(context.Context) erro
 			a.waiting.Add(1)
 		}
 		why := err.Error()
+		if events.StorageFull(err) {
+			why = "JetStream storage is full: " + why
+		}
 		a.cause.Store(&why)
 		c.m.answerRetries.Inc()
 		delay := settle.Backoff(attempt)

@@ -23,8 +23,9 @@ import (
 )
 
 // StartNATS runs a JetStream-enabled NATS server in this process on a free loopback port, storing
-// streams under storeDir. Stop it with Shutdown and WaitForShutdown.
-func StartNATS(storeDir string) (*server.Server, error) {
+// streams under storeDir; each of tune may change its options (a storage limit). Stop it with
+// Shutdown and WaitForShutdown.
+func StartNATS(storeDir string, tune ...func(*server.Options)) (*server.Server, error) {
 	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      -1,
@@ -32,6 +33,9 @@ func StartNATS(storeDir string) (*server.Server, error) {
 		StoreDir:  storeDir,
 		NoLog:     true,
 		NoSigs:    true,
+	}
+	for _, t := range tune {
+		t(opts)
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -209,4 +210,15 @@ func headerSafe(s string) string {
 		s = strings.ToValidUTF8(s[:MaxReasonBytes-len("…")], "") + "…"
 	}
 	return s
+}
+
+// codeInsufficientResources is JetStream's error code for a store that has no room left (the
+// server's or the account's storage limit).
+const codeInsufficientResources = 10023
+
+// StorageFull reports whether a publish was refused because JetStream's storage is full: the
+// message was not stored, and the same publish succeeds once space is freed or limits raised.
+func StorageFull(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == codeInsufficientResources
 }

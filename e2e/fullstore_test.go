@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/servers"
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// TestFullJetStreamLosesNothing: a NATS server whose JetStream storage is nearly full (a filler
+// stream holds most of it) fills up under a tournament: the composer turns unready naming the
+// storage its answers cannot get, orchestrators' publishes are refused (so not acknowledged), and
+// nothing acknowledged is lost. Once the filler is deleted, without a restart, every request is
+// answered once, every evaluation ranked, every record archived.
+func TestFullJetStreamLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	const maxStore = 64 << 20
+	ns, err := servers.StartNATS(t.TempDir(), func(o *server.Options) { o.JetStreamMaxStore = maxStore })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	nc, js := testenv.JetStream(t, ns)
+	addr, db := testenv.Database(t)
+	e := &env{t: t, ns: ns, nc: nc, js: js, chAddr: addr, database: db}
+	ranker := e.start("ranker")
+	composer := e.start("composer", "COMPOSER_ACK_WAIT=2s")
+	e.start("archiver")
+
+	// The filler takes all but about 512 KiB.
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 256<<10)
+	for i := 0; ; i++ {
+		info, err := js.AccountInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Store > maxStore-(512<<10) {
+			break
+		}
+		if _, err := js.Publish(ctx, fmt.Sprintf("filler.%d", i), chunk); err != nil {
+			t.Fatalf("filling: %v (store %d of %d)", err, info.Store, maxStore)
+		}
+	}
+
+	// An orchestrator publishes every pair until JetStream takes it, as the contract says: the
+	// same id again, so nothing is stored twice.
+	const execs, teams, rounds = 6, 4, 5
+	type pair struct{ exec, team string }
+	var mu sync.Mutex
+	refused := 0
+	var lastRefusal string
+	publish := func(subject, id, eventType string, at time.Time, data any) {
+		body, err := events.Marshal(id, "orchestrator/test", eventType, at, data)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := events.Publish(pctx, js, subject, id, body)
+			cancel()
+			if err == nil {
+				return
+			}
+			mu.Lock()
+			refused++
+			lastRefusal = err.Error()
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for r := 1; r <= rounds; r++ {
+			for x := range execs {
+				for k := range teams {
+					p := pair{fmt.Sprintf("full-%d", x), fmt.Sprintf("team-%d", k)}
+					ev := evaluation(p.exec, p.team, "Team "+p.team, r, float64(10*r+k), coldText(uint64(x*100+k*10+r), 4096), t0.Add(time.Duration(r)*time.Minute))
+					publish(events.EvaluationSubject(p.exec, p.team), fmt.Sprintf("ev-%s-%s-%d", p.exec, p.team, r), events.TypeEvaluationCompleted, ev.EvaluatedAt, ev)
+					rr := events.RoundRequested{ExecutionID: p.exec, TeamID: p.team, TeamName: "Team " + p.team, RoundNumber: r + 1, UserPrompt: "Improve.", MaxRounds: rounds + 1}
+					publish(events.RoundSubject(p.exec, p.team), fmt.Sprintf("req-%s-%s-%d", p.exec, p.team, r+1), events.TypeRoundRequested, t0.Add(time.Duration(r)*time.Minute+time.Second), rr)
+				}
+			}
+		}
+	}()
+
+	// The storage fills: the composer says so.
+	var unready string
+	testenv.WaitFor(t, 60*time.Second, "the composer unready for PROMPTS' storage", func() (bool, string) {
+		code, body := readiness(composer)
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "answers cannot be stored") {
+			unready = body
+			return true, ""
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return false, fmt.Sprintf("composer %d %s; %d publishes refused", code, body, refused)
+	})
+	t.Logf("full: composer /readyz: %s; orchestrator refused %d times (last: %s)", unready, refused, lastRefusal)
+	if !strings.Contains(unready, "JetStream storage is full") {
+		t.Errorf("the composer's readiness does not name the storage: %s", unready)
+	}
+
+	// Space freed, no restart.
+	freed := time.Now()
+	if err := js.DeleteStream(ctx, "FILLER"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the orchestrator's publishes were still refused 2 minutes after the space was freed")
+	}
+	n := execs * teams * rounds
+	got := 0
+	for x := range execs {
+		exec := fmt.Sprintf("full-%d", x)
+		answers := e.answers("prompt.*."+exec+".*", teams*rounds, 60*time.Second) // fails on a request answered twice
+		for id, a := range answers {
+			if !a.ok() {
+				t.Errorf("%s: %s %+v", id, a.subject, a.failed)
+			}
+		}
+		got += len(answers)
+		board := waitBoard(t, ranker, exec, func(lb leaderboard) bool {
+			total := 0
+			for _, row := range lb.Teams {
+				total += row.Rounds
+			}
+			return total == teams*rounds
+		})
+		if len(board.Teams) != teams {
+			t.Errorf("%s ranks %d teams, want %d", exec, len(board.Teams), teams)
+		}
+		e.checkArchive(exec, teams*rounds)
+	}
+	waitReadiness(t, composer, http.StatusOK, 30*time.Second)
+	t.Logf("after the space was freed: %d requests answered once, every evaluation ranked and archived in %s", got, time.Since(freed).Round(time.Millisecond))
+	if got != n {
+		t.Errorf("%d answers, want %d", got, n)
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatal("the test ended early")
+	}
+}
