@@ -158,6 +158,15 @@ func TestArchive(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "+") {
 			t.Fatalf("diff: exit %d\n%s", code, out)
 		}
+		// The console's round page of an archived record, and with ?verify=1.
+		console := e.start("console")
+		for _, path := range []string{"/executions/arch-1/teams/team-1/rounds/3", "/executions/arch-1/teams/team-1/rounds/3?verify=1"} {
+			page, err := httpGet("http://" + console.addr + path)
+			if err != nil || !strings.Contains(page, "arch-1 team-1 answer of round 2") ||
+				strings.Contains(path, "verify") && !strings.Contains(page, "verified: rendering the request again") {
+				t.Errorf("GET %s: %v\n%.3000s", path, err, page)
+			}
+		}
 		if n := creates.Load(); n != 0 {
 			t.Errorf("reading archived records created %d consumers on PROMPTS, want 0 (no stream scan)", n)
 		}

@@ -27,6 +27,9 @@ type Record struct {
 	Data        events.PromptComposed
 	TraceParent string // the envelope's traceparent: the composer's span that made it
 	Archived    bool   // read from the prompts archive in ClickHouse, not from the stream
+	// Failed is set on a prompt.failed record (read only where a Query asks for them): Data then
+	// holds its request, execution, team and round alone.
+	Failed *events.PromptFailed
 }
 
 // record decodes a message of PROMPTS with its place in the stream.
@@ -48,6 +51,14 @@ func Decode(subject string, body []byte) (Record, error) {
 	var env events.Envelope
 	if err := json.Unmarshal(body, &env); err != nil {
 		return Record{}, fmt.Errorf("record %s: %w", subject, err)
+	}
+	if env.Type == events.TypePromptFailed {
+		var pf events.PromptFailed
+		if err := json.Unmarshal(env.Data, &pf); err != nil {
+			return Record{}, fmt.Errorf("record %s: %w", subject, err)
+		}
+		return Record{EventID: env.ID, Subject: subject, Failed: &pf, TraceParent: env.TraceParent, Data: events.PromptComposed{
+			RequestID: pf.RequestID, ExecutionID: pf.ExecutionID, TeamID: pf.TeamID, RoundNumber: pf.RoundNumber}}, nil
 	}
 	// Numbers as written, as the composer reads a request's vars: 0.50 stays 0.50.
 	var pc events.PromptComposed

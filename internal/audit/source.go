@@ -43,6 +43,8 @@ type Query struct {
 	ExecutionID string
 	TeamID      string // "": every team
 	Rounds      []int  // none: every round
+	// Failed asks for the prompt.failed records too (Record.Failed set); verifiers never do.
+	Failed bool
 }
 
 func (q Query) filter() string {
@@ -50,14 +52,19 @@ func (q Query) filter() string {
 	if team == "" {
 		team = "*"
 	}
-	return events.TypePromptComposed + "." + q.ExecutionID + "." + team
+	kind := events.TypePromptComposed
+	if q.Failed {
+		kind = "prompt.*"
+	}
+	return kind + "." + q.ExecutionID + "." + team
 }
 
 func (q Query) wants(r Record) bool {
 	return len(q.Rounds) == 0 || slices.Contains(q.Rounds, r.Data.RoundNumber)
 }
 
-// Records reads the prompt.composed records q selects, in the order PROMPTS stored them.
+// Records reads the prompt.composed records q selects (and prompt.failed with q.Failed), in the
+// order PROMPTS stored them.
 func (s Source) Records(ctx context.Context, q Query) ([]Record, error) {
 	mark, ok, err := s.archived(ctx)
 	if err != nil {
@@ -71,7 +78,8 @@ func (s Source) Records(ctx context.Context, q Query) ([]Record, error) {
 			return nil, err
 		}
 		for _, row := range rows {
-			if row.EventType != events.TypePromptComposed || row.StreamCreated == mark.created && row.Seq > mark.floor {
+			if row.EventType != events.TypePromptComposed && !(q.Failed && row.EventType == events.TypePromptFailed) ||
+				row.StreamCreated == mark.created && row.Seq > mark.floor {
 				continue // a failure, or a record of the tail: read from the stream below
 			}
 			r, err := fromArchive(row)
@@ -108,10 +116,15 @@ func fromArchive(row rank.ArchivedPrompt) (Record, error) {
 		return Record{}, differs("%s: its body does not decode: %v", where, err)
 	}
 	d := r.Data
+	kind := events.TypePromptComposed
+	if r.Failed != nil {
+		kind = events.TypePromptFailed
+	}
 	for _, c := range []struct {
 		column      string
 		row, record any
 	}{
+		{"event_type", row.EventType, kind},
 		{"event_id", row.EventID, r.EventID},
 		{"execution_id", row.ExecutionID, d.ExecutionID},
 		{"team_id", row.TeamID, d.TeamID},
@@ -121,7 +134,7 @@ func fromArchive(row rank.ArchivedPrompt) (Record, error) {
 		{"template_version", row.TemplateVersion, d.Template.Version},
 		{"evaluations_seq", row.EvaluationsSeq, d.Inputs.EvaluationsSeq},
 		{"prompt_sha256", row.PromptSHA256, d.PromptSHA256},
-		{"subject", row.Subject, events.PromptComposedSubject(d.ExecutionID, d.TeamID)},
+		{"subject", row.Subject, kind + "." + d.ExecutionID + "." + d.TeamID},
 	} {
 		if c.row != c.record {
 			return Record{}, differs("%s was changed in ClickHouse: its %s is %v, its body says %v", where, c.column, c.row, c.record)
@@ -131,8 +144,8 @@ func fromArchive(row rank.ArchivedPrompt) (Record, error) {
 	return r, nil
 }
 
-// Rounds reads the latest record of each of the rounds asked of one team: a round with none is
-// absent.
+// Rounds reads the latest prompt.composed of each of the rounds asked of one team: a round with
+// none is absent.
 func (s Source) Rounds(ctx context.Context, exec, team string, rounds ...int) (map[int]Record, error) {
 	recs, err := s.Records(ctx, Query{ExecutionID: exec, TeamID: team, Rounds: rounds})
 	if err != nil {

@@ -86,31 +86,47 @@ func (c *Console) teamRound(r *http.Request) (any, error) {
 	}
 	ctx := r.Context()
 	p := roundPage{Exec: exec, Team: team, Round: round}
-	recs, err := c.audit().Rounds(ctx, exec, team, round, round-1)
+	// The answers of the rounds around this one: from the archive once archived (no stream scan),
+	// the tail from PROMPTS.
+	recs, err := c.audit().Records(ctx, audit.Query{ExecutionID: exec, TeamID: team, Rounds: []int{round - 1, round, round + 1}, Failed: true})
 	if err != nil && !isNotFound(err) {
 		return nil, err
 	}
-	rec, ok := recs[round]
-	if ok {
+	composed, answered := map[int]audit.Record{}, map[int]audit.Record{}
+	for _, rec := range recs { // oldest first: the last of a round is its latest
+		answered[rec.Data.RoundNumber] = rec
+		if rec.Failed == nil {
+			composed[rec.Data.RoundNumber] = rec
+		}
+	}
+	if rec, ok := composed[round]; ok {
 		p.Record = viewRecord(rec)
-		if prev, ok := recs[round-1]; ok {
+		if prev, ok := composed[round-1]; ok {
 			p.Diff = diffOf(prev, rec)
 		}
 		if r.URL.Query().Get("verify") != "" {
 			p.Verdict = c.verify(ctx, rec)
 		}
 	}
-	g, err := c.grid.get(ctx, exec)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := g.cells[cellKey{team, round + 1}]; ok {
+	if _, ok := answered[round+1]; ok {
 		p.Next = round + 1
 	}
-	cl := g.cells[cellKey{team, round}]
-	p.Requested = cl.Requested
-	if cl.Failed {
-		p.Failure = cl.Code
+	if last, ok := answered[round]; ok {
+		p.Requested = true // an answer is to a request
+		if last.Failed != nil {
+			p.Failure = string(last.Failed.Code)
+		}
+	} else {
+		// Not answered (yet): whether it was requested, only ROUNDS says.
+		g, err := c.grid.get(ctx, exec)
+		if err != nil {
+			return nil, err
+		}
+		cl := g.cells[cellKey{team, round}]
+		p.Requested = cl.Requested
+		if _, ok := g.cells[cellKey{team, round + 1}]; ok {
+			p.Next = round + 1
+		}
 	}
 	tr, err := c.round(ctx, exec, team, round)
 	if err != nil {
