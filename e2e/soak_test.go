@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,10 +33,11 @@ import (
 )
 
 // TestChaosSoak plays tournaments (several executions, two composer replicas, replays and
-// re-evaluations) while a seeded schedule injects faults: the ranker and composer replicas
-// killed with SIGKILL, the NATS server restarted, ClickHouse frozen, a durable consumer deleted,
-// the evaluations table dropped. Then, once every service is back:
+// re-evaluations) while a seeded schedule injects faults: the ranker, composer replicas and the
+// archiver killed with SIGKILL, the NATS server restarted, ClickHouse frozen, a durable consumer
+// deleted, the evaluations table or the prompts archive dropped. Then, once every service is back:
 //   - every request JetStream acknowledged is answered exactly once;
+//   - the prompts archive holds every PROMPTS record once, byte for byte;
 //   - every leaderboard equals a recount of the EVALUATIONS stream;
 //   - every prompt's leaderboard equals a recomputation from the stream as of its
 //     evaluations_seq, and `podium prompts verify --all` re-renders every prompt to its bytes;
@@ -156,6 +158,7 @@ func newSoak(t *testing.T, seed uint64) *soak {
 	s.add("ranker", "ranker", "RANKER_ACK_WAIT=3s")
 	s.add("composer-a", "composer", "COMPOSER_ACK_WAIT=5s")
 	s.add("composer-b", "composer", "COMPOSER_ACK_WAIT=5s")
+	s.add("archiver", "archiver", "ARCHIVER_ACK_WAIT=3s")
 	for _, svc := range s.services {
 		svc.p.waitOK(t, "http://"+svc.p.addr+"/readyz")
 	}
@@ -179,7 +182,7 @@ func (s *soak) fault(start time.Time, what string) {
 // the next, every 3 to 8 seconds.
 func (s *soak) chaos(deadline time.Time) {
 	start := time.Now()
-	kinds := []string{"kill ranker", "kill composer", "restart nats", "freeze clickhouse", "delete durable", "drop table"}
+	kinds := []string{"kill ranker", "kill composer", "restart nats", "freeze clickhouse", "delete durable", "drop table", "kill archiver", "drop archive"}
 	for {
 		pause := time.Duration(3000+s.rng.IntN(5000)) * time.Millisecond
 		if time.Now().Add(pause).After(deadline) {
@@ -192,6 +195,8 @@ func (s *soak) chaos(deadline time.Time) {
 			s.kill("ranker", start)
 		case "kill composer":
 			s.kill([]string{"composer-a", "composer-b"}[s.rng.IntN(2)], start)
+		case "kill archiver":
+			s.kill("archiver", start)
 		case "restart nats":
 			s.nsMu.Lock()
 			s.ns.Shutdown()
@@ -213,8 +218,11 @@ func (s *soak) chaos(deadline time.Time) {
 			s.fault(start, "ClickHouse frozen for "+d.String())
 		case "delete durable":
 			stream, durable := events.StreamEvaluations, events.ConsumerRanker
-			if s.rng.IntN(2) == 1 {
+			switch s.rng.IntN(3) {
+			case 1:
 				stream, durable = events.StreamRounds, events.ConsumerComposer
+			case 2:
+				stream, durable = events.StreamPrompts, events.ConsumerArchiver
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := s.e.js.DeleteConsumer(ctx, stream, durable)
@@ -229,6 +237,15 @@ func (s *soak) chaos(deadline time.Time) {
 				conn.Close()
 			}
 			s.fault(start, fmt.Sprintf("evaluations table dropped (%v)", errText(err)))
+		case "drop archive":
+			conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.ch.Addr}, Auth: clickhouse.Auth{Database: "soak"}})
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				err = conn.Exec(ctx, "DROP TABLE IF EXISTS prompts")
+				cancel()
+				conn.Close()
+			}
+			s.fault(start, fmt.Sprintf("prompts table (the archive) dropped (%v)", errText(err)))
 		}
 	}
 }
@@ -372,7 +389,8 @@ func (s *soak) probe(stop <-chan struct{}) {
 		settled float64
 		since   time.Time // when work was last done, or nothing was pending
 	}
-	consumers := map[string][2]string{"ranker": {events.StreamEvaluations, events.ConsumerRanker}, "composer": {events.StreamRounds, events.ConsumerComposer}}
+	consumers := map[string][2]string{"ranker": {events.StreamEvaluations, events.ConsumerRanker}, "composer": {events.StreamRounds, events.ConsumerComposer},
+		"archiver": {events.StreamPrompts, events.ConsumerArchiver}}
 	seen := map[string]*progress{}
 	wasReady := map[string]time.Time{}
 	client := &http.Client{Timeout: time.Second}
@@ -475,9 +493,9 @@ func (s *soak) waitQuiet() {
 	for _, p := range procs {
 		waitReadiness(t, p, http.StatusOK, 90*time.Second)
 	}
-	testenv.WaitFor(t, 120*time.Second, "every evaluation committed and every request settled", func() (bool, string) {
+	testenv.WaitFor(t, 120*time.Second, "every evaluation committed, every request settled, every record archived", func() (bool, string) {
 		var why []string
-		for _, c := range [][2]string{{events.StreamEvaluations, events.ConsumerRanker}, {events.StreamRounds, events.ConsumerComposer}} {
+		for _, c := range [][2]string{{events.StreamEvaluations, events.ConsumerRanker}, {events.StreamRounds, events.ConsumerComposer}, {events.StreamPrompts, events.ConsumerArchiver}} {
 			info, err := consumerInfo(t.Context(), s.e.js, c[0], c[1])
 			if err != nil {
 				return false, err.Error()
@@ -525,6 +543,8 @@ func (s *soak) check() {
 	// Every acknowledged request answered once; each prompt's board as of its sequence.
 	answers := map[string]int{}
 	composed, failed := 0, map[string]int{}
+	recorded := map[string][]byte{} // PROMPTS' records by event id, the first copy
+	recordedExecs := map[string]bool{}
 	byExec := map[string][]rank.Record{}
 	for _, r := range recs {
 		byExec[r.ExecutionID] = append(byExec[r.ExecutionID], r)
@@ -534,6 +554,10 @@ func (s *soak) check() {
 		if err := json.Unmarshal(msg.Data(), &env); err != nil {
 			t.Errorf("PROMPTS: %v", err)
 			return
+		}
+		if _, ok := recorded[env.ID]; !ok {
+			recorded[env.ID] = msg.Data()
+			recordedExecs[strings.Split(msg.Subject(), ".")[2]] = true
 		}
 		if env.Type == events.TypePromptFailed {
 			var pf events.PromptFailed
@@ -575,6 +599,7 @@ func (s *soak) check() {
 		}
 		return true
 	})
+	s.checkArchive(recorded, recordedExecs)
 	// podium prompts verify re-renders every prompt of an execution from the store; a long soak
 	// plays hundreds of executions, of which a seeded sample of soakVerified is verified (every
 	// prompt's board was recomputed from the stream above).
@@ -595,6 +620,34 @@ func (s *soak) check() {
 	t.Logf("%d requests acknowledged: %d prompt.composed, prompt.failed %v, %d unanswered, %d answered twice; %d answered within the orchestrators' 20 s wait, %d later",
 		s.published.Load(), composed, failed, missing, twice, s.answered.Load(), s.late.Load())
 	t.Logf("%d evaluations in the stream (%d distinct ids) over %d executions; longest unready spell per service: %v", len(recs), len(firstByID), len(boards), s.unready)
+}
+
+// checkArchive compares the prompts archive with PROMPTS: every record archived once, byte for
+// byte, nothing else.
+func (s *soak) checkArchive(recorded map[string][]byte, execs map[string]bool) {
+	t := s.t
+	st, err := rank.Open(t.Context(), rank.Config{Addrs: []string{s.ch.Addr}, Database: "soak"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	archived := 0
+	for exec := range execs {
+		rows, err := st.ArchivedPrompts(t.Context(), rank.PromptFilter{ExecutionID: exec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			archived++
+			if want, ok := recorded[r.EventID]; !ok || !bytes.Equal(want, r.Body) {
+				t.Errorf("archived record %s of %s (PROMPTS sequence %d) is not PROMPTS' record (in the stream: %v)", r.EventID, exec, r.Seq, ok)
+			}
+		}
+	}
+	if archived != len(recorded) {
+		t.Errorf("the archive holds %d records, PROMPTS %d", archived, len(recorded))
+	}
+	t.Logf("the archive holds every one of PROMPTS' %d records once, byte for byte", archived)
 }
 
 // readStream hands fn every message of a stream, in order.

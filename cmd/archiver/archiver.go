@@ -352,6 +352,11 @@ func (a *archiver) start(ctx context.Context, cons jetstream.Consumer) error {
 	info := cons.CachedInfo()
 	if epoch := info.Config.Metadata[events.MetaArchiveEpoch]; epoch != "" {
 		a.epoch.Store(&epoch)
+		// Published again, so the runtime keeps it for a consumer it makes again after a loss:
+		// one made without it would send every reader to the stream.
+		if err := a.publish(ctx, map[string]string{events.MetaArchiveEpoch: epoch}); err != nil {
+			a.log.WarnContext(ctx, "the archive's epoch could not be published again; the next refill publishes one", "epoch", epoch, "error", err)
+		}
 		return nil // the first batch checks the marker (write)
 	}
 	if info.AckFloor.Stream == 0 && info.NumAckPending == 0 {
