@@ -55,6 +55,7 @@ bench: clickhouse build ## benchmarks with their baselines (figures and how to r
 	$(GO) test -run '^$$' -bench LeaderboardRead -benchtime 2000x -count=1 -timeout 20m ./pkg/rank
 	$(GO) test -run '^$$' -bench RankerIngest -benchtime 50000x -count=1 -timeout 20m ./e2e
 	$(GO) test -run '^$$' -bench ComposerPipeline -benchtime 1x -count=1 -timeout 20m -v ./e2e
+	$(GO) test -run '^$$' -bench ArchiveCapacity -benchtime 1x -count=1 -timeout 20m ./e2e -args -capacity.executions=20
 
 FUZZTIME ?= 30s
 FUZZ    := pkg/events:FuzzParseEvaluation pkg/events:FuzzParseRoundRequest pkg/events:FuzzParseRenderRequest \
