@@ -25,7 +25,8 @@ func (e *env) archived(exec string) []rank.ArchivedPrompt {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := rank.Open(ctx, rank.Config{Addrs: []string{e.chAddr}, Database: e.database})
+	addrs := strings.Split(e.chAddr, ",")
+	st, err := rank.Open(ctx, rank.Config{Addrs: addrs, Database: e.database, Replication: rank.Replication{Enabled: len(addrs) > 1}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

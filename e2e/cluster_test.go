@@ -36,6 +36,38 @@ func TestClickHouseCluster(t *testing.T) {
 	t.Run("a lagging replica never serves a stale prompt", func(t *testing.T) { testLaggingReplica(t, cl) })
 	t.Run("a replica killed under load", func(t *testing.T) { testReplicaKilledUnderLoad(t, cl) })
 	t.Run("quorum lost, then back", func(t *testing.T) { testQuorumLost(t, cl) })
+	t.Run("the prompts archive on every replica", func(t *testing.T) { testClusterArchive(t, cl) })
+}
+
+// testClusterArchive: on a cluster the archive is a replicated table written with the quorum,
+// every replica holds the same records, and the audit reads them there.
+func testClusterArchive(t *testing.T, cl *servers.Cluster) {
+	const db = "archive"
+	e := newClusterEnv(t, cl, db)
+	e.start("ranker")
+	e.start("composer")
+	e.start("archiver")
+	e.start("archiver")
+	n := e.play("clustered", 3, 3)
+	e.checkArchive("clustered", n)
+	want := ""
+	for i, addr := range cl.Addrs() {
+		onReplica(t, addr, "SYSTEM SYNC REPLICA "+db+".prompts")
+		engine := onReplica(t, addr, "SELECT engine FROM system.tables WHERE database = '"+db+"' AND name = 'prompts'")
+		if len(engine) != 1 || engine[0] != "ReplicatedReplacingMergeTree" {
+			t.Errorf("replica %s: prompts is %v", addr, engine)
+		}
+		got := onReplica(t, addr, fmt.Sprintf("SELECT concat(toString(uniqExact(event_id)), ' records, checksum ', toString(sum(cityHash64(event_id, stream_seq, body)))) FROM %s.prompts WHERE execution_id != ''", db))[0]
+		if i == 0 {
+			want = got
+		} else if got != want {
+			t.Errorf("replica %s holds %s, replica %s holds %s", addr, got, cl.Addrs()[0], want)
+		}
+	}
+	if out, code := e.podium(t, nil, "prompts", "verify", "--all", "--execution", "clustered"); code != 0 || !strings.Contains(out, fmt.Sprintf("%d record(s) verified", n)) {
+		t.Errorf("verify on the cluster: exit %d\n%s", code, out)
+	}
+	t.Logf("every replica holds %s", want)
 }
 
 // newClusterEnv is a pipeline whose store is every replica of cl, in a fresh database.
