@@ -2,14 +2,18 @@ package e2e
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -160,4 +164,136 @@ func TestFullJetStreamLosesNothing(t *testing.T) {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatal("the test ended early")
 	}
+}
+
+// TestFullClickHouseLosesNothing: ClickHouse's disk (a small filesystem of its own) fills up
+// under a tournament: the ranker and the archiver turn unready naming the disk, hold what they
+// have unacknowledged, and requests waiting for the held evaluations answer inputs_not_ready
+// (retryable). Once space is freed, without a restart, every evaluation is ranked, every record
+// archived, every acknowledged request answered exactly once.
+func TestFullClickHouseLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("a small filesystem for ClickHouse needs mount (root): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	ctx := t.Context()
+	startCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	ch, err := servers.StartClickHouse(startCtx, dir)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Stop() })
+	ns := testenv.NATS(t)
+	nc, js := testenv.JetStream(t, ns)
+	e := &env{t: t, ns: ns, nc: nc, js: js, chAddr: ch.Addr, database: "full"}
+	ranker := e.start("ranker", "RANKER_ACK_WAIT=3s")
+	e.start("composer", "COMPOSER_INPUTS_TIMEOUT=2s")
+	archiver := e.start("archiver", "ARCHIVER_ACK_WAIT=3s")
+
+	// The filler takes all but a few MiB of the disk, in data that does not compress.
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr}, Auth: clickhouse.Auth{Database: "full"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "CREATE TABLE filler (s String) ENGINE = MergeTree ORDER BY tuple()"); err != nil {
+		t.Fatal(err)
+	}
+	free := func() int64 {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return int64(st.Bavail) * st.Bsize
+	}
+	junk := make([]byte, 64<<10)
+	for free() > 6<<20 {
+		batch, err := conn.PrepareBatch(ctx, "INSERT INTO filler (s)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 16 {
+			_, _ = cryptorand.Read(junk)
+			if err := batch.Append(string(junk)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := batch.Send(); err != nil {
+			break // full already
+		}
+	}
+	t.Logf("ClickHouse's disk: %d KiB free", free()>>10)
+
+	// An orchestrator plays rounds: each team's evaluation, then its next request; publishes are
+	// acknowledged by JetStream, which has room.
+	const execs, teams, rounds = 3, 4, 6
+	requests := map[string]bool{}
+	for r := 1; r <= rounds; r++ {
+		for x := range execs {
+			for k := range teams {
+				exec, team := fmt.Sprintf("chfull-%d", x), fmt.Sprintf("team-%d", k)
+				ev := evaluation(exec, team, "Team "+team, r, float64(10*r+k), coldText(uint64(x*100+k*10+r), 64<<10), t0.Add(time.Duration(r)*time.Minute))
+				e.publishEvaluation(fmt.Sprintf("ev-%s-%s-%d", exec, team, r), ev)
+				id := fmt.Sprintf("req-%s-%s-%d", exec, team, r+1)
+				e.requestRound(id, events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team, RoundNumber: r + 1,
+					UserPrompt: "Improve.", MaxRounds: rounds + 1}, t0.Add(time.Duration(r)*time.Minute+time.Second))
+				requests[id] = true
+			}
+		}
+	}
+	var why string
+	testenv.WaitFor(t, 60*time.Second, "the ranker unready for want of disk", func() (bool, string) {
+		code, body := readiness(ranker)
+		why = body
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "no disk space left"), fmt.Sprintf("%d %s; %d KiB free", code, body, free()>>10)
+	})
+	t.Logf("full: ranker /readyz: %s", why)
+	for line := range strings.Lines(ranker.logs.String()) {
+		if strings.Contains(line, "clickhouse insert failed") {
+			t.Logf("full: the ranker's log: %s", strings.TrimSpace(line))
+			break
+		}
+	}
+	if code, body := readiness(archiver); code == http.StatusServiceUnavailable {
+		t.Logf("full: archiver /readyz: %s", body)
+	}
+
+	// Space freed, no restart.
+	freed := time.Now()
+	if err := conn.Exec(ctx, "DROP TABLE filler"); err != nil {
+		t.Fatal(err)
+	}
+	answered := 0
+	for x := range execs {
+		exec := fmt.Sprintf("chfull-%d", x)
+		board := waitBoard(t, ranker, exec, func(lb leaderboard) bool {
+			total := 0
+			for _, row := range lb.Teams {
+				total += row.Rounds
+			}
+			return total == teams*rounds
+		})
+		if len(board.Teams) != teams {
+			t.Errorf("%s ranks %d teams, want %d", exec, len(board.Teams), teams)
+		}
+		got := e.answers("prompt.*."+exec+".*", teams*rounds, 60*time.Second) // fails on a request answered twice
+		for id, a := range got {
+			if !requests[id] {
+				t.Errorf("an answer to %s, which was never requested", id)
+			}
+			if !a.ok() && a.failed.Code != events.CodeInputsNotReady {
+				t.Errorf("%s: %s %+v", id, a.subject, a.failed)
+			}
+		}
+		answered += len(got)
+		e.checkArchive(exec, teams*rounds)
+	}
+	waitReadiness(t, ranker, http.StatusOK, 30*time.Second)
+	waitReadiness(t, archiver, http.StatusOK, 30*time.Second)
+	t.Logf("after the space was freed: %d evaluations ranked, %d requests answered once and archived, in %s", execs*teams*rounds, answered, time.Since(freed).Round(time.Millisecond))
 }

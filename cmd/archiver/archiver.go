@@ -61,6 +61,7 @@ type archiver struct {
 
 	epoch       atomic.Pointer[string] // the epoch published: the table that holds its marker is whole
 	insertFails atomic.Bool            // set while a batch waits for ClickHouse to come back
+	noSpace     atomic.Bool            // set while ClickHouse refuses the batch for want of disk
 	refilling   atomic.Pointer[string] // why, while the table is filled again from the stream
 }
 
@@ -246,6 +247,7 @@ func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt, refus
 			return a.insert(ctx, recs[half:], refused)
 		}
 		a.insertFails.Store(true)
+		a.noSpace.Store(rank.NoSpace(err))
 		a.m.clickhouseErrors.WithLabelValues("insert").Inc()
 		delay := settle.Backoff(attempt)
 		a.log.WarnContext(ctx, "clickhouse insert failed, will retry", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
@@ -391,6 +393,9 @@ func (a *archiver) ready(ctx context.Context) error {
 		return errors.New("the prompts archive is not checked against its consumer yet")
 	}
 	if a.insertFails.Load() {
+		if a.noSpace.Load() {
+			return errors.New("inserts into the prompts archive are failing: ClickHouse has no disk space left; records are held, not lost")
+		}
 		return errors.New("inserts into the prompts archive are failing; records are held, not lost")
 	}
 	return a.store.Ping(ctx)

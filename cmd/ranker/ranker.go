@@ -85,6 +85,7 @@ type ranker struct {
 
 	writing     atomic.Bool // set while the committer has a batch in hand
 	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
+	noSpace     atomic.Bool // set while ClickHouse refuses the batch for want of disk
 	quorumLost  atomic.Bool // set while a batch is waiting for a quorum of replicas
 	fatal       atomic.Bool // set once a fault stopped the ranker: it stays unready
 }

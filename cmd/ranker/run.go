@@ -153,6 +153,9 @@ func (r *ranker) storeReady(ctx context.Context) error {
 		return errors.New("inserts wait for a quorum of ClickHouse replicas; evaluations are held, not lost")
 	}
 	if r.insertFails.Load() {
+		if r.noSpace.Load() {
+			return errors.New("inserts are failing: ClickHouse has no disk space left; evaluations are held, not lost")
+		}
 		return errors.New("inserts are failing")
 	}
 	if err := r.store.Ping(ctx); err != nil {

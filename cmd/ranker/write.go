@@ -85,6 +85,7 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 			return errorOf(err) // the caller refills the table (lineage.go)
 		}
 		r.insertFails.Store(true)
+		r.noSpace.Store(rank.NoSpace(err))
 		r.m.clickhouseErrors.WithLabelValues("insert").Inc()
 		delay := settle.Backoff(attempt)
 		if rank.FaultOf(err) == rank.Refused {

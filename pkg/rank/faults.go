@@ -62,6 +62,19 @@ func FaultOf(err error) Fault {
 	return Transient
 }
 
+// codeNotEnoughSpace is ClickHouse's refusal to reserve disk for a part.
+const codeNotEnoughSpace = 243
+
+// NoSpace reports whether a write failed for want of disk on the ClickHouse server: a transient
+// fault (the same rows are taken once space is freed), which an operator must act on.
+func NoSpace(err error) bool {
+	if err == nil {
+		return false
+	}
+	return exceptionCode(err) == codeNotEnoughSpace || strings.Contains(err.Error(), "No space left on device") ||
+		strings.Contains(err.Error(), "not enough space")
+}
+
 // clientConversion marks an error of the client's batch: a value it could not append to a
 // column of the table as the server described it.
 type clientConversion struct{ err error }
