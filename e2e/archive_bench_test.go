@@ -117,13 +117,18 @@ func archiveCapacity(b *testing.B) {
 		b.Fatalf("PROMPTS holds %v records, want %d", n, want)
 	}
 	raw := 0
-	copied := copyStream(b, e, events.StreamPrompts, "PLAIN", func(m jetstream.Msg) { raw += len(m.Data()) })
+	copied := copyStream(b, e, events.StreamPrompts, "PLAIN", jetstream.NoCompression, func(m jetstream.Msg) { raw += len(m.Data()) })
 	if copied != int(want) {
 		b.Fatalf("copied %d records, want %d", copied, want)
 	}
 	s2Blocks, plainBlocks := blockBytes(b, e.ns.StoreDir(), events.StreamPrompts), blockBytes(b, e.ns.StoreDir(), "PLAIN")
 	s2, plain := blockTotal(s2Blocks), blockTotal(plainBlocks)
 	s2x := compressionOfClosedBlocks(s2Blocks, plainBlocks)
+	// EVALUATIONS, which the services leave uncompressed: what S2 would make of it.
+	evalBytes := 0
+	copyStream(b, e, events.StreamEvaluations, "EVPLAIN", jetstream.NoCompression, func(m jetstream.Msg) { evalBytes += len(m.Data()) })
+	copyStream(b, e, events.StreamEvaluations, "EVS2", jetstream.S2Compression, func(jetstream.Msg) {})
+	evS2x := compressionOfClosedBlocks(blockBytes(b, e.ns.StoreDir(), "EVS2"), blockBytes(b, e.ns.StoreDir(), "EVPLAIN"))
 
 	// The archive under lz4 (this server's default), then the same rows under zstd.
 	lz4, rows := archiveBytes(b, e.chAddr, e.database)
@@ -137,6 +142,7 @@ func archiveCapacity(b *testing.B) {
 	b.ReportMetric(float64(s2)/n, "js_s2_B/prompt")
 	b.ReportMetric(float64(plain)/n, "js_plain_B/prompt")
 	b.ReportMetric(s2x, "js_s2_closed_x")
+	b.ReportMetric(evS2x, "evaluations_s2_closed_x")
 	b.ReportMetric(float64(lz4)/n, "ch_lz4_B/prompt")
 	b.ReportMetric(float64(zstd)/n, "ch_zstd_B/prompt")
 	b.ReportMetric(float64(lz4)/float64(raw), "ch_lz4_x")
@@ -144,9 +150,9 @@ func archiveCapacity(b *testing.B) {
 	b.ReportMetric(p99, "lag_p99_s")
 	b.ReportMetric(verifyFirst.Seconds(), "verify_first_s")
 	b.ReportMetric(verifyLast.Seconds(), "verify_last_s")
-	b.Logf("%d prompts of %d executions (20 teams x 10 rounds): raw %.0f B/prompt; PROMPTS on disk %.0f B/prompt S2 (%d blocks; the closed ones %.3fx their plain size), %.0f plain; archive %.0f B/prompt lz4 (%.3fx raw), %.0f zstd (%.3fx); archive lag p99 <= %.3f s; verify of one record %s after one execution, %s after %d",
+	b.Logf("%d prompts of %d executions (20 teams x 10 rounds): raw %.0f B/prompt; PROMPTS on disk %.0f B/prompt S2 (%d blocks; the closed ones %.3fx their plain size), %.0f plain; archive %.0f B/prompt lz4 (%.3fx raw), %.0f zstd (%.3fx); archive lag p99 <= %.3f s; verify of one record %s after one execution, %s after %d; EVALUATIONS (%d B an evaluation) with S2: %.3fx",
 		int(n), len(execs), float64(raw)/n, float64(s2)/n, len(s2Blocks), s2x, float64(plain)/n, float64(lz4)/n, float64(lz4)/float64(raw), float64(zstd)/n,
-		float64(zstd)/float64(raw), p99, verifyFirst.Round(time.Millisecond), verifyLast.Round(time.Millisecond), len(execs))
+		float64(zstd)/float64(raw), p99, verifyFirst.Round(time.Millisecond), verifyLast.Round(time.Millisecond), len(execs), evalBytes/max(1, int(n)-len(execs)*teams), evS2x)
 }
 
 // waitArchiverIdle waits until the archiver has every record of PROMPTS.
@@ -173,13 +179,13 @@ func timedVerify(b *testing.B, e *env, exec string) time.Duration {
 	return took
 }
 
-// copyStream copies every message of stream into a new stream name without compression
-// (subjects name.>), calling each on every message, and returns how many it copied.
-func copyStream(b *testing.B, e *env, stream, name string, each func(jetstream.Msg)) int {
+// copyStream copies every message of stream into a new stream name with compression (subjects
+// name.>), calling each on every message, and returns how many it copied.
+func copyStream(b *testing.B, e *env, stream, name string, compression jetstream.StoreCompression, each func(jetstream.Msg)) int {
 	b.Helper()
 	ctx := context.Background()
 	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name) + ".>"},
-		Storage: jetstream.FileStorage, Compression: jetstream.NoCompression}); err != nil {
+		Storage: jetstream.FileStorage, Compression: compression}); err != nil {
 		b.Fatal(err)
 	}
 	cons, err := e.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})

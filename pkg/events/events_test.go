@@ -269,7 +269,7 @@ func TestEnsureStreamsLeavesWhatTheConfigurationDoesNotOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	evEdited := get(events.StreamEvaluations)
-	evEdited.MaxMsgSize = 2 << 20
+	evEdited.MaxMsgSize, evEdited.Compression = 2<<20, jetstream.S2Compression
 	if _, err := js.UpdateStream(ctx, evEdited); err != nil {
 		t.Fatal(err)
 	}
@@ -281,8 +281,8 @@ func TestEnsureStreamsLeavesWhatTheConfigurationDoesNotOwn(t *testing.T) {
 	if c := get(events.StreamPrompts); c.MaxAge != 48*time.Hour || c.MaxBytes != 1<<30 || c.Discard != jetstream.DiscardNew {
 		t.Errorf("the operator's PROMPTS limits were reverted: max_age %s, max_bytes %d, discard %v", c.MaxAge, c.MaxBytes, c.Discard)
 	}
-	if c := get(events.StreamEvaluations); c.MaxMsgSize != 2<<20 {
-		t.Errorf("the operator's EVALUATIONS max_msg_size was reverted: %d", c.MaxMsgSize)
+	if c := get(events.StreamEvaluations); c.MaxMsgSize != 2<<20 || c.Compression != jetstream.S2Compression {
+		t.Errorf("the operator's EVALUATIONS max_msg_size or compression was reverted: %d, %v", c.MaxMsgSize, c.Compression)
 	}
 	// The configuration sets the age: applied, the bytes and discard policy left as they were.
 	age := 96 * time.Hour

@@ -117,7 +117,8 @@ func window(dup, maxAge time.Duration) time.Duration {
 
 // EnsureStreams creates the named streams, or updates what the configuration owns of those that
 // exist; running it again changes nothing. What it owns: subjects, description, replicas, the
-// duplicate window, PROMPTS' deny-delete, deny-purge and compression, EVALUATIONS' direct gets,
+// duplicate window, PROMPTS' deny-delete, deny-purge and compression (other streams' compression
+// is an operator's choice), EVALUATIONS' direct gets,
 // LEADERBOARDS' one message per subject and age (STATE_MAX_IDLE), and the limits of Retention that
 // are set. Everything else an operator set on the server (a limit the configuration leaves unset,
 // discard policy, placement, sources) is left as it is, so a restart never reverts it.
@@ -164,11 +165,12 @@ func Owned(have, want jetstream.StreamConfig, o StreamOptions) jetstream.StreamC
 	next := have
 	next.Subjects, next.Description, next.Replicas = want.Subjects, want.Description, want.Replicas
 	next.DenyDelete, next.DenyPurge, next.AllowDirect = want.DenyDelete, want.DenyPurge, want.AllowDirect
-	next.MaxMsgsPerSubject, next.Compression = want.MaxMsgsPerSubject, want.Compression
+	next.MaxMsgsPerSubject = want.MaxMsgsPerSubject
 	var l Retention
 	switch want.Name {
 	case StreamPrompts:
 		l = o.Prompts
+		next.Compression = want.Compression
 	case StreamEvaluations:
 		l = o.Evaluations
 	case StreamLeaderboards:
