@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,8 +27,10 @@ import (
 //     filled again from the whole PROMPTS stream (what it still holds), unready meanwhile: the
 //     archive is a view of the stream, and a table made again empty would otherwise lack
 //     everything archived before;
-//   - records the table refuses are found by writing halves, and dead-lettered with ClickHouse's
-//     error, while the others are stored;
+//   - rows the table refuses (a column dropped or retyped by hand: a valid record fits a table as
+//     the migrations made it) are held like a transient fault, unready naming ClickHouse's error,
+//     never dead-lettered: readers take everything below the ack floor from the archive, so a
+//     record acknowledged without its row would be lost to the audit;
 //   - a record that is not a prompt.composed or prompt.failed CloudEvent is dead-lettered.
 // Messages are acknowledged only once ClickHouse has their rows, so nothing acknowledged is lost.
 
@@ -56,12 +59,18 @@ type archiver struct {
 	createDatabase func(ctx context.Context) error
 	now            func() time.Time
 
-	// publish names the archive's epoch in the consumer's metadata (consume.Runtime.SetMetadata).
-	publish func(ctx context.Context, md map[string]string) error
+	// publish names the archive's epoch in the consumer's metadata (consume.Runtime.SetMetadata);
+	// published reads the epoch the consumer names now (another replica may have published one).
+	publish   func(ctx context.Context, md map[string]string) error
+	published func(ctx context.Context) (string, error)
+
+	// mu serializes what writes the table: a batch, and a refill the watcher starts.
+	mu sync.Mutex
 
 	epoch       atomic.Pointer[string] // the epoch published: the table that holds its marker is whole
 	insertFails atomic.Bool            // set while a batch waits for ClickHouse to come back
 	noSpace     atomic.Bool            // set while ClickHouse refuses the batch for want of disk
+	refusal     atomic.Pointer[string] // ClickHouse's refusal of the rows, while it refuses them
 	refilling   atomic.Pointer[string] // why, while the table is filled again from the stream
 }
 
@@ -88,42 +97,43 @@ func (a *archiver) handle(_, work context.Context, msgs []jetstream.Msg) {
 		}
 		recs, keep = append(recs, rec), append(keep, msg)
 	}
-	refused, err := a.write(work, recs)
+	a.mu.Lock()
+	err = a.write(work, recs)
+	a.mu.Unlock()
 	if err != nil {
 		return // work ended: the batch is redelivered to whoever runs next
 	}
-	stored := keep[:0:0]
-	for i, msg := range keep {
-		if why := refused[recs[i].EventID]; why != nil {
-			a.m.records.WithLabelValues("dead_lettered").Inc()
-			a.settler.Settle(work, msg, settle.Reject("clickhouse refused the record: "+strings.ReplaceAll(why.Error(), "\n", " ")))
-			continue
-		}
-		stored = append(stored, msg)
-	}
 	now := a.now()
-	for i := range recs {
-		if refused[recs[i].EventID] == nil {
-			a.m.lag.Observe(max(now.Sub(recs[i].Stored), 0).Seconds())
-		}
+	for _, rec := range recs {
+		a.m.lag.Observe(max(now.Sub(rec.Stored), 0).Seconds())
 	}
-	a.m.records.WithLabelValues("archived").Add(float64(len(stored)))
-	a.settler.AckAll(work, stored, a.ackWait)
+	a.m.records.WithLabelValues("archived").Add(float64(len(keep)))
+	a.settler.AckAll(work, keep, a.ackWait)
 }
 
 // streamCreated is the identity of the PROMPTS stream now: its creation time.
-func (a *archiver) streamCreated(ctx context.Context) (string, error) {
+func (a *archiver) streamCreated(ctx context.Context) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := a.js.Stream(ctx, events.StreamPrompts)
 	if err != nil {
-		return "", fmt.Errorf("look up %s: %w", events.StreamPrompts, err)
+		return time.Time{}, fmt.Errorf("look up %s: %w", events.StreamPrompts, err)
 	}
-	return st.CachedInfo().Created.UTC().Format(time.RFC3339Nano), nil
+	return st.CachedInfo().Created.UTC(), nil
+}
+
+// streamOf names the stream a record was stored in: the PROMPTS created at created, or, for a
+// record stored before that (delivered by a stream deleted since), one that is not it, so that
+// readers take it from the archive whatever the sequences of the stream made again.
+func streamOf(stored, created time.Time) string {
+	if stored.Before(created) {
+		return "deleted before " + created.Format(time.RFC3339Nano)
+	}
+	return created.Format(time.RFC3339Nano)
 }
 
 // record reads one PROMPTS message as the archive keeps it.
-func record(msg jetstream.Msg, created string) (rank.ArchivedPrompt, error) {
+func record(msg jetstream.Msg, created time.Time) (rank.ArchivedPrompt, error) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return rank.ArchivedPrompt{}, fmt.Errorf("message without JetStream metadata: %w", err)
@@ -133,7 +143,7 @@ func record(msg jetstream.Msg, created string) (rank.ArchivedPrompt, error) {
 		return rank.ArchivedPrompt{}, fmt.Errorf("not a CloudEvent: %w", err)
 	}
 	rec := rank.ArchivedPrompt{EventID: env.ID, EventType: env.Type, Subject: msg.Subject(), Body: bytes.Clone(msg.Data()),
-		StreamCreated: created, Seq: md.Sequence.Stream, Stored: md.Timestamp.UTC()}
+		StreamCreated: streamOf(md.Timestamp, created), Seq: md.Sequence.Stream, Stored: md.Timestamp.UTC()}
 	if env.ID == "" {
 		return rank.ArchivedPrompt{}, errors.New("a record without an id")
 	}
@@ -162,61 +172,81 @@ func record(msg jetstream.Msg, created string) (rank.ArchivedPrompt, error) {
 }
 
 // write stores recs (see the top of this file), in the archive the consumer's metadata names:
-// a table that lost its epoch's marker (dropped, made again) is filled again first. It returns the
-// records ClickHouse refused, by event id, when the others are stored; an error only when ctx
-// ended first.
-func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) (map[string]error, error) {
-	refused := map[string]error{}
+// a table that lost its epoch's marker (dropped, made again) is filled again first. It returns
+// only once every record is stored, or with ctx's error. a.mu held.
+func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error {
+	refills := 0
 	for attempt := uint64(1); ; attempt++ {
 		err := a.whole(ctx)
 		if err == nil {
-			err = a.insert(ctx, recs, refused)
+			err = a.insert(ctx, recs)
 		}
 		switch {
 		case err == nil:
-			return refused, nil
+			return nil
 		case ctx.Err() != nil:
-			return nil, ctx.Err()
+			return ctx.Err()
 		case errors.Is(err, errTableLost):
+			if refills++; refills > 1 {
+				// Made again and gone again: an operator (or a replica's refill) is at work. Each
+				// refill reads the whole stream, so they are spaced out.
+				if err := sleep(ctx, settle.Backoff(uint64(refills))); err != nil {
+					return err
+				}
+			}
 			if err := a.refill(ctx, err.Error()); err != nil {
-				return nil, err
+				return err
 			}
 		default: // the check failed: ClickHouse is away, as for an insert
 			a.insertFails.Store(true)
 			delay := settle.Backoff(attempt)
 			a.log.WarnContext(ctx, "clickhouse check of the archive failed, will retry", "attempt", attempt, "retry_in", delay.String(), "error", err)
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(delay):
+			if err := sleep(ctx, delay); err != nil {
+				return err
 			}
 		}
 	}
 }
 
+// sleep waits d, or until ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
 // whole checks that the table is the archive the consumer's ack floor speaks of: it holds the
-// marker of the epoch the archiver published. errTableLost when it does not.
+// marker of the epoch the consumer names. The epoch this archiver knows comes first; when the table
+// lacks it, the consumer may name a newer one another replica published after its own refill,
+// which is then adopted. errTableLost when the table holds neither.
 func (a *archiver) whole(ctx context.Context) error {
 	epoch := a.epoch.Load()
 	if epoch == nil {
 		return fmt.Errorf("%w: no epoch published yet", errTableLost)
 	}
 	holds, err := a.store.HoldsArchiveEpoch(ctx, *epoch)
-	if err != nil {
+	if err != nil || holds {
 		return err
 	}
-	if !holds {
-		return fmt.Errorf("%w: the prompts table lost the marker of epoch %s (dropped, or made again)", errTableLost, *epoch)
+	if now, err := a.published(ctx); err == nil && now != "" && now != *epoch {
+		if holds, err := a.store.HoldsArchiveEpoch(ctx, now); err == nil && holds {
+			a.epoch.Store(&now)
+			_ = a.publish(ctx, map[string]string{events.MetaArchiveEpoch: now}) // kept for a consumer made again
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("%w: the prompts table lost the marker of epoch %s (dropped, or made again)", errTableLost, *epoch)
 }
 
 // errTableLost is an insert into a database or table that is missing.
 var errTableLost = errors.New("the prompts table is missing")
 
-// insert writes recs, retrying while ClickHouse is unavailable, and splits a batch the table
-// refuses until each refused record is found (into refused).
-func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt, refused map[string]error) error {
+// insert writes recs, retrying while ClickHouse is unavailable or refuses them (see the top of
+// this file); errTableLost when the table is missing.
+func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -226,35 +256,30 @@ func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt, refus
 		if err == nil {
 			a.m.insertDuration.Observe(time.Since(start).Seconds())
 			a.m.batchSize.Observe(float64(len(recs)))
+			a.refusal.Store(nil)
 			if a.insertFails.Swap(false) {
 				a.log.InfoContext(ctx, "clickhouse insert recovered", "attempts", attempt)
 			}
 			return nil
 		}
-		switch rank.FaultOf(err) {
-		case rank.Missing:
+		fault := rank.FaultOf(err)
+		if fault == rank.Missing {
 			return fmt.Errorf("%w: %v", errTableLost, err)
-		case rank.Refused:
-			a.m.clickhouseErrors.WithLabelValues("refused").Inc()
-			if len(recs) == 1 {
-				refused[recs[0].EventID] = err
-				return nil
-			}
-			half := len(recs) / 2
-			if err := a.insert(ctx, recs[:half], refused); err != nil {
-				return err
-			}
-			return a.insert(ctx, recs[half:], refused)
 		}
 		a.insertFails.Store(true)
 		a.noSpace.Store(rank.NoSpace(err))
-		a.m.clickhouseErrors.WithLabelValues("insert").Inc()
 		delay := settle.Backoff(attempt)
-		a.log.WarnContext(ctx, "clickhouse insert failed, will retry", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
+		if fault == rank.Refused {
+			why := strings.ReplaceAll(err.Error(), "\n", " ")
+			a.refusal.Store(&why)
+			a.m.clickhouseErrors.WithLabelValues("refused").Inc()
+			a.log.ErrorContext(ctx, "clickhouse refuses the records: the prompts table is not what the migrations made (fix it, or drop it: the archiver makes it again and fills it from PROMPTS); the records are held", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
+		} else {
+			a.m.clickhouseErrors.WithLabelValues("insert").Inc()
+			a.log.WarnContext(ctx, "clickhouse insert failed, will retry", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return err
 		}
 	}
 }
@@ -289,12 +314,19 @@ func (a *archiver) refill(ctx context.Context, why string) error {
 	}
 }
 
-// refillOnce is one try of refill; it returns how many records it wrote.
+// refillOnce is one try of refill; it returns how many records it wrote. A marker of the fill
+// itself is noted first and must still be there at the end: a table dropped or made again while
+// the refill wrote (by an operator, or another replica's refill) lost the rows before, and this
+// try does not count.
 func (a *archiver) refillOnce(ctx context.Context) (int, error) {
 	if err := a.createDatabase(ctx); err != nil {
 		return 0, err
 	}
 	if _, err := a.store.Repair(ctx); err != nil {
+		return 0, err
+	}
+	fill := fmt.Sprintf("filling-%d", a.now().UnixNano())
+	if err := a.store.NoteArchiveEpoch(ctx, fill, a.now()); err != nil {
 		return 0, err
 	}
 	created, err := a.streamCreated(ctx)
@@ -304,11 +336,10 @@ func (a *archiver) refillOnce(ctx context.Context) (int, error) {
 	var chunk []rank.ArchivedPrompt
 	size, total := 0, 0
 	flush := func() error {
-		refused := map[string]error{}
-		if err := a.insert(ctx, chunk, refused); err != nil {
+		if err := a.insert(ctx, chunk); err != nil {
 			return err
 		}
-		total += len(chunk) - len(refused)
+		total += len(chunk)
 		chunk, size = chunk[:0], 0
 		return nil
 	}
@@ -328,6 +359,9 @@ func (a *archiver) refillOnce(ctx context.Context) (int, error) {
 	}
 	if err != nil {
 		return total, err
+	}
+	if holds, err := a.store.HoldsArchiveEpoch(ctx, fill); err != nil || !holds {
+		return total, fmt.Errorf("the prompts table was made again while it was filled (marker %s gone: %v)", fill, err)
 	}
 	return total, a.newEpoch(ctx)
 }
@@ -351,6 +385,8 @@ func (a *archiver) newEpoch(ctx context.Context) error {
 // consumed: a consumer that has archived nothing gets a first epoch; one whose table lost its
 // marker fills the table again.
 func (a *archiver) start(ctx context.Context, cons jetstream.Consumer) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	info := cons.CachedInfo()
 	if epoch := info.Config.Metadata[events.MetaArchiveEpoch]; epoch != "" {
 		a.epoch.Store(&epoch)
@@ -392,6 +428,9 @@ func (a *archiver) ready(ctx context.Context) error {
 	if a.epoch.Load() == nil {
 		return errors.New("the prompts archive is not checked against its consumer yet")
 	}
+	if why := a.refusal.Load(); why != nil {
+		return errors.New("clickhouse refuses the records (the prompts table is not what the migrations made); they are held, not lost: " + *why)
+	}
 	if a.insertFails.Load() {
 		if a.noSpace.Load() {
 			return errors.New("inserts into the prompts archive are failing: ClickHouse has no disk space left; records are held, not lost")
@@ -420,6 +459,7 @@ func (a *archiver) watchConsumer(ctx context.Context, cons jetstream.Consumer, e
 				}
 			}
 			a.m.oldest.Set(age.Seconds())
+			a.checkIdle(ctx)
 			if maxAge := a.promptsMaxAge(ctx); maxAge > 0 && age > maxAge/2 && time.Since(warned) > time.Minute {
 				warned = time.Now()
 				a.log.ErrorContext(ctx, "the archive lags more than half PROMPTS' retention: records may be trimmed from the stream before they are archived",
@@ -431,6 +471,19 @@ func (a *archiver) watchConsumer(ctx context.Context, cons jetstream.Consumer, e
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// checkIdle finds a table that lost its marker while no record arrives (dropped, made again) and
+// fills it again then, not at the next record: readers are sent to the stream meanwhile, which
+// may no longer hold what the archive held.
+func (a *archiver) checkIdle(ctx context.Context) {
+	if a.epoch.Load() == nil || !a.mu.TryLock() {
+		return // not started, or a batch is being written (it checks the table itself)
+	}
+	defer a.mu.Unlock()
+	if err := a.whole(ctx); errors.Is(err, errTableLost) {
+		_ = a.refill(ctx, err.Error()) // ctx ended: the next start refills
 	}
 }
 

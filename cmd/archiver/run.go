@@ -75,6 +75,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	a.publish = runtime.SetMetadata
+	a.published = func(ctx context.Context) (string, error) {
+		c, err := base.JS.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver)
+		if err != nil {
+			return "", err
+		}
+		return c.CachedInfo().Config.Metadata[events.MetaArchiveEpoch], nil
+	}
 	a.warnRetention(ctx)
 	base.StoreMetrics(st)
 	return base.Run(ctx, service.Serving{

@@ -75,7 +75,8 @@ func NewBundle(executionID, tz string, evals []rank.Record, recs []Record, lib *
 		if len(r.Raw) == 0 {
 			return Bundle{}, fmt.Errorf("record %s has no body to export", r.EventID)
 		}
-		b.Prompts = append(b.Prompts, BundlePrompt{Seq: r.Seq, Stored: r.Stored.UTC(), Subject: r.Subject, Event: string(r.Raw)})
+		// At microseconds, as the archive keeps it: a record exports the same before and after.
+		b.Prompts = append(b.Prompts, BundlePrompt{Seq: r.Seq, Stored: r.Stored.UTC().Truncate(time.Microsecond), Subject: r.Subject, Event: string(r.Raw)})
 		ref := fmt.Sprintf("%s@%d", r.Data.Template.Name, r.Data.Template.Version)
 		if _, ok := templates[ref]; ok {
 			continue

@@ -64,34 +64,55 @@ func (q Query) wants(r Record) bool {
 }
 
 // Records reads the prompt.composed records q selects (and prompt.failed with q.Failed), in the
-// order PROMPTS stored them.
+// order PROMPTS stored them. Where the archive cannot be read and the stream no longer holds its
+// first records (its retention trimmed them), it fails rather than return part of the audit.
 func (s Source) Records(ctx context.Context, q Query) ([]Record, error) {
-	mark, ok, err := s.archived(ctx)
+	// The archive's state is read before its rows and checked again after them: a table made
+	// again, or a stream made again, in between would give rows of another fill.
+	for range 3 {
+		out, changed, err := s.records(ctx, q)
+		if !changed {
+			return out, err
+		}
+	}
+	return nil, errors.New("audit: the prompts archive or PROMPTS kept changing while they were read; try again")
+}
+
+// records is one try of Records; changed when the archive's state moved while it read.
+func (s Source) records(ctx context.Context, q Query) ([]Record, bool, error) {
+	m, err := s.archived(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var out []Record
 	after := uint64(0)
-	if ok {
+	if m.usable {
 		rows, err := s.Archive.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: q.ExecutionID, TeamID: q.TeamID, Rounds: q.Rounds})
 		if err != nil {
-			return nil, err
+			return nil, false, err
+		}
+		// The same fill of the same stream still: the floor may have moved on meanwhile, which
+		// changes nothing (the table holds at least what it held at the first floor).
+		if again, err := s.archived(ctx); err != nil || !again.usable || again.epoch != m.epoch || again.created != m.created {
+			return nil, true, err
 		}
 		for _, row := range rows {
 			if row.EventType != events.TypePromptComposed && !(q.Failed && row.EventType == events.TypePromptFailed) ||
-				row.StreamCreated == mark.created && row.Seq > mark.floor {
+				row.StreamCreated == m.created && row.Seq > m.floor {
 				continue // a failure, or a record of the tail: read from the stream below
 			}
 			r, err := fromArchive(row)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			out = append(out, r)
 		}
-		after = mark.floor
+		after = m.floor
 		if !s.tailHolds(ctx, q.filter(), after) {
-			return out, nil
+			return out, false, nil
 		}
+	} else if m.firstSeq > 1 {
+		return nil, false, fmt.Errorf("audit: %s no longer holds its records before sequence %d (its retention trimmed them) and the prompts archive cannot be read (%s): the records would be incomplete", events.StreamPrompts, m.firstSeq, m.why)
 	}
 	_, err = streamscan.Scan(ctx, s.JS, events.StreamPrompts, q.filter(), after, func(msg jetstream.Msg) error {
 		r, err := record(msg)
@@ -101,9 +122,9 @@ func (s Source) Records(ctx context.Context, q Query) ([]Record, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return out, nil
+	return out, false, nil
 }
 
 // fromArchive reads an archived row. A row whose columns do not say what its body says was
@@ -159,39 +180,51 @@ func (s Source) Rounds(ctx context.Context, exec, team string, rounds ...int) (m
 }
 
 // mark is how far the archive holds the stream: every record at or below floor of the PROMPTS
-// created then.
+// created then, in the fill epoch names; or why it is not to be read.
 type mark struct {
-	floor   uint64
-	created string
+	usable   bool
+	floor    uint64
+	created  string
+	epoch    string
+	why      string // when not usable
+	firstSeq uint64 // the stream's first sequence now
 }
 
-// archived says how far the archive holds the stream; false when it is not to be read (none, not
-// whole, or the archiver's consumer is not there).
-func (s Source) archived(ctx context.Context) (mark, bool, error) {
-	if s.Archive == nil {
-		return mark{}, false, nil
-	}
+// archived says how far the archive holds the stream, and whether it is to be read at all (none,
+// not whole, or the archiver's consumer is not there).
+func (s Source) archived(ctx context.Context) (mark, error) {
 	st, err := s.JS.Stream(ctx, events.StreamPrompts)
 	if err != nil {
-		return mark{}, false, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
+		return mark{}, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
+	}
+	m := mark{firstSeq: st.CachedInfo().State.FirstSeq, created: st.CachedInfo().Created.UTC().Format(time.RFC3339Nano)}
+	if s.Archive == nil {
+		m.why = "no ClickHouse"
+		return m, nil
 	}
 	cons, err := st.Consumer(ctx, events.ConsumerArchiver)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return mark{}, false, nil
+		m.why = "no archiver consumer"
+		return m, nil
 	}
 	if err != nil {
-		return mark{}, false, fmt.Errorf("read the archiver's consumer: %w", err)
+		return mark{}, fmt.Errorf("read the archiver's consumer: %w", err)
 	}
 	info := cons.CachedInfo()
-	epoch := info.Config.Metadata[events.MetaArchiveEpoch]
-	if epoch == "" {
-		return mark{}, false, nil
+	if m.epoch = info.Config.Metadata[events.MetaArchiveEpoch]; m.epoch == "" {
+		m.why = "the archiver names no epoch yet"
+		return m, nil
 	}
-	holds, err := s.Archive.HoldsArchiveEpoch(ctx, epoch)
-	if err != nil || !holds {
-		return mark{}, false, nil // ClickHouse away, or the table not whole: the stream holds it all
+	holds, err := s.Archive.HoldsArchiveEpoch(ctx, m.epoch)
+	switch {
+	case err != nil:
+		m.why = "ClickHouse: " + err.Error()
+	case !holds:
+		m.why = "the table does not hold epoch " + m.epoch + " (being filled again)"
+	default:
+		m.usable, m.floor = true, info.AckFloor.Stream
 	}
-	return mark{floor: info.AckFloor.Stream, created: st.CachedInfo().Created.UTC().Format(time.RFC3339Nano)}, true, nil
+	return m, nil
 }
 
 // tailHolds reports whether the stream holds a record on filter after seq: one direct lookup, so a

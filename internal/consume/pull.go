@@ -164,10 +164,23 @@ func (p *pull) fetch() {
 		if !ok {
 			return
 		}
+		began := time.Now()
 		got, err := p.fetchOnce(n, b)
+		if got == 0 && err == nil && time.Since(began) < fetchWait/2 && p.held() == 0 {
+			// Ended early with nothing and nothing held: the server refused it at once (a
+			// message larger than the bytes asked for); room would allow the same fetch at
+			// once. Not asked again in a tight loop.
+			err = errEmptyAtOnce
+		}
 		switch {
 		case p.ctx.Err() != nil:
 			return
+		case errors.Is(err, errEmptyAtOnce):
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-time.After(retryEvery):
+			}
 		case lostConsumer(err):
 			lost = err
 			return
@@ -182,6 +195,16 @@ func (p *pull) fetch() {
 		empty = got == 0
 	}
 }
+
+// held is how many messages the buffer holds.
+func (p *pull) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue)
+}
+
+// errEmptyAtOnce is a fetch that came back empty long before its wait ended.
+var errEmptyAtOnce = errors.New("consume: a fetch ended at once with nothing")
 
 // fetchOnce is one fetch of at most n messages and b bytes (0: unbounded) into the buffer; it
 // returns how many it brought.

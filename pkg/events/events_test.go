@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,10 +210,29 @@ func TestEnsureStreamsIsIdempotentAndFollowsTheContract(t *testing.T) {
 	all := []string{events.StreamEvaluations, events.StreamRounds, events.StreamPrompts, events.StreamLeaderboards, events.StreamDeadLetter}
 	age := 72 * time.Hour
 	opts := events.StreamOptions{Replicas: 1, Prompts: events.Retention{MaxAge: &age}, StateMaxIdle: 168 * time.Hour}
-	for range 2 {
-		if err := events.EnsureStreams(ctx, js, opts, all...); err != nil {
-			t.Fatal(err)
-		}
+	if err := events.EnsureStreams(ctx, js, opts, all...); err != nil {
+		t.Fatal(err)
+	}
+	// Again, as every start does: the streams are as the configuration wants them, so nothing
+	// is updated (a stream update is not free on a cluster).
+	nc, _ := testenv.JetStream(t, ns)
+	var updates atomic.Int32
+	sub, err := nc.Subscribe("$JS.API.STREAM.UPDATE.>", func(m *nats.Msg) { updates.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, opts, all...); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := updates.Load(); n != 0 {
+		t.Errorf("a second EnsureStreams updated streams %d times, want 0", n)
 	}
 	prompts, err := js.Stream(ctx, events.StreamPrompts)
 	if err != nil {

@@ -165,7 +165,6 @@ func Owned(have, want jetstream.StreamConfig, o StreamOptions) jetstream.StreamC
 	next := have
 	next.Subjects, next.Description, next.Replicas = want.Subjects, want.Description, want.Replicas
 	next.DenyDelete, next.DenyPurge, next.AllowDirect = want.DenyDelete, want.DenyPurge, want.AllowDirect
-	next.MaxMsgsPerSubject = want.MaxMsgsPerSubject
 	var l Retention
 	switch want.Name {
 	case StreamPrompts:
@@ -174,7 +173,7 @@ func Owned(have, want jetstream.StreamConfig, o StreamOptions) jetstream.StreamC
 	case StreamEvaluations:
 		l = o.Evaluations
 	case StreamLeaderboards:
-		next.MaxAge = want.MaxAge
+		next.MaxAge, next.MaxMsgsPerSubject = want.MaxAge, want.MaxMsgsPerSubject
 	}
 	l.apply(&next)
 	dup := 2 * time.Minute

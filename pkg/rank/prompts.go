@@ -95,7 +95,7 @@ func promptsQuery(f PromptFilter) (string, []any) {
 }
 
 // ArchivedPrompts reads the archived records f selects, one per event id (its first stored
-// copy), in the order the stream stored them.
+// copy, storedBefore), in the order the stream stored them.
 func (s *Store) ArchivedPrompts(ctx context.Context, f PromptFilter) ([]ArchivedPrompt, error) {
 	q, args := promptsQuery(f)
 	first := map[string]ArchivedPrompt{}
@@ -133,14 +133,15 @@ func (s *Store) ArchivedPrompts(ctx context.Context, f PromptFilter) ([]Archived
 	return out, nil
 }
 
-// storedBefore orders records as the stream stored them: by sequence within one stream, by the
-// stream's creation across a stream made again (its sequences start over), the event id last so
-// that the order is total.
+// storedBefore orders records as the stream stored them: by the time it stored them (a stream
+// made again starts its sequences over; within one stream time and sequence agree), then by
+// sequence, stream and event id, so that the order is total. The table's version is the same
+// rule (keep_version), so a merge keeps the copy reads keep.
 func storedBefore(a, b ArchivedPrompt) bool {
-	if a.StreamCreated != b.StreamCreated {
-		return a.Stored.Before(b.Stored) || a.Stored.Equal(b.Stored) && a.StreamCreated < b.StreamCreated
+	if !a.Stored.Equal(b.Stored) {
+		return a.Stored.Before(b.Stored)
 	}
-	return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.EventID, b.EventID)) < 0
+	return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.StreamCreated, b.StreamCreated), cmp.Compare(a.EventID, b.EventID)) < 0
 }
 
 // ArchivedCount is the number of distinct records the archive holds (the soak and the capacity

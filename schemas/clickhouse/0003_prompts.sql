@@ -3,9 +3,10 @@
 -- stream (docs/reliability.md, "The prompts archive"). The archiver writes it (cmd/archiver).
 -- The unit of deduplication is the event id, derived from the request id (one answer per
 -- request): it ends the sort key, so a redelivered record collapses at merge time, and the version
--- falls as the stream sequence grows, so the merge keeps the first stored copy, as the stream's
--- duplicate window does. Reads collapse by event id themselves (argMin by stream_seq), so the
--- merge state never changes a result.
+-- falls as the time the stream stored it grows, so the merge keeps the first stored copy, as the
+-- stream's duplicate window does (by time, not sequence: a stream made again starts its sequences
+-- over). Reads collapse by event id the same way themselves, so the merge state never changes a
+-- result.
 --
 -- The order is chosen for compression: a team's rounds follow each other, and each round's prompt
 -- repeats most of the last one (its history grows by one round), so the block compressor finds
@@ -27,7 +28,7 @@ CREATE TABLE IF NOT EXISTS prompts (
     stream_created String,
     stream_seq UInt64,
     stored_at_us Int64,
-    keep_version UInt64 MATERIALIZED 18446744073709551615 - stream_seq
+    keep_version UInt64 MATERIALIZED 18446744073709551615 - toUInt64(stored_at_us)
 ) ENGINE = ReplacingMergeTree(keep_version)
 PARTITION BY tuple()
 ORDER BY (execution_id, team_id, round_number, event_id)
