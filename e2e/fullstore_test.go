@@ -231,13 +231,13 @@ func TestFullClickHouseLosesNothing(t *testing.T) {
 
 	// An orchestrator plays rounds: each team's evaluation, then its next request; publishes are
 	// acknowledged by JetStream, which has room.
-	const execs, teams, rounds = 3, 4, 6
+	const execs, teams, rounds = 3, 4, 8
 	requests := map[string]bool{}
 	for r := 1; r <= rounds; r++ {
 		for x := range execs {
 			for k := range teams {
 				exec, team := fmt.Sprintf("chfull-%d", x), fmt.Sprintf("team-%d", k)
-				ev := evaluation(exec, team, "Team "+team, r, float64(10*r+k), coldText(uint64(x*100+k*10+r), 64<<10), t0.Add(time.Duration(r)*time.Minute))
+				ev := evaluation(exec, team, "Team "+team, r, float64(10*r+k), coldText(uint64(x*100+k*10+r), 128<<10), t0.Add(time.Duration(r)*time.Minute))
 				e.publishEvaluation(fmt.Sprintf("ev-%s-%s-%d", exec, team, r), ev)
 				id := fmt.Sprintf("req-%s-%s-%d", exec, team, r+1)
 				e.requestRound(id, events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team, RoundNumber: r + 1,
@@ -246,13 +246,20 @@ func TestFullClickHouseLosesNothing(t *testing.T) {
 			}
 		}
 	}
+	// Whichever writes first finds the disk full: the ranker (evaluations) or the archiver
+	// (prompts); each holds what it has.
 	var why string
-	testenv.WaitFor(t, 60*time.Second, "the ranker unready for want of disk", func() (bool, string) {
-		code, body := readiness(ranker)
-		why = body
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "no disk space left"), fmt.Sprintf("%d %s; %d KiB free", code, body, free()>>10)
+	testenv.WaitFor(t, 60*time.Second, "the ranker or the archiver unready for want of disk", func() (bool, string) {
+		for _, p := range []*proc{ranker, archiver} {
+			code, body := readiness(p)
+			if code == http.StatusServiceUnavailable && strings.Contains(body, "no disk space left") {
+				why = p.name + ": " + body
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d KiB free", free()>>10)
 	})
-	t.Logf("full: ranker /readyz: %s", why)
+	t.Logf("full: %s", why)
 	for line := range strings.Lines(ranker.logs.String()) {
 		if strings.Contains(line, "clickhouse insert failed") {
 			t.Logf("full: the ranker's log: %s", strings.TrimSpace(line))
