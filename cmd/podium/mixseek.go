@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"unicode/utf8"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/pkg/compose"
@@ -71,135 +71,30 @@ func templatesImportMixseek(fs *flag.FlagSet) func(context.Context, *env) error 
 	}
 }
 
-// tomlString reads one string value of a TOML document, key in [table]: the forms a
-// prompt_builder.toml uses (basic and literal strings, single- or multi-line). It is not a TOML
-// parser: it finds the key's line and decodes the string that starts there.
+// tomlString reads one string value of a TOML document, key in [table]. The document is parsed
+// whole by a TOML library (BurntSushi/toml: the TOML 1.0 reference implementation in Go, kept
+// since 2013): every string form, comments after headers, a multi-line string holding "[Task]",
+// and a document that is not TOML refused with its line and column.
 func tomlString(doc, table, key string) (string, error) {
-	inTable := false
-	for i := 0; i < len(doc); {
-		end := strings.IndexByte(doc[i:], '\n')
-		if end < 0 {
-			end = len(doc) - i
+	var m map[string]any
+	if _, err := toml.Decode(doc, &m); err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return "", fmt.Errorf("not TOML: line %d, column %d: %s", perr.Position.Line, perr.Position.Col, perr.Message)
 		}
-		line := strings.TrimSpace(doc[i : i+end])
-		next := i + end + 1
-		switch {
-		case strings.HasPrefix(line, "["):
-			inTable = line == "["+table+"]"
-		case inTable:
-			if k, _, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == key {
-				start := i + strings.Index(doc[i:], "=") + 1
-				rest := strings.TrimLeft(doc[start:], " \t")
-				return tomlValue(rest)
-			}
-		}
-		i = next
+		return "", fmt.Errorf("not TOML: %w", err)
 	}
-	return "", fmt.Errorf("no %s in [%s]", key, table)
-}
-
-// tomlValue decodes the string value at the start of s.
-func tomlValue(s string) (string, error) {
-	switch {
-	case strings.HasPrefix(s, `"""`):
-		body, ok := strings.CutPrefix(s[3:], "\n")
-		if !ok {
-			body = s[3:]
-		}
-		end := -1
-		for j := 0; j+3 <= len(body); j++ {
-			if body[j] == '\\' {
-				j++ // an escaped character never closes the string
-				continue
-			}
-			if body[j:j+3] == `"""` {
-				end = j
-				break
-			}
-		}
-		if end < 0 {
-			return "", fmt.Errorf(`unterminated """ string`)
-		}
-		return tomlUnescape(body[:end], true)
-	case strings.HasPrefix(s, `'''`):
-		body, ok := strings.CutPrefix(s[3:], "\n")
-		if !ok {
-			body = s[3:]
-		}
-		end := strings.Index(body, `'''`)
-		if end < 0 {
-			return "", fmt.Errorf(`unterminated ''' string`)
-		}
-		return body[:end], nil
-	case strings.HasPrefix(s, `"`):
-		line, _, _ := strings.Cut(s[1:], "\n")
-		v, err := strconv.Unquote(`"` + line[:strings.LastIndex(line, `"`)] + `"`)
-		if err != nil {
-			return "", fmt.Errorf("string: %w", err)
-		}
-		return v, nil
-	case strings.HasPrefix(s, `'`):
-		line, _, _ := strings.Cut(s[1:], "\n")
-		end := strings.IndexByte(line, '\'')
-		if end < 0 {
-			return "", fmt.Errorf("unterminated ' string")
-		}
-		return line[:end], nil
+	t, ok := m[table].(map[string]any)
+	if !ok {
+		return "", fmt.Errorf("no [%s] table", table)
 	}
-	return "", fmt.Errorf("the value is not a string")
-}
-
-// tomlUnescape decodes a basic string's escapes; in a multi-line one, a backslash at the end of
-// a line removes the newline and the whitespace after it.
-func tomlUnescape(s string, multiline bool) (string, error) {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' {
-			b.WriteByte(s[i])
-			continue
-		}
-		i++
-		if i >= len(s) {
-			return "", fmt.Errorf("a string ends with a backslash")
-		}
-		switch c := s[i]; c {
-		case 'b':
-			b.WriteByte('\b')
-		case 't':
-			b.WriteByte('\t')
-		case 'n':
-			b.WriteByte('\n')
-		case 'f':
-			b.WriteByte('\f')
-		case 'r':
-			b.WriteByte('\r')
-		case '"', '\\':
-			b.WriteByte(c)
-		case 'u', 'U':
-			n := 4
-			if c == 'U' {
-				n = 8
-			}
-			if i+n >= len(s) {
-				return "", fmt.Errorf(`a \%c escape is cut short`, c)
-			}
-			r, err := strconv.ParseUint(s[i+1:i+1+n], 16, 32)
-			if err != nil || !utf8.ValidRune(rune(r)) {
-				return "", fmt.Errorf(`bad \%c escape %q`, c, s[i+1:i+1+n])
-			}
-			b.WriteRune(rune(r))
-			i += n
-		default:
-			if multiline && (c == '\n' || c == ' ' || c == '\t' || c == '\r') {
-				// A line-ending backslash: skip the newline and the whitespace after it.
-				for i < len(s) && strings.ContainsRune(" \t\r\n", rune(s[i])) {
-					i++
-				}
-				i--
-				continue
-			}
-			return "", fmt.Errorf(`unknown escape \%c`, c)
-		}
+	v, ok := t[key]
+	if !ok {
+		return "", fmt.Errorf("no %s in [%s]", key, table)
 	}
-	return b.String(), nil
+	text, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s in [%s] is a %T, not a string", key, table, v)
+	}
+	return text, nil
 }
