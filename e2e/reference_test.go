@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -68,65 +66,4 @@ func code(s string) string {
 		return ""
 	}
 	return "`" + s + "`"
-}
-
-// TestCLIReference: docs/cli-reference.md is what `podium help` and every command's --help print
-// (the command table and the flag sets in cmd/podium); it fails when the page differs.
-// `go test ./e2e -run TestCLIReference -update` writes it again.
-func TestCLIReference(t *testing.T) {
-	if bins.err != nil {
-		t.Fatal(bins.err)
-	}
-	podium := filepath.Join(bins.dir, "podium")
-	help, err := exec.Command(podium, "help").CombinedOutput()
-	if err != nil {
-		t.Fatalf("podium help: %v\n%s", err, help)
-	}
-	var page strings.Builder
-	page.WriteString("# podium command reference\n\nGenerated from the code: what `podium help` and each command's `--help` print\n" +
-		"(`go test ./e2e -run TestCLIReference -update` writes this page again; the test fails when it differs).\n" +
-		"How the commands are used: [cli.md](cli.md).\n\n```\n" + strings.TrimRight(string(help), "\n") + "\n```\n")
-	// The commands are the lines of the help that start with two spaces and a lower-case word,
-	// joined with their subcommand when the first word takes one.
-	var cmds []string
-	add := func(cmd string) {
-		if !slices.Contains(cmds, cmd) {
-			cmds = append(cmds, cmd)
-		}
-	}
-	lower := regexp.MustCompile(`^[a-z][a-z-]*$`)
-	for _, line := range strings.Split(string(help), "\n") {
-		f := strings.Fields(line)
-		if !strings.HasPrefix(line, "  ") || len(f) == 0 || !lower.MatchString(f[0]) {
-			continue
-		}
-		switch f[0] {
-		case "prompts", "templates", "deadletters", "store", "publish":
-			// A command with subcommands: "publish evaluation|round" names two.
-			for _, sub := range strings.Split(f[1], "|") {
-				if lower.MatchString(sub) {
-					add(f[0] + " " + sub)
-				}
-			}
-		case "help":
-		default:
-			add(f[0])
-		}
-	}
-	for _, sub := range []string{"templates show", "templates history", "templates diff"} {
-		add(sub) // listed after the first on one line of the help
-	}
-	slices.Sort(cmds)
-	for _, cmd := range cmds {
-		out, err := exec.Command(podium, append(strings.Fields(cmd), "--help")...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("podium %s --help: %v\n%s", cmd, err, out)
-		}
-		fmt.Fprintf(&page, "\n## podium %s\n\n```\n%s\n```\n", cmd, strings.TrimRight(string(out), "\n"))
-	}
-	if len(cmds) < 15 {
-		t.Fatalf("only %d commands found in podium help: %v", len(cmds), cmds)
-	}
-	testenv.Golden(t, filepath.Join("..", "docs", "cli-reference.md"), []byte(page.String()), *updateDocs,
-		"go test ./e2e -run TestCLIReference -update")
 }

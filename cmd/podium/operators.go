@@ -17,33 +17,6 @@ import (
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// commands is the table of podium's subcommands.
-func commands() map[string]command {
-	return map[string]command{
-		"prompts show":             {"EXEC TEAM ROUND [--json]", "Print the recorded prompt of a team's round and what it was made from.", promptsShow},
-		"prompts verify":           {"EXEC TEAM ROUND | --all --execution EXEC | --bundle FILE", "Render each record again from its request, template version and evaluations_seq (from a bundle: with no NATS and no ClickHouse); exit 1 naming the first that differs.", promptsVerify},
-		"export":                   {"--execution EXEC [--out FILE]", "Write one execution's bundle: its evaluations, its prompt records byte for byte and the files of every template version they name, which `prompts verify --bundle` proves offline.", export},
-		"prompts diff":             {"EXEC TEAM ROUND1 ROUND2", "Print a unified diff of a team's prompts of two rounds.", promptsDiff},
-		"prompts tail":             {"[--execution E] [--team T] [--all] [--count N]", "Print each prompt.composed and prompt.failed as it is recorded.", promptsTail},
-		"templates push":           {"DIR|FILE [--label L]", "Push a template folder or .mustache file as the next version of its name; it is checked as composers check templates and refused with its line and variable.", templatesPush},
-		"templates list":           {"", "List the registry's templates, versions and labels.", templatesList},
-		"templates show":           {"NAME[@V|:LABEL]", "Print the files of a version.", templatesShow},
-		"templates label":          {"NAME VERSION LABEL", "Point a label at a version: a release, or a rollback.", templatesLabel},
-		"templates history":        {"NAME", "List a name's versions and label moves, in order.", templatesHistory},
-		"templates diff":           {"A B", "Print a unified diff of two versions' sources (NAME@V, NAME:LABEL).", templatesDiff},
-		"templates render":         {"NAME --request FILE [--evaluations FILE] [--time T] [--json]", "Render offline, without any server: a built-in template or a template folder or file being written.", templatesRender},
-		"templates import-mixseek": {"prompt_builder.toml [--name N] [--out DIR | --push [--label L]]", "Convert the team template of a mixseek-core prompt_builder.toml (its Jinja2 subset: {{ var }}, if round_number > 1, if ranking_table, else, endif) into a Mustache template; anything else is refused with its line and construct.", templatesImportMixseek},
-		"leaderboard":              {"EXEC [--asc] [--json]", "Print an execution's standings, every evaluation counted, as the ranker computes them.", leaderboard},
-		"history":                  {"EXEC TEAM [--json]", "Print a team's latest evaluation of each round.", history},
-		"publish evaluation":       {"--file F [--id ID]", "Publish an evaluation.completed: F holds its data object or a whole CloudEvent; it is validated first.", publish(events.TypeEvaluationCompleted)},
-		"publish round":            {"--file F [--id ID]", "Publish a round.requested: F holds its data object or a whole CloudEvent; it is validated first.", publish(events.TypeRoundRequested)},
-		"deadletters list":         {"[--subject S]", "List the DEADLETTER stream: sequence, original subject, reason, where the original is.", deadlettersList},
-		"store status":             {"[--json]", "Say which ClickHouse replicas (CLICKHOUSE_ADDR) answer, what each holds and how far it is behind; exit 1 when one does not answer.", storeStatus},
-		"store rebuild":            {"[--from-start] [--batch N] [--show N] [--no-progress]", "Write the EVALUATIONS stream into the store again (a dropped table or database, a new database): every evaluation the stream holds, parsed as the ranker parses it, resuming where an interrupted rebuild stopped; then report what the store holds.", storeRebuild},
-		"deadletters replay":       {"SEQ | --all", "Republish dead-lettered originals that are valid now (after a fix), under a new message id; refuse, saying why, those still invalid.", deadlettersReplay},
-	}
-}
-
 func printJSON(e *env, v any) error {
 	enc := json.NewEncoder(e.out)
 	enc.SetEscapeHTML(false)

@@ -14,44 +14,6 @@ import (
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-const help = `podium: tools for the people around the pipeline.
-
-Usage: podium COMMAND [flags] [arguments]
-
-Template authors:
-  templates push DIR|FILE [--label L]   store the next version of a template (checked first)
-  templates list | show NAME[@V|:L] | history NAME | diff A B
-  templates label NAME VERSION LABEL    move a label (production is what a bare name renders)
-  templates render NAME --request F [--evaluations F] [--time T]   render offline, no server
-  templates import-mixseek prompt_builder.toml [--name N] [--out DIR | --push]   convert mixseek-core's Jinja2 team template
-
-Auditors:
-  prompts show EXEC TEAM ROUND      print the recorded prompt of a team's round and what it was made from
-  prompts verify EXEC TEAM ROUND    render the record again from itself and compare (sha256)
-  prompts verify --all --execution EXEC   every record of an execution
-  prompts verify --bundle FILE      every record of an export bundle, with no NATS and no ClickHouse
-  export --execution EXEC [--out F] one execution's evaluations, prompts and templates in one bundle
-  prompts diff EXEC TEAM R1 R2      unified diff of a team's prompts of two rounds
-  prompts tail [--execution E] [--team T] [--all] [--count N]   follow the audit stream
-
-Operators:
-  leaderboard EXEC [--asc] [--json] an execution's standings, as the ranker computes them
-  history EXEC TEAM [--json]        a team's latest evaluation of each round
-  publish evaluation|round --file F publish an event (a data object, or a whole CloudEvent), validated first
-  deadletters list [--subject S]    what was dead-lettered, with the reasons
-  deadletters replay SEQ|--all      republish dead-lettered originals that are now valid, under a new message id
-  store status [--json]             which ClickHouse replicas answer and how far each is behind
-  store rebuild [--from-start]      write the EVALUATIONS stream into the store again (it is the log; the store a view)
-
-  help, COMMAND --help              this text, or a command's flags
-
-Configuration is the services' environment (NATS_URL, NATS_CREDS, CLICKHOUSE_ADDR,
-CLICKHOUSE_DATABASE, ...; PODIUM_ prefixed names override the shared ones). verify also reads the
-composer's COMPOSER_TEMPLATES_DIR and TZ, so it loads the templates the composer loaded.
-
-Exit codes: 0 ok; 1 a check failed (a record differs, an event is still invalid); 2 bad arguments or
-configuration; 3 NATS or ClickHouse could not be used.`
-
 // config is what podium reads from the environment: the services' shared settings.
 type config struct {
 	service.Common
@@ -61,18 +23,19 @@ type config struct {
 func (c *config) Validate() error { return c.ValidateShared("PODIUM") }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmds := commands()
 	if len(args) < 2 || args[1] == "help" || args[1] == "-h" || args[1] == "--help" {
-		fmt.Fprintln(stdout, help)
+		fmt.Fprintln(stdout, helpText(cmds))
 		if len(args) < 2 {
 			return usagef("no command")
 		}
 		return nil
 	}
 	cmd, rest := args[1], args[2:]
-	if (cmd == "prompts" || cmd == "deadletters" || cmd == "publish" || cmd == "templates" || cmd == "store") && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+	if isGroup(cmds, cmd) && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		cmd, rest = cmd+" "+rest[0], rest[1:]
 	}
-	c, ok := commands()[cmd]
+	c, ok := find(cmds, cmd)
 	if !ok {
 		return usagef("unknown command %q", strings.Join(args[1:min(len(args), 3)], " "))
 	}
@@ -123,12 +86,6 @@ func interleave(fs *flag.FlagSet, args []string) []string {
 func isBool(f *flag.Flag) bool {
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
-}
-
-// command is one subcommand: its usage and flags, and what it does once they are parsed.
-type command struct {
-	args, what string
-	flags      func(fs *flag.FlagSet) func(ctx context.Context, e *env) error
 }
 
 // env is what a command works with; connections are opened on first use.

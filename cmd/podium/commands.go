@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// command is one subcommand: who it is for, its usage, a line for `podium help`, what its
+// --help says, and its flags with what it does once they are parsed.
+type command struct {
+	audience, name, args, short, what string
+	flags                         func(fs *flag.FlagSet) func(ctx context.Context, e *env) error
+}
+
+// The audiences of `podium help`, in its order.
+const (
+	authors   = "Template authors"
+	auditors  = "Auditors"
+	operators = "Operators"
+)
+
+// commands is the one table of podium's commands: `podium help`, the commands that take a
+// subcommand (groups), each command's --help and docs/cli-reference.md are all made from it.
+func commands() []command {
+	return []command{
+		{authors, "templates push", "DIR|FILE [--label L]", "store the next version of a template (checked first)",
+			"Push a template folder or .mustache file as the next version of its name; it is checked as composers check templates and refused with its line and variable.", templatesPush},
+		{authors, "templates list", "", "the registry's templates, versions and labels",
+			"List the registry's templates, versions and labels.", templatesList},
+		{authors, "templates show", "NAME[@V|:LABEL]", "the files of a version",
+			"Print the files of a version.", templatesShow},
+		{authors, "templates history", "NAME", "a name's versions and label moves",
+			"List a name's versions and label moves, in order.", templatesHistory},
+		{authors, "templates diff", "A B", "unified diff of two versions' sources",
+			"Print a unified diff of two versions' sources (NAME@V, NAME:LABEL).", templatesDiff},
+		{authors, "templates label", "NAME VERSION LABEL", "move a label (production is what a bare name renders)",
+			"Point a label at a version: a release, or a rollback.", templatesLabel},
+		{authors, "templates render", "NAME --request FILE [--evaluations FILE] [--time T] [--json]", "render offline, no server",
+			"Render offline, without any server: a built-in template or a template folder or file being written.", templatesRender},
+		{authors, "templates import-mixseek", "prompt_builder.toml [--name N] [--out DIR | --push [--label L]]", "convert mixseek-core's Jinja2 team template",
+			"Convert the team template of a mixseek-core prompt_builder.toml (its Jinja2 subset: {{ var }}, if round_number > 1, if ranking_table, else, endif) into a Mustache template; anything else is refused with its line and construct.", templatesImportMixseek},
+
+		{auditors, "prompts show", "EXEC TEAM ROUND [--json]", "the recorded prompt of a team's round and what it was made from",
+			"Print the recorded prompt of a team's round and what it was made from.", promptsShow},
+		{auditors, "prompts verify", "EXEC TEAM ROUND | --all --execution EXEC | --bundle FILE", "render records again from themselves and compare (sha256)",
+			"Render each record again from its request, template version and evaluations_seq (from a bundle: with no NATS and no ClickHouse); exit 1 naming the first that differs.", promptsVerify},
+		{auditors, "prompts diff", "EXEC TEAM ROUND1 ROUND2", "unified diff of a team's prompts of two rounds",
+			"Print a unified diff of a team's prompts of two rounds.", promptsDiff},
+		{auditors, "prompts tail", "[--execution E] [--team T] [--all] [--count N]", "follow the audit stream",
+			"Print each prompt.composed and prompt.failed as it is recorded.", promptsTail},
+		{auditors, "export", "--execution EXEC [--out FILE]", "one execution's evaluations, prompts and templates in one bundle",
+			"Write one execution's bundle: its evaluations, its prompt records byte for byte and the files of every template version they name, which `prompts verify --bundle` proves offline.", export},
+
+		{operators, "leaderboard", "EXEC [--asc] [--json]", "an execution's standings, as the ranker computes them",
+			"Print an execution's standings, every evaluation counted, as the ranker computes them.", leaderboard},
+		{operators, "history", "EXEC TEAM [--json]", "a team's latest evaluation of each round",
+			"Print a team's latest evaluation of each round.", history},
+		{operators, "publish evaluation", "--file F [--id ID]", "publish an evaluation.completed, validated first",
+			"Publish an evaluation.completed: F holds its data object or a whole CloudEvent; it is validated first.", publish(events.TypeEvaluationCompleted)},
+		{operators, "publish round", "--file F [--id ID]", "publish a round.requested, validated first",
+			"Publish a round.requested: F holds its data object or a whole CloudEvent; it is validated first.", publish(events.TypeRoundRequested)},
+		{operators, "deadletters list", "[--subject S]", "what was dead-lettered, with the reasons",
+			"List the DEADLETTER stream: sequence, original subject, reason, where the original is.", deadlettersList},
+		{operators, "deadletters replay", "SEQ | --all", "republish dead-lettered originals that are now valid, under a new message id",
+			"Republish dead-lettered originals that are valid now (after a fix), under a new message id; refuse, saying why, those still invalid.", deadlettersReplay},
+		{operators, "store status", "[--json]", "which ClickHouse replicas answer and how far each is behind",
+			"Say which ClickHouse replicas (CLICKHOUSE_ADDR) answer, what each holds and how far it is behind; exit 1 when one does not answer.", storeStatus},
+		{operators, "store rebuild", "[--from-start] [--batch N] [--show N] [--no-progress]", "write the EVALUATIONS stream into the store again",
+			"Write the EVALUATIONS stream into the store again (a dropped table or database, a new database): every evaluation the stream holds, parsed as the ranker parses it, resuming where an interrupted rebuild stopped; then report what the store holds.", storeRebuild},
+	}
+}
+
+// find returns the command of a name.
+func find(cmds []command, name string) (command, bool) {
+	i := slices.IndexFunc(cmds, func(c command) bool { return c.name == name })
+	if i < 0 {
+		return command{}, false
+	}
+	return cmds[i], true
+}
+
+// isGroup reports whether word starts commands of two words (`prompts verify`): its next argument
+// names the subcommand.
+func isGroup(cmds []command, word string) bool {
+	return slices.ContainsFunc(cmds, func(c command) bool { return strings.HasPrefix(c.name, word+" ") })
+}
+
+// helpColumn is where the lines of `podium help` say what a command does.
+const helpColumn = 36
+
+// helpText is what `podium help` prints: every command of the table, by audience.
+func helpText(cmds []command) string {
+	var b strings.Builder
+	b.WriteString("podium: tools for the people around the pipeline.\n\nUsage: podium COMMAND [flags] [arguments]\n")
+	for _, who := range []string{authors, auditors, operators} {
+		fmt.Fprintf(&b, "\n%s:\n", who)
+		for _, c := range cmds {
+			if c.audience != who {
+				continue
+			}
+			// A usage longer than the column puts its line below it.
+			usage := strings.TrimSpace(c.name + " " + c.args)
+			if len(usage)+2 > helpColumn {
+				fmt.Fprintf(&b, "  %s\n  %*s%s\n", usage, helpColumn, "", c.short)
+			} else {
+				fmt.Fprintf(&b, "  %-*s%s\n", helpColumn, usage, c.short)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "\n  %-*s%s\n", helpColumn, "help, COMMAND --help", "this text, or a command's flags")
+	b.WriteString(`
+Configuration is the services' environment (NATS_URL, NATS_CREDS, CLICKHOUSE_ADDR,
+CLICKHOUSE_DATABASE, ...; PODIUM_ prefixed names override the shared ones). verify also reads the
+composer's COMPOSER_TEMPLATES_DIR and TZ, so it loads the templates the composer loaded.
+
+Exit codes: 0 ok; 1 a check failed (a record differs, an event is still invalid); 2 bad arguments or
+configuration; 3 NATS or ClickHouse could not be used.`)
+	return b.String()
+}
