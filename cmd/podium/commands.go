@@ -14,7 +14,7 @@ import (
 // --help says, and its flags with what it does once they are parsed.
 type command struct {
 	audience, name, args, short, what string
-	flags                         func(fs *flag.FlagSet) func(ctx context.Context, e *env) error
+	flags                             func(fs *flag.FlagSet) func(ctx context.Context, e *env) error
 }
 
 // The audiences of `podium help`, in its order.
