@@ -265,3 +265,58 @@ func TestTemplateRegistryDeletedTurnsTheComposerUnready(t *testing.T) {
 	}
 	t.Logf("TEMPLATES deleted: composer unready %s later; ready again and serving the new push once the bucket was made again", unready.Round(time.Millisecond))
 }
+
+// TestOneRuleOfAReference: a name the registry holds versions of but no production label of is,
+// bare, the built-in template of that name, for the composer and for `podium templates show`
+// alike; NAME:latest is the registry's highest version; NAME@latest is refused everywhere.
+func TestOneRuleOfAReference(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composer := e.start("composer")
+	dir := filepath.Join(t.TempDir(), "team-round")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prompt.mustache"), []byte("registry team-round for {{team.name}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 || !strings.Contains(out, "pushed team-round@1") {
+		t.Fatalf("push: exit %d\n%s", code, out)
+	}
+	render := func(ref string) (int, events.PromptComposed, string) {
+		var pc events.PromptComposed
+		var status int
+		var body []byte
+		testenv.WaitFor(t, 10*time.Second, "the composer follows the registry", func() (bool, string) {
+			status, body = composer.render(t, map[string]any{"execution_id": "rule", "team_id": "t1", "team_name": "One", "round_number": 1,
+				"user_prompt": "Go.", "template": ref})
+			return ref != "team-round:latest" || status == http.StatusOK, fmt.Sprintf("%d %s", status, body)
+		})
+		_ = json.Unmarshal(body, &pc)
+		return status, pc, string(body)
+	}
+	// Bare: the built-in version, in the prompt and in show.
+	status, pc, body := render("team-round")
+	if status != http.StatusOK || pc.Template.Version != 4 || strings.Contains(pc.Prompt, "registry team-round") {
+		t.Fatalf("render team-round: %d %s", status, body)
+	}
+	out, code := e.podium(t, nil, "templates", "show", "team-round")
+	if code != 0 || !strings.HasPrefix(out, "team-round@4\n") || strings.Contains(out, "registry team-round") {
+		t.Errorf("show team-round: exit %d\n%.300s", code, out)
+	}
+	// :latest: the registry's highest, in both.
+	if status, pc, body := render("team-round:latest"); status != http.StatusOK || pc.Template.Version != 1 || !strings.Contains(pc.Prompt, "registry team-round for One") {
+		t.Errorf("render team-round:latest: %d %s", status, body)
+	}
+	if out, code := e.podium(t, nil, "templates", "show", "team-round:latest"); code != 0 || !strings.HasPrefix(out, "team-round@1\n") {
+		t.Errorf("show team-round:latest: exit %d\n%s", code, out)
+	}
+	// @latest: refused by both.
+	if status, _, body := render("team-round@latest"); status != http.StatusBadRequest && status != http.StatusUnprocessableEntity {
+		t.Errorf("render team-round@latest: %d %s", status, body)
+	}
+	if out, code := e.podium(t, nil, "templates", "show", "team-round@latest"); code != 1 || !strings.Contains(out, "a version is a positive number") {
+		t.Errorf("show team-round@latest: exit %d\n%s", code, out)
+	}
+}

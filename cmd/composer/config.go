@@ -3,9 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/podium-llm/podium/internal/library"
+	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/pkg/compose"
 )
@@ -56,35 +57,20 @@ func (c *config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout))
 	}
-	if _, err := location(c.TZ); err != nil {
+	if err := c.templates().Check(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// location resolves TZ as the C library would name it (a leading ':' is allowed).
-func location(tz string) (*time.Location, error) {
-	tz = strings.TrimPrefix(tz, ":")
-	if tz == "" {
-		return time.UTC, nil
-	}
-	loc, err := time.LoadLocation(tz)
-	if err != nil {
-		return nil, fmt.Errorf("TZ (or COMPOSER_TZ) %q is not an IANA time zone name such as UTC or Asia/Tokyo", tz)
-	}
-	return loc, nil
+// templates are the template settings the composer reads (internal/library owns them for every
+// reader of templates).
+func (c *config) templates() library.Settings {
+	return library.Settings{Dir: c.TemplatesDir, TZ: c.TZ, DefaultTemplate: c.DefaultTemplate, TokenEncoding: c.TokenEncoding}
 }
 
-// library loads the templates the configuration names, with its token counter and timezone.
+// library loads the templates the configuration names, with its token counter and timezone; the
+// registry's versions come later (the composer follows the registry).
 func (c *config) library() (*compose.Library, error) {
-	loc, _ := location(c.TZ) // checked by Validate
-	tokens, err := compose.NewTokenCounter(c.TokenEncoding)
-	if err != nil {
-		return nil, fmt.Errorf("configuration: COMPOSER_TOKEN_ENCODING: %w", err)
-	}
-	lib, err := compose.Load(compose.Options{Dir: c.TemplatesDir, DefaultTemplate: c.DefaultTemplate, DefaultLocation: loc, Tokens: tokens})
-	if err != nil {
-		return nil, fmt.Errorf("templates: %w", err)
-	}
-	return lib, nil
+	return c.templates().Load("", registry.State{})
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/console"
 	"github.com/podium-llm/podium/internal/door"
+	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/service"
-	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
@@ -78,9 +78,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := service.NewLogger(stderr, cfg.LogLevel, "console")
-	builtin, err := loadTemplates(cfg.TemplatesDir)
+	// The composers' template settings: the templates page and verify load what they load.
+	settings := library.Settings{Dir: cfg.TemplatesDir, TZ: cfg.TZ}
+	lib, err := settings.Load("", registry.State{})
 	if err != nil {
-		return err
+		return fmt.Errorf("COMPOSER_TEMPLATES_DIR or TZ: %w", err)
 	}
 	st, err := rank.Open(ctx, cfg.Store(log))
 	if err != nil {
@@ -93,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	con, err := console.New(console.Deps{
-		Log: log, Reg: base.Reg, NC: base.NC, JS: base.JS, Store: st, Builtin: builtin,
+		Log: log, Reg: base.Reg, NC: base.NC, JS: base.JS, Store: st, Builtin: lib.Templates(),
 		Verify: func(ctx context.Context, rec audit.Record) error {
 			// The registry as it is now: a record names the version that rendered it.
 			var reg registry.State
@@ -102,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 			}
-			return audit.NewVerifier(cfg.TemplatesDir, cfg.TZ, reg, render.Store{St: st}).Verify(ctx, rec)
+			return audit.NewVerifier(settings, reg, render.Store{St: st}).Verify(ctx, rec)
 		},
 		MaxViewers: cfg.MaxViewers, CacheExecutions: cfg.CacheExecutions,
 	})
@@ -130,17 +132,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		},
 	})
-}
-
-// loadTemplates loads what a composer loads without the registry, for the templates page.
-func loadTemplates(dir string) ([]*compose.Template, error) {
-	tokens, err := compose.NewTokenCounter("o200k_base")
-	if err != nil {
-		return nil, err
-	}
-	lib, err := compose.Load(compose.Options{Dir: dir, Tokens: tokens})
-	if err != nil {
-		return nil, fmt.Errorf("COMPOSER_TEMPLATES_DIR: %w", err)
-	}
-	return lib.Templates(), nil
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/registry"
-	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -20,8 +19,8 @@ import (
 func export(fs *flag.FlagSet) func(context.Context, *env) error {
 	execution := fs.String("execution", "", "the execution to export")
 	out := fs.String("out", "", "the bundle file (gzip-compressed when it ends in .gz); default EXEC.podium.json.gz")
-	dir := fs.String("templates-dir", os.Getenv("COMPOSER_TEMPLATES_DIR"), "the composer's template directory (templates the records name may live there)")
-	tz := fs.String("tz", os.Getenv("TZ"), "the composer's default timezone (TZ), recorded in the bundle")
+	dir := fs.String("templates-dir", "", "the composers' template directory, where templates the records name may live (default: COMPOSER_TEMPLATES_DIR)")
+	tz := fs.String("tz", "", "the composers' default timezone, recorded in the bundle (default: TZ)")
 	return func(ctx context.Context, e *env) error {
 		if len(e.args) > 0 || *execution == "" {
 			return usagef("export takes --execution EXEC")
@@ -54,15 +53,16 @@ func export(fs *flag.FlagSet) func(context.Context, *env) error {
 				return err
 			}
 		}
-		encoding := "o200k_base"
+		encoding := "" // the settings' own
 		if len(recs) > 0 {
 			encoding = recs[0].Data.TokenEncoding
 		}
-		lib, err := audit.NewVerifier(*dir, *tz, reg, render.Store{St: st}).Library(encoding)
+		settings := e.templates.With(*dir, *tz)
+		lib, err := settings.Load(encoding, reg)
 		if err != nil {
 			return usagef("%v", err)
 		}
-		b, err := audit.NewBundle(*execution, *tz, evals, recs, lib)
+		b, err := audit.NewBundle(*execution, settings.TZ, evals, recs, lib)
 		if err != nil {
 			return &checkError{err.Error()}
 		}

@@ -87,20 +87,16 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 	all := fs.Bool("all", false, "verify every record of --execution")
 	execution := fs.String("execution", "", "the execution of --all")
 	bundle := fs.String("bundle", "", "verify every record of an export bundle (podium export), with no NATS and no ClickHouse")
-	dir := fs.String("templates-dir", os.Getenv("COMPOSER_TEMPLATES_DIR"), "the composer's template directory")
-	tz := fs.String("tz", os.Getenv("TZ"), "the composer's default timezone (TZ); with --bundle, the bundle's unless set")
+	dir := fs.String("templates-dir", "", "the composers' template directory (default: COMPOSER_TEMPLATES_DIR)")
+	tz := fs.String("tz", "", "the composers' default timezone (default: TZ; with --bundle, the bundle's)")
 	return func(ctx context.Context, e *env) error {
 		if *bundle != "" {
 			if *all || *execution != "" || len(e.args) > 0 {
 				return usagef("--bundle takes no other record selection")
 			}
-			tzSet := false
-			fs.Visit(func(f *flag.Flag) { tzSet = tzSet || f.Name == "tz" })
-			if !tzSet {
-				*tz = ""
-			}
 			return verifyBundle(ctx, e, *bundle, *tz)
 		}
+		settings := e.templates.With(*dir, *tz)
 		var q audit.Query
 		var round int
 		switch {
@@ -151,7 +147,7 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 				return err
 			}
 		}
-		return verifyRecords(ctx, e, audit.NewVerifier(*dir, *tz, reg, render.Store{St: st}), recs)
+		return verifyRecords(ctx, e, audit.NewVerifier(settings, reg, render.Store{St: st}), recs)
 	}
 }
 

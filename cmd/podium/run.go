@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -59,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return &usageError{"configuration: " + err.Error()}
 	}
-	e := &env{cfg: &cfg, out: stdout, stderr: stderr, args: fs.Args()}
+	e := &env{cfg: &cfg, out: stdout, stderr: stderr, args: fs.Args(), templates: library.FromEnv(os.Getenv)}
 	defer e.done()
 	return parse(ctx, e)
 }
@@ -94,6 +96,8 @@ type env struct {
 	out    io.Writer
 	stderr io.Writer // notes beside the output (a source that could not be read)
 	args   []string
+	// templates are the composers' template settings, from their environment (internal/library).
+	templates library.Settings
 
 	js    jetstream.JetStream
 	close []func()

@@ -150,13 +150,19 @@ func templatesList(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
-// resolve finds the version a reference names in the registry; a missing one is a failed check.
-func resolve(s registry.State, ref string) (compose.Version, error) {
-	v, err := registry.Resolve(s, ref)
-	if errors.Is(err, registry.ErrNoVersion) {
-		return v, &checkError{strings.TrimPrefix(err.Error(), "registry: no such version: ")}
+// resolve finds the template a reference names exactly as a composer with the same template
+// settings resolves it (internal/library): the registry's version or label, else the built-in or
+// directory template of that name. One it does not find is a failed check.
+func (e *env) resolve(s registry.State, ref string) (compose.Version, error) {
+	lib, err := e.templates.Load("", s)
+	if err != nil {
+		return compose.Version{}, &usageError{err.Error()}
 	}
-	return v, err
+	t, err := lib.Lookup(ref)
+	if err != nil {
+		return compose.Version{}, &checkError{err.Error()}
+	}
+	return compose.Version{Name: t.Name, Version: t.Version, Files: t.Files()}, nil
 }
 
 func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
@@ -168,7 +174,7 @@ func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		v, err := resolve(s, e.args[0])
+		v, err := e.resolve(s, e.args[0])
 		if err != nil {
 			return err
 		}
@@ -234,11 +240,11 @@ func templatesDiff(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		a, err := resolve(s, e.args[0])
+		a, err := e.resolve(s, e.args[0])
 		if err != nil {
 			return err
 		}
-		b, err := resolve(s, e.args[1])
+		b, err := e.resolve(s, e.args[1])
 		if err != nil {
 			return err
 		}
@@ -254,19 +260,16 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 	requestFile := fs.String("request", "", "round.requested data (JSON), as POST /v1/render takes it")
 	evalsFile := fs.String("evaluations", "", "a JSON array of evaluation.completed data, in stream order")
 	at := fs.String("time", "", "the request's time (RFC 3339; default: the request's \"time\", else now)")
-	encoding := fs.String("encoding", "o200k_base", "token encoding")
+	encoding := fs.String("encoding", "", "token encoding (default: COMPOSER_TOKEN_ENCODING, else o200k_base)")
 	asJSON := fs.Bool("json", false, "print the whole prompt.composed data")
 	return func(ctx context.Context, e *env) error {
 		if len(e.args) != 1 || *requestFile == "" {
 			return usagef("want NAME (a built-in template, or a template folder or file) and --request FILE")
 		}
-		tokens, err := compose.NewTokenCounter(*encoding)
+		// The composers' templates and settings (not the registry: nothing is read from a server).
+		lib, err := e.templates.Load(*encoding, registry.State{})
 		if err != nil {
 			return &usageError{err.Error()}
-		}
-		lib, err := compose.Load(compose.Options{Tokens: tokens})
-		if err != nil {
-			return err
 		}
 		name := e.args[0]
 		if _, statErr := os.Stat(name); statErr == nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/pkg/compose"
@@ -189,7 +190,7 @@ func (b Bundle) Verifier(tz string) (*Verifier, error) {
 	if tz == "" {
 		tz = b.TZ
 	}
-	v := NewVerifier("", tz, registry.State{}, render.Memory{Evs: evs, Contents: contents})
+	v := NewVerifier(library.Settings{TZ: tz}, registry.State{}, render.Memory{Evs: evs, Contents: contents})
 	v.extra = templates
 	return v, nil
 }

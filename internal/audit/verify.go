@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/pkg/compose"
@@ -38,7 +39,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // Verifier renders records again with the composer's templates and the same reads. It is safe
 // for concurrent use.
 type Verifier struct {
-	dir, tz  string
+	settings library.Settings
 	registry registry.State
 	reader   render.Reader
 	extra    []*compose.Template // served by name@version before anything else (a bundle's)
@@ -47,15 +48,11 @@ type Verifier struct {
 	libs map[string]*compose.Library // by token encoding
 }
 
-// NewVerifier loads templates as a composer with COMPOSER_TEMPLATES_DIR dir and TZ tz does, plus
-// the registry's versions, and reads the store through reader.
-func NewVerifier(dir, tz string, reg registry.State, reader render.Reader) *Verifier {
-	return &Verifier{dir: dir, tz: tz, registry: reg, reader: reader, libs: map[string]*compose.Library{}}
+// NewVerifier loads templates as a composer with these settings does, plus the registry's
+// versions, and reads the store through reader.
+func NewVerifier(settings library.Settings, reg registry.State, reader render.Reader) *Verifier {
+	return &Verifier{settings: settings, registry: reg, reader: reader, libs: map[string]*compose.Library{}}
 }
-
-// Library is the library the verifier renders with for a token encoding: the composer's
-// templates and the registry's versions (an export takes the records' template files from it).
-func (v *Verifier) Library(encoding string) (*compose.Library, error) { return v.library(encoding) }
 
 func (v *Verifier) library(encoding string) (*compose.Library, error) {
 	v.mu.Lock()
@@ -63,21 +60,12 @@ func (v *Verifier) library(encoding string) (*compose.Library, error) {
 	if lib, ok := v.libs[encoding]; ok {
 		return lib, nil
 	}
-	tokens, err := compose.NewTokenCounter(encoding)
+	// The record's own encoding: a record counted with another than the settings' is verified
+	// as it was counted.
+	lib, err := v.settings.Load(encoding, v.registry)
 	if err != nil {
-		return nil, err
+		return nil, &ConfigError{err}
 	}
-	loc := time.UTC
-	if tz := strings.TrimPrefix(v.tz, ":"); tz != "" {
-		if loc, err = time.LoadLocation(tz); err != nil {
-			return nil, &ConfigError{fmt.Errorf("timezone %s: %w", events.Quote(tz), err)}
-		}
-	}
-	lib, err := compose.Load(compose.Options{Dir: v.dir, DefaultLocation: loc, Tokens: tokens})
-	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("templates: %w", err)}
-	}
-	lib, _ = lib.WithRegistry(v.registry.Versions, v.registry.Labels) // bad versions rendered nothing
 	if len(v.extra) > 0 {
 		lib = lib.WithTemplates(v.extra)
 	}

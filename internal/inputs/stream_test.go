@@ -122,10 +122,14 @@ func TestNextRightAfterEachPublishOnAnR3Stream(t *testing.T) {
 	for i := range n {
 		c := clients[i%len(clients)]
 		subject := fmt.Sprintf("evaluation.completed.e%d.t", i)
-		ack, err := c.js.Publish(ctx, subject, []byte("{}"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		// As an orchestrator publishes: the same id again until the stream answers (a leader
+		// elected late, a loaded machine), stored once.
+		var ack *jetstream.PubAck
+		testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("publish %d acknowledged", i), func() (bool, string) {
+			var err error
+			ack, err = c.js.Publish(ctx, subject, []byte("{}"), jetstream.WithMsgID(fmt.Sprintf("m%d", i)))
+			return err == nil, fmt.Sprint(err)
+		})
 		if got, err := c.next(ctx, subject, ack.Sequence); err != nil || got != ack.Sequence {
 			t.Fatalf("publish %d: next(%s, %d) = %d, %v right after the ack", i, subject, ack.Sequence, got, err)
 		}

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,37 +13,6 @@ import (
 
 	"github.com/podium-llm/podium/pkg/compose"
 )
-
-// ErrNoVersion is a reference the registry has no version for.
-var ErrNoVersion = errors.New("registry: no such version")
-
-// Resolve finds the version a reference (NAME, NAME@V, NAME:LABEL, NAME:latest) names: a bare
-// name is its production label, else its highest version.
-func Resolve(s State, ref string) (compose.Version, error) {
-	name, rest, sep := ref, "", byte(0)
-	if i := strings.IndexAny(ref, "@:"); i >= 0 {
-		name, rest, sep = ref[:i], ref[i+1:], ref[i]
-	}
-	want := 0
-	switch sep {
-	case '@':
-		want, _ = strconv.Atoi(rest)
-	case ':':
-		want = s.Labels[name][rest]
-	default:
-		want = s.Labels[name]["production"]
-	}
-	found := s.VersionsOf(name)
-	if len(found) > 0 && (rest == "latest" || want == 0 && sep == 0) {
-		return found[len(found)-1], nil
-	}
-	for _, v := range found {
-		if v.Version == want {
-			return v, nil
-		}
-	}
-	return compose.Version{}, fmt.Errorf("%w: the registry has no %s", ErrNoVersion, ref)
-}
 
 // VersionsOf are the versions of one name, ascending.
 func (s State) VersionsOf(name string) []compose.Version {

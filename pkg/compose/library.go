@@ -12,7 +12,6 @@ import (
 	"path"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -552,36 +551,33 @@ func (t *Template) limits(o events.Limits) Limits {
 	return l
 }
 
-// Lookup resolves "", "name", "name@<version>" or "name:<label>". The registry decides first: a
-// bare name is its production label when set, name@V its version V, name:L its label L (latest:
-// its highest version); otherwise the built-in or directory template of that name answers.
-func (l *Library) Lookup(ref string) (*Template, error) {
-	if ref == "" {
-		ref = l.defaultName
+// Lookup resolves "" (the default template) or a reference as events.ParseReference reads it.
+// The registry decides first: a bare name is its production label when set, name@V its version
+// V, name:L its label L (latest: its highest version); otherwise the built-in or directory
+// template of that name answers (its own version, its manifest's labels and latest).
+func (l *Library) Lookup(s string) (*Template, error) {
+	if s == "" {
+		s = l.defaultName
 	}
-	name, rest, sep := ref, "", byte(0)
-	if i := strings.IndexAny(ref, "@:"); i >= 0 {
-		name, rest, sep = ref[:i], ref[i+1:], ref[i]
+	ref, err := events.ParseReference(s)
+	if err != nil {
+		return nil, events.Failf(events.CodeUnknownTemplate, "%v", err)
 	}
-	if t, found, err := l.lookupRegistered(name, rest, sep); found {
+	if t, found, err := l.lookupRegistered(ref); found {
 		return t, err
 	}
-	t, ok := l.templates[name]
+	t, ok := l.templates[ref.Name]
 	if !ok {
-		if r := l.registry[name]; r != nil {
-			return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no %s (%s)", name, what(rest, sep), r.describe())
+		if r := l.registry[ref.Name]; r != nil {
+			return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no %s (%s)", ref.Name, what(ref), r.describe())
 		}
-		return nil, events.Failf(events.CodeUnknownTemplate, "template %q not found (loaded: %s)", name, strings.Join(l.names(), ", "))
+		return nil, events.Failf(events.CodeUnknownTemplate, "template %q not found (loaded: %s)", ref.Name, strings.Join(l.names(), ", "))
 	}
-	switch sep {
-	case '@':
-		if v, err := strconv.Atoi(rest); err != nil || v != t.Version {
-			return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no version %s (loaded: version %d)", name, rest, t.Version)
-		}
-	case ':':
-		if rest != "latest" && !slices.Contains(t.Labels, rest) {
-			return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no label %q (labels: latest %s)", name, rest, strings.Join(t.Labels, " "))
-		}
+	switch {
+	case ref.Version > 0 && ref.Version != t.Version:
+		return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no version %d (loaded: version %d)", ref.Name, ref.Version, t.Version)
+	case ref.Label != "" && ref.Label != "latest" && !slices.Contains(t.Labels, ref.Label):
+		return nil, events.Failf(events.CodeUnknownTemplate, "template %q has no label %q (labels: latest %s)", ref.Name, ref.Label, strings.Join(t.Labels, " "))
 	}
 	return t, nil
 }

@@ -128,8 +128,8 @@ func (l *Library) WithRegistry(versions []Version, labels map[string]map[string]
 
 // lookupRegistered resolves a reference against the registry: found reports whether the registry
 // decides it (ok or failed); when it does not, the built-in or directory template answers.
-func (l *Library) lookupRegistered(name, rest string, sep byte) (t *Template, found bool, err error) {
-	r := l.registry[name]
+func (l *Library) lookupRegistered(ref events.Reference) (t *Template, found bool, err error) {
+	r := l.registry[ref.Name]
 	if r == nil {
 		return nil, false, nil
 	}
@@ -137,24 +137,22 @@ func (l *Library) lookupRegistered(name, rest string, sep byte) (t *Template, fo
 		if t, ok := r.versions[n]; ok {
 			return t, true, nil
 		}
-		return nil, true, events.Failf(events.CodeUnknownTemplate, "template %q %s version %d, which is not loaded (a bad version is never served)", name, why, n)
+		return nil, true, events.Failf(events.CodeUnknownTemplate, "template %q %s version %d, which is not loaded (a bad version is never served)", ref.Name, why, n)
 	}
-	switch sep {
-	case 0:
+	switch {
+	case ref.Version > 0:
+		if t, ok := r.versions[ref.Version]; ok {
+			return t, true, nil
+		}
+	case ref.Label == "latest":
+		return r.versions[r.latest], true, nil
+	case ref.Label != "":
+		if n, ok := r.labels[ref.Label]; ok {
+			return version(n, "is labelled "+ref.Label+" at")
+		}
+	default:
 		if n, ok := r.labels["production"]; ok {
 			return version(n, "is labelled production at")
-		}
-	case '@':
-		n, _ := strconv.Atoi(rest)
-		if _, ok := r.versions[n]; ok {
-			return r.versions[n], true, nil
-		}
-	case ':':
-		if rest == "latest" {
-			return r.versions[r.latest], true, nil
-		}
-		if n, ok := r.labels[rest]; ok {
-			return version(n, "is labelled "+rest+" at")
 		}
 	}
 	return nil, false, nil
@@ -171,12 +169,12 @@ func (r *registered) describe() string {
 }
 
 // what names a reference's version or label for error messages.
-func what(rest string, sep byte) string {
-	switch sep {
-	case '@':
-		return "version " + rest
-	case ':':
-		return "label " + strconv.Quote(rest)
+func what(ref events.Reference) string {
+	switch {
+	case ref.Version > 0:
+		return "version " + strconv.Itoa(ref.Version)
+	case ref.Label != "":
+		return "label " + strconv.Quote(ref.Label)
 	}
 	return "production label"
 }

@@ -428,3 +428,39 @@ func TestMarshalWritesTextAsItIs(t *testing.T) {
 		t.Errorf("marshalled %s", b)
 	}
 }
+
+// TestParseReference: the one rule of a template reference, which validation, the composer, the
+// console, the CLI and the verifier share.
+func TestParseReference(t *testing.T) {
+	tests := []struct {
+		in   string
+		want events.Reference
+		bad  bool
+	}{
+		{in: "team-round", want: events.Reference{Name: "team-round"}},
+		{in: "team-round@5", want: events.Reference{Name: "team-round", Version: 5}},
+		{in: "team-round:production", want: events.Reference{Name: "team-round", Label: "production"}},
+		{in: "team-round:latest", want: events.Reference{Name: "team-round", Label: "latest"}},
+		{in: "team-round@latest", bad: true}, // latest is a label
+		{in: "team-round@0", bad: true},
+		{in: "team-round@05", bad: true},
+		{in: "team-round@+5", bad: true},
+		{in: "team-round@", bad: true},
+		{in: "team-round:", bad: true},
+		{in: "team round", bad: true},
+		{in: "@5", bad: true},
+		{in: "a:b:c", bad: true},
+	}
+	for _, tt := range tests {
+		got, err := events.ParseReference(tt.in)
+		if tt.bad {
+			if err == nil {
+				t.Errorf("ParseReference(%q) = %+v, want an error", tt.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tt.want || got.String() != tt.in {
+			t.Errorf("ParseReference(%q) = %+v (%s), %v; want %+v", tt.in, got, got.String(), err, tt.want)
+		}
+	}
+}

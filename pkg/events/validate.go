@@ -398,23 +398,10 @@ func (c *checker) roundRequested(m map[string]any, p string) RoundRequested {
 	return d
 }
 
-// validTemplateRef accepts name, name@<version> and name:<label>.
+// validTemplateRef accepts what ParseReference reads.
 func validTemplateRef(s string) bool {
-	name, rest, sep := s, "", byte(0)
-	if i := strings.IndexAny(s, "@:"); i >= 0 {
-		name, rest, sep = s[:i], s[i+1:], s[i]
-	}
-	if !ValidIdentifier(name) {
-		return false
-	}
-	switch sep {
-	case '@':
-		n, err := strconv.Atoi(rest)
-		return err == nil && n >= 1 && strconv.Itoa(n) == rest
-	case ':':
-		return ValidIdentifier(rest)
-	}
-	return true
+	_, err := ParseReference(s)
+	return err == nil
 }
 
 func (c *checker) promptComposed(m map[string]any, p string) (exec, team string) {
