@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/nats-io/nats-server/v2/server"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/internal/servers"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
@@ -318,5 +320,48 @@ func TestOneRuleOfAReference(t *testing.T) {
 	}
 	if out, code := e.podium(t, nil, "templates", "show", "team-round@latest"); code != 1 || !strings.Contains(out, "a version is a positive number") {
 		t.Errorf("show team-round@latest: exit %d\n%s", code, out)
+	}
+}
+
+// TestProductionLabelNeedsTheReleaseRole: with the NATS permissions docs/templates.md gives, an
+// author pushes versions and moves any label but production; moving production is refused with a
+// clear error from the CLI, and a release user moves it.
+func TestProductionLabelNeedsTheReleaseRole(t *testing.T) {
+	t.Parallel()
+	ns, err := servers.StartNATS(t.TempDir(), func(o *server.Options) {
+		author := &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$KV.TEMPLATES.*.label.production"}},
+		}
+		o.Users = []*server.User{
+			{Username: "release", Password: "release-pw"},
+			{Username: "author", Password: "author-pw", Permissions: author},
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	addr, db := testenv.Database(t)
+	e := &env{t: t, ns: ns, chAddr: addr, database: db}
+	as := func(user string) []string { return []string{"NATS_USER=" + user, "NATS_PASSWORD=" + user + "-pw"} }
+
+	for _, v := range []string{"V1", "V2"} {
+		if out, code := e.podium(t, as("author"), "templates", "push", greetVersion(t, v)); code != 0 || !strings.Contains(out, "pushed greet@") {
+			t.Fatalf("the author's push of %s: exit %d\n%s", v, code, out)
+		}
+	}
+	if out, code := e.podium(t, as("author"), "templates", "label", "greet", "2", "staging"); code != 0 || !strings.Contains(out, "label staging of greet -> 2") {
+		t.Errorf("the author's move of staging: exit %d\n%s", code, out)
+	}
+	out, code := e.podium(t, as("author"), "templates", "label", "greet", "2", "production")
+	t.Logf("$ podium templates label greet 2 production   (as the author)\n%s", out)
+	if code != 1 || !strings.Contains(out, "not permitted to move the production label") {
+		t.Errorf("the author's move of production: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, as("release"), "templates", "label", "greet", "2", "production"); code != 0 || !strings.Contains(out, "label production of greet -> 2") {
+		t.Errorf("the release user's move of production: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, as("author"), "templates", "list"); code != 0 || !strings.Contains(out, "production=2") || !strings.Contains(out, "staging=2") {
+		t.Errorf("list: exit %d\n%s", code, out)
 	}
 }

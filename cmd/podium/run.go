@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/library"
@@ -98,6 +100,8 @@ type env struct {
 	args   []string
 	// templates are the composers' template settings, from their environment (internal/library).
 	templates library.Settings
+	// denied hears the server refuse a publish for want of permission (see jetstream).
+	denied chan error
 
 	js    jetstream.JetStream
 	close []func()
@@ -112,6 +116,17 @@ func (e *env) jetstream() (jetstream.JetStream, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The server refuses a publish this user may not make asynchronously: the publish itself
+	// would wait out its deadline. The refusal is handed to whoever waits on e.denied.
+	e.denied = make(chan error, 1)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case e.denied <- err:
+			default:
+			}
+		}
+	})
 	e.close = append(e.close, nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -133,6 +148,32 @@ func (e *env) rank(ctx context.Context) (*rank.Store, error) {
 	e.store = st
 	return st, nil
 }
+
+// permitted runs publish, which writes to NATS, and ends it as soon as the server refuses this
+// user's publish: the refusal is its error (a *permissionError), not a deadline passed.
+func (e *env) permitted(ctx context.Context, publish func(ctx context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case err := <-e.denied:
+			cancel(&permissionError{err})
+		case <-ctx.Done():
+		}
+	}()
+	err := publish(ctx)
+	var denied *permissionError
+	if errors.As(context.Cause(ctx), &denied) {
+		return denied
+	}
+	return err
+}
+
+// permissionError is a publish the server refused this user.
+type permissionError struct{ err error }
+
+func (e *permissionError) Error() string { return e.err.Error() }
+func (e *permissionError) Unwrap() error { return e.err }
 
 func (e *env) done() {
 	for _, c := range e.close {

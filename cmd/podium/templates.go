@@ -95,14 +95,16 @@ func templatesPush(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		v, err := registry.Push(ctx, kv, name, files)
+		var v int
+		err = e.permitted(ctx, func(ctx context.Context) (err error) { v, err = registry.Push(ctx, kv, name, files); return err })
 		if err != nil {
-			return &checkError{"refused: " + err.Error()}
+			return &checkError{"refused: " + denial(err, "push versions of "+name).Error()}
 		}
 		fmt.Fprintf(e.out, "pushed %s@%d (%d files)\n", name, v, len(files))
 		if *label != "" {
-			if err := registry.Label(ctx, kv, name, *label, v); err != nil {
-				return err
+			err := e.permitted(ctx, func(ctx context.Context) error { return registry.Label(ctx, kv, name, *label, v) })
+			if err != nil {
+				return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", *label, name)).Error()}
 			}
 			fmt.Fprintf(e.out, "label %s of %s -> %d\n", *label, name, v)
 		}
@@ -196,12 +198,23 @@ func templatesLabel(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		if err := registry.Label(ctx, kv, e.args[0], e.args[2], version); err != nil {
-			return &checkError{err.Error()}
+		err = e.permitted(ctx, func(ctx context.Context) error { return registry.Label(ctx, kv, e.args[0], e.args[2], version) })
+		if err != nil {
+			return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", e.args[2], e.args[0])).Error()}
 		}
 		fmt.Fprintf(e.out, "label %s of %s -> %d\n", e.args[2], e.args[0], version)
 		return nil
 	}
+}
+
+// denial says what a user was not permitted to do, where the server refused its publish; any
+// other error is returned as it is.
+func denial(err error, what string) error {
+	var denied *permissionError
+	if !errors.As(err, &denied) {
+		return err
+	}
+	return fmt.Errorf("not permitted to %s: NATS refuses this user's publish (protected labels and the release role: docs/templates.md, \"Protected labels\"): %v", what, denied)
 }
 
 func templatesHistory(fs *flag.FlagSet) func(context.Context, *env) error {
