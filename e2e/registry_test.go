@@ -365,3 +365,95 @@ func TestProductionLabelNeedsTheReleaseRole(t *testing.T) {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
 }
+
+// TestTemplatesTryIsADryRun: `podium templates try` renders an execution's recorded requests with
+// a candidate version, each as of its own evaluations_seq, and publishes nothing: a shorter
+// candidate shows fewer tokens for every request; a candidate whose budget no request fits shows
+// every request failing with budget_exceeded; --last N takes the newest N records of any execution.
+func TestTemplatesTryIsADryRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	e.start("composer")
+	const exec = "try"
+	n := e.play(exec, 3, 3)
+	short := filepath.Join(t.TempDir(), "team-round")
+	tiny := filepath.Join(t.TempDir(), "team-round")
+	for dir, files := range map[string]map[string]string{
+		short: {"prompt.mustache": "Round {{round_number}} for {{team.name}}: improve.\n"},
+		tiny: {"prompt.mustache": strings.Repeat("Every word of this long fixed text counts against the budget. ", 20) + "{{team.name}}\n",
+			"manifest.json": `{"limits": {"max_prompt_tokens": 40}}`},
+	} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, text := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, dir := range []string{short, tiny} {
+		if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 {
+			t.Fatalf("push: exit %d\n%s", code, out)
+		}
+	}
+	prompts := func() uint64 {
+		st, err := e.js.Stream(t.Context(), events.StreamPrompts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().State.Msgs
+	}
+	before := prompts()
+
+	type result struct {
+		Requests []struct {
+			Round        int    `json:"round_number"`
+			TokensBefore int    `json:"tokens_before"`
+			TokensAfter  int    `json:"tokens_after"`
+			Failure      string `json:"failure"`
+			Candidate    struct {
+				Version int `json:"version"`
+			} `json:"candidate_template"`
+		} `json:"requests"`
+		Summary struct {
+			Requests       int            `json:"requests"`
+			Failures       int            `json:"failures"`
+			FailuresByCode map[string]int `json:"failures_by_code"`
+		} `json:"summary"`
+	}
+	try := func(args ...string) result {
+		t.Helper()
+		out, code := e.podium(t, nil, append([]string{"templates", "try"}, args...)...)
+		var r result
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+			t.Fatalf("try %v: exit %d\n%s", args, code, out)
+		}
+		return r
+	}
+	got := try("team-round@1", "--execution", exec, "--json")
+	if got.Summary.Requests != n || got.Summary.Failures != 0 {
+		t.Errorf("the short candidate: %+v", got.Summary)
+	}
+	for _, r := range got.Requests {
+		if r.Candidate.Version != 1 || r.TokensAfter == 0 || r.TokensAfter >= r.TokensBefore {
+			t.Errorf("round %d: %+v", r.Round, r)
+		}
+	}
+	got = try("team-round@2", "--execution", exec, "--json")
+	if got.Summary.Failures != n || got.Summary.FailuresByCode["budget_exceeded"] != n {
+		t.Errorf("the candidate no request fits: %+v", got.Summary)
+	}
+	if got := try("team-round@1", "--last", "4", "--json"); got.Summary.Requests != 4 {
+		t.Errorf("--last 4: %+v", got.Summary)
+	}
+	out, code := e.podium(t, nil, "templates", "try", "team-round@1", "--execution", exec, "--diff")
+	t.Logf("$ podium templates try team-round@1 --execution %s --diff\n%.1500s", exec, out)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d requests: 0 would fail", n)) || !strings.Contains(out, "+Round 2 for Team team-0: improve.") {
+		t.Errorf("try --diff: exit %d\n%s", code, out)
+	}
+	if after := prompts(); after != before {
+		t.Errorf("PROMPTS holds %d records after the dry runs, %d before", after, before)
+	}
+}
