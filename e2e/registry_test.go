@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/nats-io/nats-server/v2/server"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -455,5 +456,123 @@ func TestTemplatesTryIsADryRun(t *testing.T) {
 	}
 	if after := prompts(); after != before {
 		t.Errorf("PROMPTS holds %d records after the dry runs, %d before", after, before)
+	}
+}
+
+// TestTemplatesCompare plays seeded tournaments through the pipeline: in one, half of each
+// execution's teams get version 1 of a template and half version 2, and version 2's prompts add 3
+// points to a team's next score; in the other (A/A) both versions are alike. `podium templates
+// compare` finds the effect, with an interval that excludes 0, and no difference in the A/A split.
+func TestTemplatesCompare(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	e.start("composer")
+	e.start("archiver")
+	for _, name := range []string{"exp", "aa"} {
+		for v := 1; v <= 2; v++ {
+			dir := filepath.Join(t.TempDir(), name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			text := fmt.Sprintf("%s version %d, round {{round_number}} for {{team.name}}.\n", name, v)
+			if err := os.WriteFile(filepath.Join(dir, "prompt.mustache"), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 {
+				t.Fatalf("push %s v%d: exit %d\n%s", name, v, code, out)
+			}
+		}
+	}
+	const teams, rounds = 8, 5
+	play := func(name string, effect float64, seed uint64, execs ...string) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		scores := map[string]float64{}
+		for r := 1; r <= rounds; r++ {
+			want := 0
+			for _, exec := range execs {
+				for k := range teams {
+					team := fmt.Sprintf("team-%d", k)
+					e.requestRound(fmt.Sprintf("req-%s-%s-%d", exec, team, r), events.RoundRequested{ExecutionID: exec, TeamID: team,
+						TeamName: "Team " + team, RoundNumber: r, UserPrompt: "Go.", MaxRounds: rounds, Template: fmt.Sprintf("%s@%d", name, 1+k%2)},
+						t0.Add(time.Duration(r)*time.Hour))
+					want++
+				}
+			}
+			for _, exec := range execs {
+				e.answers("prompt.*."+exec+".*", teams*r, 30*time.Second)
+			}
+			for _, exec := range execs {
+				for k := range teams {
+					team, id := fmt.Sprintf("team-%d", k), exec+"/"+fmt.Sprint(k)
+					if r == 1 {
+						scores[id] = 50 + 10*rng.Float64()
+					} else {
+						scores[id] += 2 + 2*rng.NormFloat64()
+						if k%2 == 1 {
+							scores[id] += effect
+						}
+					}
+					e.publishEvaluation(fmt.Sprintf("ev-%s-%s-%d", exec, team, r),
+						evaluation(exec, team, "Team "+team, r, scores[id], fmt.Sprintf("answer %d", r), t0.Add(time.Duration(r)*time.Hour+time.Minute)))
+				}
+			}
+		}
+	}
+	play("exp", 3, 11, "exp-1", "exp-2")
+	play("aa", 0, 12, "aa-1", "aa-2")
+	for _, exec := range []string{"exp-1", "exp-2", "aa-1", "aa-2"} {
+		waitBoard(t, ranker, exec, func(lb leaderboard) bool {
+			n := 0
+			for _, row := range lb.Teams {
+				n += row.Rounds
+			}
+			return n == teams*rounds
+		})
+	}
+
+	type version struct {
+		Version    int        `json:"version"`
+		Prompts    int        `json:"prompts"`
+		Teams      int        `json:"teams"`
+		Executions int        `json:"executions"`
+		MeanGain   float64    `json:"mean_gain"`
+		MeanGainCI [2]float64 `json:"mean_gain_ci"`
+		Versus     []struct {
+			Version int        `json:"version"`
+			Diff    float64    `json:"mean_gain_diff"`
+			CI      [2]float64 `json:"ci"`
+		} `json:"versus"`
+	}
+	compare := func(name string) []version {
+		t.Helper()
+		out, code := e.podium(t, nil, "templates", "compare", name, "--json")
+		var vs []version
+		if code != 0 || json.Unmarshal([]byte(out), &vs) != nil || len(vs) != 2 {
+			t.Fatalf("compare %s: exit %d\n%s", name, code, out)
+		}
+		return vs
+	}
+	exp := compare("exp")
+	for _, v := range exp {
+		if v.Prompts != 2*teams/2*rounds || v.Teams != teams || v.Executions != 2 {
+			t.Errorf("exp version %d counts: %+v", v.Version, v)
+		}
+	}
+	d := exp[1].Versus[0]
+	t.Logf("exp: version 1 gain %.2f %v, version 2 gain %.2f %v; 2 minus 1: %.2f %v", exp[0].MeanGain, exp[0].MeanGainCI, exp[1].MeanGain, exp[1].MeanGainCI, d.Diff, d.CI)
+	if d.Version != 1 || d.CI[0] <= 0 {
+		t.Errorf("the effect of version 2 was not found: %+v", d)
+	}
+	aa := compare("aa")
+	if d := aa[1].Versus[0]; d.CI[0] > 0 || d.CI[1] < 0 {
+		t.Errorf("the A/A split found a difference: %+v", d)
+	} else {
+		t.Logf("aa: 2 minus 1: %.2f %v", d.Diff, d.CI)
+	}
+	out, code := e.podium(t, nil, "templates", "compare", "exp")
+	t.Logf("$ podium templates compare exp\n%s", out)
+	if code != 0 || !strings.Contains(out, "version 2 helps teams more") {
+		t.Errorf("compare exp: exit %d\n%s", code, out)
 	}
 }

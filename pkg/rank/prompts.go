@@ -194,3 +194,21 @@ func (s *Store) HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, erro
 func (s *Store) NoteArchiveEpoch(ctx context.Context, epoch string, at time.Time) error {
 	return s.ArchivePrompts(ctx, []ArchivedPrompt{{EventID: epoch, EventType: markerType, Stored: at}})
 }
+
+// TemplateExecutions are the executions the archive holds prompts of a template name of, sorted.
+func (s *Store) TemplateExecutions(ctx context.Context, name string) ([]string, error) {
+	var out []string
+	err := s.query(ctx, `SELECT DISTINCT execution_id FROM prompts WHERE template_name = ? AND event_type = 'prompt.composed' ORDER BY execution_id`,
+		[]any{name}, func(rows driver.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			out = append(out, id)
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("rank: executions of template %s: %w", name, err)
+	}
+	return out, nil
+}
