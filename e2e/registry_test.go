@@ -576,3 +576,126 @@ func TestTemplatesCompare(t *testing.T) {
 		t.Errorf("compare exp: exit %d\n%s", code, out)
 	}
 }
+
+// pushVersions pushes n versions of a one-file template name, each saying its version.
+func pushVersions(t *testing.T, e *env, name string, n int) {
+	t.Helper()
+	for v := 1; v <= n; v++ {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		text := fmt.Sprintf("%s version %d, round {{round_number}} for {{team.name}}.\n", name, v)
+		if err := os.WriteFile(filepath.Join(dir, "prompt.mustache"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 {
+			t.Fatalf("push %s v%d: exit %d\n%s", name, v, code, out)
+		}
+	}
+}
+
+// TestWeightedLabelIsSticky: a production label split 50/50 serves each team the version its
+// execution and team choose, on whichever of three composer replicas; the record says the label
+// and the version; after the weights move to 10/90 every team keeps its version in later rounds,
+// a new execution's teams follow the new weights, and every record verifies.
+func TestWeightedLabelIsSticky(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composers := []*proc{e.start("composer"), e.start("composer"), e.start("composer")}
+	pushVersions(t, e, "exp", 2)
+	label := func(specs ...string) {
+		t.Helper()
+		if out, code := e.podium(t, nil, append(append([]string{"templates", "label", "exp"}, specs...), "production")...); code != 0 {
+			t.Fatalf("label: exit %d\n%s", code, out)
+		}
+	}
+	const teams = 12
+	served := map[string]int{} // exec/team -> version
+	round := func(exec string, r int, split compose.Split) {
+		t.Helper()
+		for k := range teams {
+			team := fmt.Sprintf("team-%d", k)
+			e.requestRound(fmt.Sprintf("req-%s-%s-%d", exec, team, r), events.RoundRequested{ExecutionID: exec, TeamID: team,
+				TeamName: "Team " + team, RoundNumber: r, UserPrompt: "Go.", MaxRounds: 3, Template: "exp"}, t0.Add(time.Duration(r)*time.Hour))
+		}
+		got := e.answers("prompt.*."+exec+".*", teams*r, 30*time.Second)
+		for k := range teams {
+			team := fmt.Sprintf("team-%d", k)
+			a := got[fmt.Sprintf("req-%s-%s-%d", exec, team, r)]
+			if !a.ok() || a.composed.Template.Label != "production" || a.composed.Request.Data.Template != "exp" {
+				t.Fatalf("%s %s round %d: %s %+v %+v", exec, team, r, a.subject, a.composed.Template, a.failed)
+			}
+			v, id := a.composed.Template.Version, exec+"/"+team
+			if want, ok := served[id]; ok && v != want {
+				t.Errorf("%s moved from version %d to %d in round %d", id, want, v, r)
+			}
+			if _, ok := served[id]; !ok {
+				// A team's first version is the one its hash chooses against the weights of then.
+				want, _ := compose.Choose(split, "exp", "production", compose.Assignment{ExecutionID: exec, TeamID: team})
+				if v != want {
+					t.Errorf("%s first served version %d, the split chooses %d", id, v, want)
+				}
+				served[id] = v
+			}
+		}
+	}
+	even := compose.Split{{Version: 1, Weight: 50}, {Version: 2, Weight: 50}}
+	skewed := compose.Split{{Version: 1, Weight: 10}, {Version: 2, Weight: 90}}
+	label("1=50", "2=50")
+	// Every composer has the split before the first request: a render of a probe team says so.
+	for _, p := range composers {
+		testenv.WaitFor(t, 10*time.Second, "the composer serves the split", func() (bool, string) {
+			status, body := p.render(t, map[string]any{"execution_id": "probe", "team_id": "p", "team_name": "P", "round_number": 1, "user_prompt": "Go.", "template": "exp"})
+			return status == http.StatusOK && strings.Contains(string(body), `"label":"production"`), fmt.Sprintf("%d %.200s", status, body)
+		})
+	}
+	round("split-1", 1, even)
+	versions := map[int]int{}
+	for _, v := range served {
+		versions[v]++
+	}
+	if versions[1] == 0 || versions[2] == 0 {
+		t.Errorf("a 50/50 split served %v", versions)
+	}
+
+	// The weights move; a probe team whose choice differs shows when each composer has them.
+	label("1=10", "2=90")
+	probe := ""
+	for k := range 100 {
+		a := compose.Assignment{ExecutionID: "probe-2", TeamID: fmt.Sprintf("p%d", k)}
+		x, _ := compose.Choose(even, "exp", "production", a)
+		y, _ := compose.Choose(skewed, "exp", "production", a)
+		if x != y {
+			probe = a.TeamID
+			break
+		}
+	}
+	want, _ := compose.Choose(skewed, "exp", "production", compose.Assignment{ExecutionID: "probe-2", TeamID: probe})
+	for _, p := range composers {
+		testenv.WaitFor(t, 10*time.Second, "the composer serves the new weights", func() (bool, string) {
+			status, body := p.render(t, map[string]any{"execution_id": "probe-2", "team_id": probe, "team_name": "P", "round_number": 1, "user_prompt": "Go.", "template": "exp"})
+			return status == http.StatusOK && strings.Contains(string(body), fmt.Sprintf(`"version":%d`, want)), fmt.Sprintf("%d %.200s", status, body)
+		})
+	}
+	round("split-1", 2, skewed) // started teams keep their versions
+	round("split-1", 3, skewed)
+	round("split-2", 1, skewed) // new teams follow the new weights
+
+	spread := 0
+	for _, p := range composers {
+		if p.metric(t, `composer_requests_total{code="",outcome="composed"}`) > 0 {
+			spread++
+		}
+	}
+	t.Logf("served %v; composers that answered: %d of 3", served, spread)
+	for _, exec := range []string{"split-1", "split-2"} {
+		if out, code := e.podium(t, nil, "prompts", "verify", "--all", "--execution", exec); code != 0 {
+			t.Errorf("verify %s: exit %d\n%s", exec, code, out)
+		}
+	}
+	if out, code := e.podium(t, nil, "templates", "list"); code != 0 || !strings.Contains(out, "production=[1=10,2=90]") {
+		t.Errorf("list: exit %d\n%s", code, out)
+	}
+}

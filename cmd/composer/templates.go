@@ -149,6 +149,7 @@ const registryLookupEvery = 2 * time.Second
 func (t *templates) rebuild(entries map[string][]byte) {
 	state, errs := registry.Parse(entries)
 	lib, bad := t.base.WithRegistry(state.Versions, state.Labels)
+	lib = lib.WithSplits(state.Splits)
 	// Each rejection is logged and counted once while it lasts; the set holds the current ones
 	// only, so it does not grow with every bad version the registry ever held.
 	now := map[string]bool{}

@@ -102,7 +102,7 @@ func templatesPush(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		fmt.Fprintf(e.out, "pushed %s@%d (%d files)\n", name, v, len(files))
 		if *label != "" {
-			err := e.permitted(ctx, func(ctx context.Context) error { return registry.Label(ctx, kv, name, *label, v) })
+			err := e.permitted(ctx, func(ctx context.Context) error { return registry.Label(ctx, kv, name, *label, compose.Split{{Version: v, Weight: 1}}) })
 			if err != nil {
 				return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", *label, name)).Error()}
 			}
@@ -146,6 +146,9 @@ func templatesList(fs *flag.FlagSet) func(context.Context, *env) error {
 			for _, l := range slices.Sorted(maps.Keys(s.Labels[name])) {
 				labels = append(labels, fmt.Sprintf("%s=%d", l, s.Labels[name][l]))
 			}
+			for _, l := range slices.Sorted(maps.Keys(s.Splits[name])) {
+				labels = append(labels, fmt.Sprintf("%s=[%s]", l, s.Splits[name][l]))
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", name, strings.Trim(fmt.Sprint(vs), "[]"), strings.Join(labels, " "))
 		}
 		return tw.Flush()
@@ -187,22 +190,27 @@ func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
 
 func templatesLabel(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 3 {
-			return usagef("want NAME VERSION LABEL")
+		if len(e.args) < 3 {
+			return usagef("want NAME VERSION[=WEIGHT]... LABEL")
 		}
-		version, err := strconv.Atoi(e.args[1])
-		if err != nil || version < 1 {
-			return usagef("VERSION must be a positive number, got %q", e.args[1])
+		name, label, specs := e.args[0], e.args[len(e.args)-1], e.args[1:len(e.args)-1]
+		split, err := registry.ParseSplit(strings.Join(specs, ","))
+		if err != nil {
+			return usagef("%v", err)
 		}
 		kv, err := e.registryKV(ctx, false)
 		if err != nil {
 			return err
 		}
-		err = e.permitted(ctx, func(ctx context.Context) error { return registry.Label(ctx, kv, e.args[0], e.args[2], version) })
+		err = e.permitted(ctx, func(ctx context.Context) error { return registry.Label(ctx, kv, name, label, split) })
 		if err != nil {
-			return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", e.args[2], e.args[0])).Error()}
+			return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", label, name)).Error()}
 		}
-		fmt.Fprintf(e.out, "label %s of %s -> %d\n", e.args[2], e.args[0], version)
+		if len(split) == 1 {
+			fmt.Fprintf(e.out, "label %s of %s -> %d\n", label, name, split[0].Version)
+			return nil
+		}
+		fmt.Fprintf(e.out, "label %s of %s -> %s (each team keeps the version it was first served for its whole execution)\n", label, name, split)
 		return nil
 	}
 }

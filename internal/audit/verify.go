@@ -117,8 +117,10 @@ func (v *Verifier) Verify(ctx context.Context, r Record) error {
 		return differs("prompt sha256 %.16s…, rendered again %.16s…: %s", d.PromptSHA256, out.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
 	}
 	// Everything else the record says about the prompt, but the request, which the record names
-	// by what it asked for.
+	// by what it asked for, and the label its template resolved through (the version, which the
+	// label chose, is what renders again).
 	out.Request, d.Request = nil, nil
+	out.Template.Label = d.Template.Label
 	var got, want map[string]json.RawMessage
 	g, _ := json.Marshal(out)
 	w, _ := json.Marshal(d)

@@ -118,5 +118,5 @@ func (s Settings) Load(encoding string, reg registry.State) (*compose.Library, e
 		return nil, fmt.Errorf("templates: %w", err)
 	}
 	lib, _ = lib.WithRegistry(reg.Versions, reg.Labels)
-	return lib, nil
+	return lib.WithSplits(reg.Splits), nil
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,31 +54,40 @@ func Encode(v compose.Version) ([]byte, error) {
 	return json.Marshal(d)
 }
 
-// State is the registry's content: its versions and, by name, its labels.
+// State is the registry's content: its versions and, by name, its labels: those that point at one
+// version, and those that split between several by weight.
 type State struct {
 	Versions []compose.Version
 	Labels   map[string]map[string]int
+	Splits   map[string]map[string]compose.Split
 }
 
 // Parse reads the registry's current entries (key -> value). An entry that is not a version or
 // a label of the layout above is returned as an error and left out.
 func Parse(entries map[string][]byte) (State, []error) {
-	s := State{Labels: map[string]map[string]int{}}
+	s := State{Labels: map[string]map[string]int{}, Splits: map[string]map[string]compose.Split{}}
 	var errs []error
 	for key, value := range entries {
 		name, rest, _ := strings.Cut(key, ".")
 		switch {
 		case strings.HasPrefix(rest, "label."):
 			label := strings.TrimPrefix(rest, "label.")
-			n, err := strconv.Atoi(string(value))
-			if err != nil || n < 1 {
-				errs = append(errs, fmt.Errorf("registry: label %s holds %s, not a version", key, events.Quote(string(value))))
+			split, err := ParseSplit(string(value))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("registry: label %s holds %s: %v", key, events.Quote(string(value)), err))
 				continue
 			}
-			if s.Labels[name] == nil {
-				s.Labels[name] = map[string]int{}
+			if len(split) == 1 {
+				if s.Labels[name] == nil {
+					s.Labels[name] = map[string]int{}
+				}
+				s.Labels[name][label] = split[0].Version
+				continue
 			}
-			s.Labels[name][label] = n
+			if s.Splits[name] == nil {
+				s.Splits[name] = map[string]compose.Split{}
+			}
+			s.Splits[name][label] = split
 		case strings.HasPrefix(rest, "v"):
 			var d document
 			n, err := strconv.Atoi(rest[1:])
@@ -164,16 +174,56 @@ func Push(ctx context.Context, kv jetstream.KeyValue, name string, files map[str
 	}
 }
 
-// Label points a label of name at one of its versions, which must exist. Moving a label is a
-// rollback, or a release.
-func Label(ctx context.Context, kv jetstream.KeyValue, name, label string, version int) error {
+// ParseSplit reads a label's value: one version ("5"), or versions with weights ("5=50,6=50"),
+// each version once, each weight positive.
+func ParseSplit(value string) (compose.Split, error) {
+	var split compose.Split
+	for part := range strings.SplitSeq(value, ",") {
+		v, w, weighted := strings.Cut(part, "=")
+		version, err := strconv.Atoi(v)
+		if err != nil || version < 1 {
+			return nil, fmt.Errorf("%s is not a version", events.Quote(v))
+		}
+		weight := 1
+		if weighted {
+			if weight, err = strconv.Atoi(w); err != nil || weight < 1 {
+				return nil, fmt.Errorf("the weight of version %d must be a positive number, got %s", version, events.Quote(w))
+			}
+		} else if strings.Contains(value, ",") {
+			return nil, fmt.Errorf("version %d has no weight: a split gives every version one (5=50,6=50)", version)
+		}
+		if slices.ContainsFunc(split, func(sh compose.Share) bool { return sh.Version == version }) {
+			return nil, fmt.Errorf("version %d twice", version)
+		}
+		split = append(split, compose.Share{Version: version, Weight: weight})
+	}
+	slices.SortFunc(split, func(a, b compose.Share) int { return a.Version - b.Version })
+	return split, nil
+}
+
+// Label points a label of name at one of its versions, or splits it between several by weight
+// (split: their versions and weights; one share is a plain label), each of which must exist.
+// Moving a label, or its weights, is one write of one key: a rollback, a release, an experiment.
+func Label(ctx context.Context, kv jetstream.KeyValue, name, label string, split compose.Split) error {
 	if !events.ValidIdentifier(label) || label == "latest" {
 		return fmt.Errorf("registry: label %s must be an identifier other than latest", events.Quote(label))
 	}
-	if _, err := kv.Get(ctx, VersionKey(name, version)); err != nil {
-		return fmt.Errorf("registry: %s has no version %d: %w", name, version, err)
+	if len(split) == 0 {
+		return fmt.Errorf("registry: label %s: no version", label)
 	}
-	if _, err := kv.Put(ctx, LabelKey(name, label), []byte(strconv.Itoa(version))); err != nil {
+	value := strconv.Itoa(split[0].Version)
+	if len(split) > 1 {
+		value = split.String()
+	}
+	if _, err := ParseSplit(value); err != nil {
+		return fmt.Errorf("registry: label %s: %w", label, err)
+	}
+	for _, sh := range split {
+		if _, err := kv.Get(ctx, VersionKey(name, sh.Version)); err != nil {
+			return fmt.Errorf("registry: %s has no version %d: %w", name, sh.Version, err)
+		}
+	}
+	if _, err := kv.Put(ctx, LabelKey(name, label), []byte(value)); err != nil {
 		return fmt.Errorf("registry: label %s: %w", label, err)
 	}
 	return nil

@@ -40,3 +40,36 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSplit(t *testing.T) {
+	tests := []struct {
+		in, want string // want: the split as stored, "" for an error
+	}{
+		{"5", "5=1"},
+		{"6=50,5=50", "5=50,6=50"},
+		{"5=100", "5=100"},
+		{"5=50,6", ""},
+		{"5=0,6=10", ""},
+		{"5=50,5=50", ""},
+		{"x", ""},
+		{"0", ""},
+		{"5=-1", ""},
+	}
+	for _, tt := range tests {
+		got, err := ParseSplit(tt.in)
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("ParseSplit(%q) = %v, want an error", tt.in, got)
+			}
+			continue
+		}
+		if err != nil || got.String() != tt.want {
+			t.Errorf("ParseSplit(%q) = %v, %v; want %s", tt.in, got, err, tt.want)
+		}
+	}
+	// A label holding a split is a split of the state, one holding a version a plain label.
+	s, errs := Parse(map[string][]byte{"greet.label.production": []byte("1=50,2=50"), "greet.label.staging": []byte("2")})
+	if len(errs) != 0 || s.Splits["greet"]["production"].String() != "1=50,2=50" || s.Labels["greet"]["staging"] != 2 {
+		t.Errorf("Parse: %+v %v", s, errs)
+	}
+}

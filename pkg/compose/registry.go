@@ -24,7 +24,8 @@ type Version struct {
 // registered is what the registry holds of one template name.
 type registered struct {
 	versions map[int]*Template
-	labels   map[string]int // label -> version ("latest" is not stored: it is the highest)
+	labels   map[string]int   // label -> version ("latest" is not stored: it is the highest)
+	splits   map[string]Split // label -> versions and weights (split.go)
 	latest   int
 }
 
@@ -80,12 +81,12 @@ func (l *Library) WithTemplates(ts []*Template) *Library {
 	out := *l
 	out.registry = make(map[string]*registered, len(l.registry))
 	for name, r := range l.registry {
-		out.registry[name] = &registered{versions: maps.Clone(r.versions), labels: maps.Clone(r.labels), latest: r.latest}
+		out.registry[name] = &registered{versions: maps.Clone(r.versions), labels: maps.Clone(r.labels), splits: maps.Clone(r.splits), latest: r.latest}
 	}
 	for _, t := range ts {
 		r := out.registry[t.Name]
 		if r == nil {
-			r = &registered{versions: map[int]*Template{}, labels: map[string]int{}}
+			r = &registered{versions: map[int]*Template{}, labels: map[string]int{}, splits: map[string]Split{}}
 			out.registry[t.Name] = r
 		}
 		r.versions[t.Version] = t
@@ -110,7 +111,7 @@ func (l *Library) WithRegistry(versions []Version, labels map[string]map[string]
 		}
 		r := out.registry[v.Name]
 		if r == nil {
-			r = &registered{versions: map[int]*Template{}, labels: map[string]int{}}
+			r = &registered{versions: map[int]*Template{}, labels: map[string]int{}, splits: map[string]Split{}}
 			out.registry[v.Name] = r
 		}
 		r.versions[v.Version] = t
@@ -150,12 +151,24 @@ func (l *Library) lookupRegistered(ref events.Reference) (t *Template, found boo
 		if n, ok := r.labels[ref.Label]; ok {
 			return version(n, "is labelled "+ref.Label+" at")
 		}
+		if s, ok := r.splits[ref.Label]; ok {
+			return nil, true, splitUnresolved(ref.Name, ref.Label, s)
+		}
 	default:
 		if n, ok := r.labels["production"]; ok {
 			return version(n, "is labelled production at")
 		}
+		if s, ok := r.splits["production"]; ok {
+			return nil, true, splitUnresolved(ref.Name, "production", s)
+		}
 	}
 	return nil, false, nil
+}
+
+// splitUnresolved is a split label looked up without a request to choose for (split.go: the
+// composer chooses, per execution and team).
+func splitUnresolved(name, label string, s Split) error {
+	return events.Failf(events.CodeUnknownTemplate, "template %q: label %q splits between versions %s: name a version (%s@V), or let a request's execution and team choose", name, label, s, name)
 }
 
 // describe lists the registered versions and labels of a name, for error messages.

@@ -256,6 +256,10 @@ type TemplateRef struct {
 	SHA256   string `json:"sha256"`
 	Variant  string `json:"variant,omitempty"`
 	Fallback bool   `json:"fallback"`
+	// Label is the registry label the request's template resolved through (production for a bare
+	// name), when it did: with a label split between versions, the record says which label and
+	// which version the team was served (a compatible addition).
+	Label string `json:"label,omitempty"`
 }
 
 // Truncation records one cut the budget made.

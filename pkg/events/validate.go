@@ -439,6 +439,9 @@ func (c *checker) promptComposed(m map[string]any, p string) (exec, team string)
 		}
 		c.str(t, tp, "variant", false)
 		c.boolean(t, tp, "fallback", true)
+		if v, ok := c.str(t, tp, "label", false); ok && !ValidIdentifier(v) {
+			c.add(join(tp, "label"), "must be an identifier")
+		}
 	}
 	c.str(m, p, "model", false)
 	c.integer(m, p, "token_estimate", true, 0, math.MaxInt32)
