@@ -102,7 +102,9 @@ func templatesPush(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		fmt.Fprintf(e.out, "pushed %s@%d (%d files)\n", name, v, len(files))
 		if *label != "" {
-			err := e.permitted(ctx, func(ctx context.Context) error { return registry.Label(ctx, kv, name, *label, compose.Split{{Version: v, Weight: 1}}) })
+			err := e.permitted(ctx, func(ctx context.Context) error {
+				return registry.Label(ctx, kv, name, *label, compose.Split{{Version: v, Weight: 1}})
+			})
 			if err != nil {
 				return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", *label, name)).Error()}
 			}
