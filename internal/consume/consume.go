@@ -350,12 +350,32 @@ func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
 		if err == nil {
 			return cons, nil
 		}
+		pause := retryEvery
+		if brokenStore(err) {
+			// A consumer made again while nats-server still removes the deleted one's files
+			// loses its own files with them, and refuses every update after ("meta.inf.tmp: no
+			// such file or directory"; seen in the chaos soak: a minute of refusals, then the
+			// composer exited). Deleted, it is made whole by the next try, after the removal
+			// has settled.
+			rt.Log.Warn("the consumer made again has no store on the server; deleting it to make it once more",
+				"consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream, "error", err)
+			dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = rt.Source.JS.DeleteConsumer(dctx, rt.Source.Stream, rt.Source.Consumer.Durable)
+			dcancel()
+			pause = deletionSettles
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("consume: consumer %s on %s lost and not made again within %s: %w", rt.Source.Consumer.Durable, rt.Source.Stream, rt.RecoverFor, err)
-		case <-time.After(retryEvery):
+		case <-time.After(pause):
 		}
 	}
+}
+
+// brokenStore reports whether the server refused a consumer because its files are gone.
+func brokenStore(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code >= 500 && strings.Contains(api.Description, "no such file or directory")
 }
 
 func errText(err error) string {
