@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats-server/v2/server"
 	"math/rand/v2"
 	"net/http"
@@ -574,6 +576,34 @@ func TestTemplatesCompare(t *testing.T) {
 	t.Logf("$ podium templates compare exp\n%s", out)
 	if code != 0 || !strings.Contains(out, "version 2 helps teams more") {
 		t.Errorf("compare exp: exit %d\n%s", code, out)
+	}
+
+	// The console's page of the template: the versions side by side, the verdict, the chart of
+	// gain per round, and a dry run of version 1 on an execution's recorded requests.
+	console := e.start("console")
+	page, err := httpGet("http://" + console.addr + "/templates/exp")
+	for _, want := range []string{`id="versions"`, `data-version="1"`, `data-version="2"`, "version 2 helps teams more", `<svg class="chart"`, `aria-label="mean gain of each version`} {
+		if err != nil || !strings.Contains(page, want) {
+			t.Errorf("the template page lacks %s (%v)", want, err)
+		}
+	}
+	tried := "/templates/exp?try=1&execution=exp-1"
+	page, err = httpGet("http://" + console.addr + tried)
+	if err != nil || !strings.Contains(page, `id="trials"`) || !strings.Contains(page, fmt.Sprintf("%d recorded request(s) of exp-1 rendered again with exp@1", teams*rounds)) {
+		t.Errorf("the dry run on the page: %v\n%.3000s", err, page)
+	}
+	ctx := browser(t)
+	navigate(t, ctx, "http://"+console.addr+tried)
+	writeShot(t, ctx, screenshotDir(t), "template.png")
+	// The experiment's section alone: the picture of docs/templates.md.
+	tctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(tctx, chromedp.Screenshot("#experiment"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(screenshotDir(t), "template-experiment.png"), png, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
@@ -105,6 +106,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 			}
 			return audit.NewVerifier(settings, reg, render.Store{St: st}).Verify(ctx, rec)
+		},
+		Try: func(ctx context.Context, ref string, recs []audit.Record) ([]audit.Trial, error) {
+			var reg registry.State
+			if kv, err := base.JS.KeyValue(ctx, registry.Bucket); err == nil {
+				if reg, _, err = registry.Load(ctx, kv); err != nil {
+					return nil, err
+				}
+			}
+			libs := map[string]*compose.Library{}
+			trials := make([]audit.Trial, 0, len(recs))
+			for _, rec := range recs {
+				lib, ok := libs[rec.Data.TokenEncoding]
+				if !ok {
+					var err error
+					if lib, err = settings.Load(rec.Data.TokenEncoding, reg); err != nil {
+						return nil, err
+					}
+					libs[rec.Data.TokenEncoding] = lib
+				}
+				t, err := audit.Try(ctx, lib, render.Store{St: st}, rec, ref)
+				if err != nil {
+					return nil, err
+				}
+				trials = append(trials, t)
+			}
+			return trials, nil
 		},
 		MaxViewers: cfg.MaxViewers, CacheExecutions: cfg.CacheExecutions,
 	})

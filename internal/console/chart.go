@@ -40,6 +40,7 @@ type chartTick struct {
 }
 
 type chart struct {
+	Aria                           string // what the chart shows, for screen readers
 	W, H, Left, Right, Top, Bottom int
 	Lines                          []chartLine
 	XTicks, YTicks                 []chartTick
@@ -50,7 +51,7 @@ type chart struct {
 // scoreChart draws every team's score per round and its best so far (under order), teams in
 // leaderboard order so colours follow positions.
 func scoreChart(rounds []rank.RoundScore, board []events.LeaderboardRow, order events.ScoreOrder) chart {
-	c := chart{W: chartW, H: chartH, Left: padL, Right: chartW - padR, Top: padT, Bottom: chartH - padB}
+	c := chart{Aria: "score of each team per round; dashed: its best so far", W: chartW, H: chartH, Left: padL, Right: chartW - padR, Top: padT, Bottom: chartH - padB}
 	if len(rounds) == 0 {
 		c.Empty = true
 		return c

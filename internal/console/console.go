@@ -34,6 +34,7 @@ type Store interface {
 	Executions(ctx context.Context) ([]rank.ExecutionSummary, error)
 	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 	Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error)
+	TemplateExecutions(ctx context.Context, name string) ([]string, error)
 	audit.Archive
 }
 
@@ -49,6 +50,9 @@ type Deps struct {
 	// Verify checks one record as `podium prompts verify` does: nil, an *audit.Mismatch, or an
 	// error that is no verdict.
 	Verify func(ctx context.Context, r audit.Record) error
+	// Try renders recorded requests again with a template version (ref: name@V), publishing
+	// nothing, as `podium templates try` does.
+	Try func(ctx context.Context, ref string, recs []audit.Record) ([]audit.Trial, error)
 	// Builtin are the templates composers load without the registry (built-in and
 	// COMPOSER_TEMPLATES_DIR).
 	Builtin []*compose.Template

@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -81,14 +82,17 @@ func sortedLabels(m map[string]int) []labelView {
 }
 
 type templatePage struct {
-	Name     string
-	Versions []int
-	Labels   []labelView
-	History  []registry.Change
-	A, B     int
-	Diff     *diffView
-	Show     int
-	Source   clipped
+	Name       string
+	Versions   []int
+	Labels     []labelView
+	Splits     []string // labels split between versions: "production=[5=50,6=50]"
+	History    []registry.Change
+	A, B       int
+	Diff       *diffView
+	Show       int
+	Source     clipped
+	Experiment *experimentView
+	Try        *tryView
 }
 
 // template is GET /templates/{name}[?a=V&b=W][&show=V]: a name's versions, labels and history,
@@ -107,6 +111,9 @@ func (c *Console) template(r *http.Request) (any, error) {
 		return nil, notFound("the registry has no template %s", events.Quote(name))
 	}
 	p := templatePage{Name: name, Labels: sortedLabels(s.Labels[name])}
+	for _, l := range slices.Sorted(maps.Keys(s.Splits[name])) {
+		p.Splits = append(p.Splits, fmt.Sprintf("%s=[%s]", l, s.Splits[name][l]))
+	}
 	byVersion := map[int]compose.Version{}
 	for _, v := range versions {
 		p.Versions = append(p.Versions, v.Version)
@@ -141,5 +148,11 @@ func (c *Console) template(r *http.Request) (any, error) {
 	textdiff.Unified(&out, fmt.Sprintf("%s@%d", name, p.A), fmt.Sprintf("%s@%d", name, p.B), registry.Source(a), registry.Source(b), 3)
 	p.Diff = linesOf(out.String())
 	p.Source = clip(registry.Source(byVersion[p.Show]), shownBytes)
+	if p.Experiment, err = c.experimentOf(r.Context(), name); err != nil {
+		return nil, err
+	}
+	if p.Try, err = c.tryOf(r, name); err != nil {
+		return nil, err
+	}
 	return p, nil
 }

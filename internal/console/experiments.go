@@ -1,0 +1,160 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/experiment"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// experimentView is a template's versions side by side (internal/experiment, as `podium templates
+// compare` prints them) and a chart of each version's mean gain per round.
+type experimentView struct {
+	Executions int
+	Versions   []experiment.Version
+	Verdicts   []string
+	Chart      chart
+}
+
+// experimentOf compares the versions of a template over the executions the archive holds prompts
+// of it in (at most maxCompared, the newest by name order last): their prompts and the
+// evaluations that answered them. Nil when no prompt of it is recorded.
+func (c *Console) experimentOf(ctx context.Context, name string) (*experimentView, error) {
+	execs, err := c.d.Store.TemplateExecutions(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(execs) > maxCompared {
+		execs = execs[len(execs)-maxCompared:]
+	}
+	var served []experiment.Served
+	for _, exec := range execs {
+		recs, err := c.audit().Records(ctx, audit.Query{ExecutionID: exec})
+		if err != nil {
+			return nil, err
+		}
+		type key struct {
+			team  string
+			round int
+		}
+		latest := map[key]int{}
+		var order []key
+		for _, r := range recs {
+			if r.Data.Template.Name != name {
+				continue
+			}
+			k := key{r.Data.TeamID, r.Data.RoundNumber}
+			if _, ok := latest[k]; !ok {
+				order = append(order, k)
+			}
+			latest[k] = r.Data.Template.Version
+		}
+		for _, k := range order {
+			served = append(served, experiment.Served{ExecutionID: exec, TeamID: k.team, Round: k.round, Version: latest[k]})
+		}
+	}
+	if len(served) == 0 {
+		return nil, nil
+	}
+	evs, err := c.d.Store.Scores(ctx, execs)
+	if err != nil {
+		return nil, err
+	}
+	rounds := map[string][]rank.RoundScore{}
+	for id, ev := range evs {
+		rounds[id] = ev.Reduce(rank.Bound{UpToSeq: rank.AllSeqs}).Rounds()
+	}
+	v := &experimentView{Executions: len(execs), Versions: experiment.Compare(experiment.Observe(served, rounds, events.Desc), 1)}
+	for _, ver := range v.Versions {
+		for _, d := range ver.VersusPrevious {
+			verdict := "no difference shown (the interval holds 0)"
+			switch {
+			case d.CI[0] > 0:
+				verdict = fmt.Sprintf("version %d helps teams more", ver.Version)
+			case d.CI[1] < 0:
+				verdict = fmt.Sprintf("version %d helps teams more", d.Version)
+			}
+			v.Verdicts = append(v.Verdicts, fmt.Sprintf("gain of %d minus %d: %+.2f [%.2f, %.2f]: %s", ver.Version, d.Version, d.MeanGainDiff, d.CI[0], d.CI[1], verdict))
+		}
+	}
+	v.Chart = gainChart(v.Versions)
+	return v, nil
+}
+
+// maxCompared bounds the executions a template page reads (each one's records and scores): the
+// CLI compares any number.
+const maxCompared = 50
+
+// gainChart draws each version's mean gain per round: the score chart's geometry, a line a version.
+func gainChart(versions []experiment.Version) chart {
+	var rounds []rank.RoundScore
+	var rows []events.LeaderboardRow
+	for _, v := range versions {
+		id := "v" + strconv.Itoa(v.Version)
+		rows = append(rows, events.LeaderboardRow{TeamID: id, TeamName: "version " + strconv.Itoa(v.Version)})
+		for _, p := range v.GainPerRound {
+			rounds = append(rounds, rank.RoundScore{TeamID: id, Round: p.Round, Score: p.MeanGain})
+		}
+	}
+	c := scoreChart(rounds, rows, events.Desc)
+	c.Aria = "mean gain of each version's prompts per round"
+	for i := range c.Lines {
+		c.Lines[i].Best = "" // a best-so-far line means nothing for gains
+	}
+	return c
+}
+
+// tryView is a dry run of a version on an execution's recorded requests.
+type tryView struct {
+	Version   int
+	Execution string
+	Trials    []audit.Trial
+	Failures  int
+	Before    int
+	After     int
+}
+
+// tryOf runs the dry run the page's form asks for (?try=V&execution=E), nil when it asks none.
+func (c *Console) tryOf(r *http.Request, name string) (*tryView, error) {
+	q := r.URL.Query()
+	if q.Get("try") == "" {
+		return nil, nil
+	}
+	v, err := strconv.Atoi(q.Get("try"))
+	if err != nil || v < 1 {
+		return nil, badRequest("try: %s is not a version", events.Quote(q.Get("try")))
+	}
+	exec := q.Get("execution")
+	if !events.ValidIdentifier(exec) {
+		return nil, badRequest("execution %s is not an identifier", events.Quote(exec))
+	}
+	recs, err := c.audit().Records(r.Context(), audit.Query{ExecutionID: exec})
+	if err != nil && !isNotFound(err) {
+		return nil, err
+	}
+	if len(recs) > maxTried {
+		recs = recs[len(recs)-maxTried:]
+	}
+	trials, err := c.d.Try(r.Context(), fmt.Sprintf("%s@%d", name, v), recs)
+	if err != nil {
+		return nil, err
+	}
+	t := &tryView{Version: v, Execution: exec, Trials: trials}
+	for _, tr := range trials {
+		if tr.Failure != "" {
+			t.Failures++
+			continue
+		}
+		t.Before += tr.TokensBefore
+		t.After += tr.TokensAfter
+	}
+	return t, nil
+}
+
+// maxTried bounds the requests one page renders again: the newest of the execution.
+const maxTried = 200
