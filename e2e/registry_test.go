@@ -578,6 +578,14 @@ func TestTemplatesCompare(t *testing.T) {
 		t.Errorf("compare exp: exit %d\n%s", code, out)
 	}
 
+	// A time range: before anything was recorded, nothing; from long ago, everything.
+	if out, code := e.podium(t, nil, "templates", "compare", "exp", "--until", "2000-01-01T00:00:00Z"); code != 1 || !strings.Contains(out, "no prompt of template exp is recorded") {
+		t.Errorf("compare --until 2000: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "templates", "compare", "exp", "--since", "2000-01-01T00:00:00Z"); code != 0 || !strings.Contains(out, "gain of 2 minus 1: +3.08") {
+		t.Errorf("compare --since 2000: exit %d\n%s", code, out)
+	}
+
 	// The console's page of the template: the versions side by side, the verdict, the chart of
 	// gain per round, and a dry run of version 1 on an execution's recorded requests.
 	console := e.start("console")

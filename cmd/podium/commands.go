@@ -44,7 +44,7 @@ func commands() []command {
 			"Render offline, without any server: a built-in template or a template folder or file being written.", templatesRender},
 		{authors, "templates try", "NAME@VERSION|NAME:LABEL|NAME --execution EXEC | --last N [--json] [--diff]", "a dry run of a candidate on recorded requests",
 			"Render recorded requests again with a candidate template, each as of its own evaluations_seq, and publish nothing: per request the tokens and cuts before and after, or the failure and its code; a summary of how many would fail and how the size moves; --diff prints each prompt's diff.", templatesTry},
-		{authors, "templates compare", "NAME [--execution E] [--asc] [--seed N] [--json]", "which version of a template helps teams, with intervals",
+		{authors, "templates compare", "NAME [--execution E] [--since T] [--until T] [--asc] [--seed N] [--json]", "which version of a template helps teams, with intervals",
 			"Per version of a template: the prompts served, the teams and executions, the mean score of the submissions that answered them, their mean gain over each team's best before that round and the best score teams reached, with 95% intervals bootstrapped over teams (seeded); and each version's gain minus every lower version's, with its interval.", templatesCompare},
 		{authors, "templates import-mixseek", "prompt_builder.toml [--name N] [--out DIR | --push [--label L]]", "convert mixseek-core's Jinja2 team template",
 			"Convert the team template of a mixseek-core prompt_builder.toml (its Jinja2 subset: {{ var }}, if round_number > 1, if ranking_table, else, endif) into a Mustache template; anything else is refused with its line and construct.", templatesImportMixseek},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"text/tabwriter"
+	"time"
 
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/experiment"
@@ -19,12 +20,28 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 	execution := fs.String("execution", "", "only this execution (default: every execution the archive holds prompts of the template in)")
 	asc := fs.Bool("asc", false, "lower scores are better (the executions' score_order asc)")
 	seed := fs.Uint64("seed", 1, "the bootstrap's seed: the same data and seed give the same intervals")
+	since := fs.String("since", "", "only prompts recorded at or after this time (RFC 3339)")
+	until := fs.String("until", "", "only prompts recorded before this time (RFC 3339)")
 	asJSON := fs.Bool("json", false, "print one object per version, as JSON")
 	return func(ctx context.Context, e *env) error {
 		if len(e.args) != 1 || !events.ValidIdentifier(e.args[0]) {
 			return usagef("want one template name")
 		}
 		name := e.args[0]
+		var window timeWindow
+		for _, f := range []struct {
+			flag, value string
+			into        *time.Time
+		}{{"--since", *since, &window.from}, {"--until", *until, &window.to}} {
+			if f.value == "" {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339Nano, f.value)
+			if err != nil {
+				return usagef("%s: %v", f.flag, err)
+			}
+			*f.into = t
+		}
 		st, err := e.rank(ctx)
 		if err != nil {
 			return err
@@ -37,7 +54,7 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 		} else if !events.ValidIdentifier(*execution) {
 			return usagef("--execution %s is not an identifier", events.Quote(*execution))
 		}
-		served, err := e.served(ctx, name, execs)
+		served, err := e.served(ctx, name, execs, window)
 		if err != nil {
 			return err
 		}
@@ -88,9 +105,17 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 
 func ci(i experiment.Interval) string { return fmt.Sprintf("[%.2f, %.2f]", i[0], i[1]) }
 
-// served are the prompts of a template in the executions: each team's round once, the version of
-// its latest record (a request answered again keeps the record the submission answered last).
-func (e *env) served(ctx context.Context, name string, execs []string) ([]experiment.Served, error) {
+// timeWindow bounds when a prompt was recorded: [from, to), a zero end unbounded.
+type timeWindow struct{ from, to time.Time }
+
+func (w timeWindow) holds(t time.Time) bool {
+	return (w.from.IsZero() || !t.Before(w.from)) && (w.to.IsZero() || t.Before(w.to))
+}
+
+// served are the prompts of a template in the executions, recorded within the window: each team's
+// round once, the version of its latest record (a request answered again keeps the record the
+// submission answered last).
+func (e *env) served(ctx context.Context, name string, execs []string, window timeWindow) ([]experiment.Served, error) {
 	var out []experiment.Served
 	for _, exec := range execs {
 		recs, err := e.records(ctx, audit.Query{ExecutionID: exec})
@@ -104,7 +129,7 @@ func (e *env) served(ctx context.Context, name string, execs []string) ([]experi
 		latest := map[key]int{}
 		var order []key
 		for _, r := range recs {
-			if r.Data.Template.Name != name {
+			if r.Data.Template.Name != name || !window.holds(r.Stored) {
 				continue
 			}
 			k := key{r.Data.TeamID, r.Data.RoundNumber}
