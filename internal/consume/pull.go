@@ -37,8 +37,9 @@ type Buffer struct {
 // the iterator's was.
 
 // fetchWait is how long one fetch waits on the server for messages; an idle consumer asks again
-// after it. A fetch lost with a connection ends by then too.
-const fetchWait = 5 * time.Second
+// after it. A fetch lost with a connection ends by then too, and a drain waits for the fetch in
+// flight to end (what the server sent for it is the service's to finish): a second bounds both.
+const fetchWait = time.Second
 
 // pull is the runtime's pull buffer over one consumer (see above).
 type pull struct {
@@ -47,14 +48,15 @@ type pull struct {
 	keepEvery time.Duration
 	log       *slog.Logger
 
-	ctx    context.Context // ends at Stop or Drain: no fetch after
+	ctx    context.Context // ends at Stop: the fetch in flight is abandoned
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	queue   []jetstream.Msg
-	bytes   int
-	done    bool          // nothing more will be fetched
-	stopped bool          // Stop: Next returns closed at once
+	mu       sync.Mutex
+	queue    []jetstream.Msg
+	bytes    int
+	done     bool          // nothing more will be fetched
+	draining bool          // Drain: no fetch after the one in flight
+	stopped  bool          // Stop: Next returns closed at once
 	err     error         // the loss that ended the fetches, if one did
 	changed chan struct{} // closed, and made again, at every change
 }
@@ -118,7 +120,16 @@ func (p *pull) Stop() {
 	p.signal()
 }
 
-func (p *pull) Drain() { p.cancel() }
+// Drain starts no fetch after the one in flight, which ends by itself within fetchWait: the
+// messages the server sent for it are still taken into the buffer, and handled. Cancelling it
+// would drop those still in the client's hands, to be delivered again only after AckWait (a
+// ranker stopped while filling a batch committed part of it).
+func (p *pull) Drain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.draining = true
+	p.signal()
+}
 
 // room waits until the buffer has room for a fetch and returns how much: messages, and bytes
 // (0 when unbounded); false once fetching is to end. A fetch that brought nothing while the
@@ -129,9 +140,9 @@ func (p *pull) room(after bool) (int, int, bool) {
 		p.mu.Lock()
 		n, b := p.buf.Messages-len(p.queue), p.buf.Bytes-p.bytes
 		fits := n > 0 && (p.buf.Bytes == 0 || b > 0) && !(after && len(p.queue) > 0)
-		ch := p.changed
+		ch, draining := p.changed, p.draining
 		p.mu.Unlock()
-		if p.ctx.Err() != nil {
+		if p.ctx.Err() != nil || draining {
 			return 0, 0, false
 		}
 		if fits {
