@@ -57,8 +57,8 @@ type pull struct {
 	done     bool          // nothing more will be fetched
 	draining bool          // Drain: no fetch after the one in flight
 	stopped  bool          // Stop: Next returns closed at once
-	err     error         // the loss that ended the fetches, if one did
-	changed chan struct{} // closed, and made again, at every change
+	err      error         // the loss that ended the fetches, if one did
+	changed  chan struct{} // closed, and made again, at every change
 }
 
 // newPull starts fetching from cons into a buffer bounded by buf; keepEvery is how often what it
