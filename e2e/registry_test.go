@@ -736,4 +736,10 @@ func TestWeightedLabelIsSticky(t *testing.T) {
 	if out, code := e.podium(t, nil, "templates", "list"); code != 0 || !strings.Contains(out, "production=[1=10,2=90]") {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
+	console := e.start("console")
+	for _, path := range []string{"/templates", "/templates/exp"} {
+		if page, err := httpGet("http://" + console.addr + path); err != nil || !strings.Contains(page, "production=[1=10,2=90]") {
+			t.Errorf("the console's %s does not show the split: %v", path, err)
+		}
+	}
 }

@@ -27,6 +27,7 @@ type registryName struct {
 	Name     string
 	Versions []int
 	Labels   []labelView
+	Splits   []string // labels split between versions: "production=[5=50,6=50]"
 }
 
 type labelView struct {
@@ -66,10 +67,19 @@ func (c *Console) templates(r *http.Request) (any, error) {
 		for _, v := range s.VersionsOf(name) {
 			n.Versions = append(n.Versions, v.Version)
 		}
-		n.Labels = sortedLabels(s.Labels[name])
+		n.Labels, n.Splits = sortedLabels(s.Labels[name]), splitsOf(s, name)
 		p.Registry = append(p.Registry, n)
 	}
 	return p, nil
+}
+
+// splitsOf are a name's labels split between versions, as `podium templates list` writes them.
+func splitsOf(s registry.State, name string) []string {
+	var out []string
+	for _, l := range slices.Sorted(maps.Keys(s.Splits[name])) {
+		out = append(out, fmt.Sprintf("%s=[%s]", l, s.Splits[name][l]))
+	}
+	return out
 }
 
 func sortedLabels(m map[string]int) []labelView {
@@ -110,10 +120,7 @@ func (c *Console) template(r *http.Request) (any, error) {
 	if !ok || len(versions) == 0 {
 		return nil, notFound("the registry has no template %s", events.Quote(name))
 	}
-	p := templatePage{Name: name, Labels: sortedLabels(s.Labels[name])}
-	for _, l := range slices.Sorted(maps.Keys(s.Splits[name])) {
-		p.Splits = append(p.Splits, fmt.Sprintf("%s=[%s]", l, s.Splits[name][l]))
-	}
+	p := templatePage{Name: name, Labels: sortedLabels(s.Labels[name]), Splits: splitsOf(s, name)}
 	byVersion := map[int]compose.Version{}
 	for _, v := range versions {
 		p.Versions = append(p.Versions, v.Version)
