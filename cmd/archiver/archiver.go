@@ -183,6 +183,7 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 		}
 		switch {
 		case err == nil:
+			a.insertFails.Store(false) // ClickHouse answers (a batch of junk alone inserts nothing)
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
