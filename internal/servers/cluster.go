@@ -67,12 +67,6 @@ func StartClickHouseCluster(ctx context.Context, dir string, n int) (*Cluster, e
 
 // replicaConfig is the cluster part of a replica's config. A 2 s ZooKeeper session lets a killed
 // replica's session, and with it its claim to be active, expire soon.
-//
-// replicated_max_ratio_of_wrong_parts: a replica killed (SIGKILL, as the tests do) between writing
-// an insert's part and recording it in ZooKeeper finds, at its restart, a part ZooKeeper does not
-// know; with one such part among few rows the ratio is 1 and 18.16 refuses to start ("the local
-// set of parts ... doesn't look like the set of parts in ZooKeeper"). It detaches the part and
-// starts instead: the insert was never confirmed by its quorum, so nothing acknowledged is in it.
 func replicaConfig(zkPort int, replica string, interserverPort int, tcpPorts []int) string {
 	var replicas strings.Builder
 	for _, p := range tcpPorts {
@@ -93,7 +87,6 @@ func replicaConfig(zkPort int, replica string, interserverPort int, tcpPorts []i
     </%[4]s>
   </remote_servers>
   <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>
-  <merge_tree><replicated_max_ratio_of_wrong_parts>1</replicated_max_ratio_of_wrong_parts></merge_tree>
 `, interserverPort, zkPort, replica, clusterName, replicas.String())
 }
 
