@@ -32,56 +32,12 @@ func (c *Console) experimentOf(ctx context.Context, name string) (*experimentVie
 	if len(execs) > maxCompared {
 		execs = execs[len(execs)-maxCompared:]
 	}
-	var served []experiment.Served
-	for _, exec := range execs {
-		recs, err := c.audit().Records(ctx, audit.Query{ExecutionID: exec})
-		if err != nil {
-			return nil, err
-		}
-		type key struct {
-			team  string
-			round int
-		}
-		latest := map[key]int{}
-		var order []key
-		for _, r := range recs {
-			if r.Data.Template.Name != name {
-				continue
-			}
-			k := key{r.Data.TeamID, r.Data.RoundNumber}
-			if _, ok := latest[k]; !ok {
-				order = append(order, k)
-			}
-			latest[k] = r.Data.Template.Version
-		}
-		for _, k := range order {
-			served = append(served, experiment.Served{ExecutionID: exec, TeamID: k.team, Round: k.round, Version: latest[k]})
-		}
-	}
-	if len(served) == 0 {
-		return nil, nil
-	}
-	evs, err := c.d.Store.Scores(ctx, execs)
-	if err != nil {
+	served, rounds, err := experiment.Gather(ctx, c.audit(), c.d.Store, name, execs, nil)
+	if err != nil || len(served) == 0 {
 		return nil, err
 	}
-	rounds := map[string][]rank.RoundScore{}
-	for id, ev := range evs {
-		rounds[id] = ev.Reduce(rank.Bound{UpToSeq: rank.AllSeqs}).Rounds()
-	}
 	v := &experimentView{Executions: len(execs), Versions: experiment.Compare(experiment.Observe(served, rounds, events.Desc), 1)}
-	for _, ver := range v.Versions {
-		for _, d := range ver.VersusPrevious {
-			verdict := "no difference shown (the interval holds 0)"
-			switch {
-			case d.CI[0] > 0:
-				verdict = fmt.Sprintf("version %d helps teams more", ver.Version)
-			case d.CI[1] < 0:
-				verdict = fmt.Sprintf("version %d helps teams more", d.Version)
-			}
-			v.Verdicts = append(v.Verdicts, fmt.Sprintf("gain of %d minus %d: %+.2f [%.2f, %.2f]: %s", ver.Version, d.Version, d.MeanGainDiff, d.CI[0], d.CI[1], verdict))
-		}
-	}
+	v.Verdicts = experiment.Verdicts(v.Versions)
 	v.Chart = gainChart(v.Versions)
 	return v, nil
 }
