@@ -15,7 +15,6 @@ import (
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/service"
-	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
@@ -95,37 +94,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A verifier over the registry as it is now: a record names the version that rendered it.
+	verifier := func(ctx context.Context) (*audit.Verifier, error) {
+		var reg registry.State
+		if kv, err := base.JS.KeyValue(ctx, registry.Bucket); err == nil {
+			if reg, _, err = registry.Load(ctx, kv); err != nil {
+				return nil, err
+			}
+		}
+		return audit.NewVerifier(settings, reg, render.Store{St: st}), nil
+	}
 	con, err := console.New(console.Deps{
 		Log: log, Reg: base.Reg, NC: base.NC, JS: base.JS, Store: st, Builtin: lib.Templates(),
 		Verify: func(ctx context.Context, rec audit.Record) error {
-			// The registry as it is now: a record names the version that rendered it.
-			var reg registry.State
-			if kv, err := base.JS.KeyValue(ctx, registry.Bucket); err == nil {
-				if reg, _, err = registry.Load(ctx, kv); err != nil {
-					return err
-				}
+			v, err := verifier(ctx)
+			if err != nil {
+				return err
 			}
-			return audit.NewVerifier(settings, reg, render.Store{St: st}).Verify(ctx, rec)
+			return v.Verify(ctx, rec)
 		},
 		Try: func(ctx context.Context, ref string, recs []audit.Record) ([]audit.Trial, error) {
-			var reg registry.State
-			if kv, err := base.JS.KeyValue(ctx, registry.Bucket); err == nil {
-				if reg, _, err = registry.Load(ctx, kv); err != nil {
-					return nil, err
-				}
+			v, err := verifier(ctx)
+			if err != nil {
+				return nil, err
 			}
-			libs := map[string]*compose.Library{}
 			trials := make([]audit.Trial, 0, len(recs))
 			for _, rec := range recs {
-				lib, ok := libs[rec.Data.TokenEncoding]
-				if !ok {
-					var err error
-					if lib, err = settings.Load(rec.Data.TokenEncoding, reg); err != nil {
-						return nil, err
-					}
-					libs[rec.Data.TokenEncoding] = lib
-				}
-				t, err := audit.Try(ctx, lib, render.Store{St: st}, rec, ref)
+				t, err := v.Try(ctx, rec, ref)
 				if err != nil {
 					return nil, err
 				}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/podium-llm/podium/internal/audit"
-	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -47,11 +46,9 @@ func export(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(recs) == 0 && len(evals) == 0 {
 			return &checkError{fmt.Sprintf("execution %s has no evaluations and no prompts", *execution)}
 		}
-		var reg registry.State
-		if kv, err := e.registryKV(ctx, false); err == nil {
-			if reg, err = registryState(ctx, kv); err != nil {
-				return err
-			}
+		reg, err := e.registryIfAny(ctx) // records name the version that rendered them
+		if err != nil {
+			return err
 		}
 		encoding := "" // the settings' own
 		if len(recs) > 0 {

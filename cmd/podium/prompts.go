@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/audit"
-	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/textdiff"
 	"github.com/podium-llm/podium/pkg/events"
@@ -140,12 +139,9 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		// The registry's versions too, when there is one: records name the version that rendered.
-		var reg registry.State
-		if kv, err := e.registryKV(ctx, false); err == nil {
-			if reg, err = registryState(ctx, kv); err != nil {
-				return err
-			}
+		reg, err := e.registryIfAny(ctx) // records name the version that rendered them
+		if err != nil {
+			return err
 		}
 		return verifyRecords(ctx, e, audit.NewVerifier(settings, reg, render.Store{St: st}), recs)
 	}

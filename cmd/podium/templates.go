@@ -123,6 +123,16 @@ func (e *env) registry(ctx context.Context) (registry.State, error) {
 	return registryState(ctx, kv)
 }
 
+// registryIfAny is the registry's state, or an empty one where there is no registry: the
+// built-in and directory templates alone.
+func (e *env) registryIfAny(ctx context.Context) (registry.State, error) {
+	kv, err := e.registryKV(ctx, false)
+	if err != nil {
+		return registry.State{}, nil
+	}
+	return registryState(ctx, kv)
+}
+
 // registryState reads and parses the bucket.
 func registryState(ctx context.Context, kv jetstream.KeyValue) (registry.State, error) {
 	s, _, err := registry.Load(ctx, kv)

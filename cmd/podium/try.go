@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -11,11 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/audit"
-	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/internal/textdiff"
-	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -50,26 +49,20 @@ func templatesTry(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		// The registry's versions too, when there is one: the candidate may be one of them.
-		var reg registry.State
-		if kv, err := e.registryKV(ctx, false); err == nil {
-			if reg, err = registryState(ctx, kv); err != nil {
-				return err
-			}
+		reg, err := e.registryIfAny(ctx) // the candidate may be one of its versions
+		if err != nil {
+			return err
 		}
-		libs := map[string]*compose.Library{} // by the records' token encodings
-		var trials []audit.Trial
+		v := audit.NewVerifier(e.templates, reg, render.Store{St: st})
+		trials := make([]audit.Trial, 0, len(recs))
 		for _, r := range recs {
-			lib, ok := libs[r.Data.TokenEncoding]
-			if !ok {
-				if lib, err = e.templates.Load(r.Data.TokenEncoding, reg); err != nil {
-					return &usageError{err.Error()}
-				}
-				libs[r.Data.TokenEncoding] = lib
-			}
-			t, err := audit.Try(ctx, lib, render.Store{St: st}, r, e.args[0])
+			t, err := v.Try(ctx, r, e.args[0])
 			if _, isFailure := events.AsFailure(err); isFailure {
 				return &checkError{err.Error()} // the candidate itself is not there
+			}
+			var bad *audit.ConfigError
+			if errors.As(err, &bad) {
+				return usagef("%v", bad)
 			}
 			if err != nil {
 				return err

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/podium-llm/podium/internal/render"
-	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -37,11 +36,12 @@ type Trial struct {
 // Prompts are the recorded prompt and the candidate's (empty when it failed).
 func (t Trial) Prompts() (before, after string) { return t.before, t.after }
 
-// Try renders the request of a record with the template ref names in lib (name@V, name:L, or a
-// name), through the composer's own reads as of the record's evaluations_seq. A request the
-// candidate cannot compose is a Trial with its Failure; an error is a read or a record that holds no
-// request.
-func Try(ctx context.Context, lib *compose.Library, reader render.Reader, r Record, ref string) (Trial, error) {
+// Try renders the request of a record with the template ref names (name@V, name:L, or a name),
+// with the verifier's templates and through its reads as of the record's evaluations_seq: what
+// Verify does with the record's own version, with a candidate's. A request the candidate cannot
+// compose is a Trial with its Failure; an error is a read, a candidate that is not there, or a
+// record that holds no request.
+func (v *Verifier) Try(ctx context.Context, r Record, ref string) (Trial, error) {
 	d := r.Data
 	t := Trial{RequestID: d.RequestID, ExecutionID: d.ExecutionID, TeamID: d.TeamID, Round: d.RoundNumber,
 		Recorded: d.Template, TokensBefore: d.TokenEstimate, CutsBefore: d.Truncated, before: d.Prompt}
@@ -52,6 +52,10 @@ func Try(ctx context.Context, lib *compose.Library, reader render.Reader, r Reco
 	if err != nil {
 		return t, fmt.Errorf("record %s: request time: %w", r.EventID, err)
 	}
+	lib, err := v.library(d.TokenEncoding)
+	if err != nil {
+		return t, err
+	}
 	cand, err := lib.Lookup(ref)
 	if err != nil {
 		return t, err
@@ -59,7 +63,7 @@ func Try(ctx context.Context, lib *compose.Library, reader render.Reader, r Reco
 	t.Candidate = events.TemplateRef{Name: cand.Name, Version: cand.Version, SHA256: cand.SHA256}
 	req := d.Request.Data
 	req.Template = fmt.Sprintf("%s@%d", cand.Name, cand.Version)
-	in, err := render.Inputs(ctx, lib, reader, d.RequestID, req, at, d.Inputs.EvaluationsSeq)
+	in, err := render.Inputs(ctx, lib, v.reader, d.RequestID, req, at, d.Inputs.EvaluationsSeq)
 	if err != nil {
 		if f, ok := events.AsFailure(err); ok {
 			t.Failure, t.FailureMessage = f.Code, f.Message
