@@ -25,9 +25,9 @@ const maxPrevious = 16
 // assign returns req with its template resolved to a version when it names a split label, and
 // the label its template resolved through ("" when it names no registry label).
 func (c *composer) assign(ctx context.Context, lib *compose.Library, req events.RoundRequested) (events.RoundRequested, string, error) {
-	name, label, split, ok := lib.SplitOf(req.Template)
-	if !ok {
-		return req, labelOf(lib, req.Template), nil
+	name, label, split := lib.Label(req.Template)
+	if split == nil {
+		return req, label, nil
 	}
 	prev, err := c.previous(ctx, req.ExecutionID, req.TeamID, name, label)
 	if err != nil {
@@ -39,23 +39,6 @@ func (c *composer) assign(ctx context.Context, lib *compose.Library, req events.
 	}
 	req.Template = fmt.Sprintf("%s@%d", name, v)
 	return req, label, nil
-}
-
-// labelOf is the registry label a reference resolves through, when it does and is not split: its
-// label, or production for a bare name the registry labels.
-func labelOf(lib *compose.Library, ref string) string {
-	r, err := events.ParseReference(ref)
-	if err != nil || r.Version > 0 || r.Label == "latest" || ref == "" {
-		return ""
-	}
-	label := r.Label
-	if label == "" {
-		label = "production"
-	}
-	if !lib.Labelled(r.Name, label) {
-		return ""
-	}
-	return label
 }
 
 // previous is the version the team was served under name and label earlier in this execution: the

@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -72,38 +73,30 @@ type Assignment struct {
 	Previous int
 }
 
-// SplitOf returns the split a reference resolves through, when it names a split label (a bare name
-// whose production label splits, or name:label): its name and label too. ok is false for any other
-// reference.
-func (l *Library) SplitOf(s string) (name, label string, split Split, ok bool) {
+// Label is the registry label a reference resolves through, read once: the name, the label (a
+// bare name's is production; "" when the reference resolves through no registry label: a version,
+// latest, or a built-in or directory template), and the label's split when it splits between
+// versions (nil for a label of one version).
+func (l *Library) Label(s string) (name, label string, split Split) {
 	if s == "" {
 		s = l.defaultName
 	}
 	ref, err := events.ParseReference(s)
 	if err != nil || ref.Version > 0 || ref.Label == "latest" {
-		return "", "", nil, false
+		return ref.Name, "", nil
 	}
+	label = cmp.Or(ref.Label, "production")
 	r := l.registry[ref.Name]
 	if r == nil {
-		return "", "", nil, false
+		return ref.Name, "", nil
 	}
-	label = ref.Label
-	if label == "" {
-		label = "production"
+	if split, ok := r.splits[label]; ok {
+		return ref.Name, label, split
 	}
-	split, ok = r.splits[label]
-	return ref.Name, label, split, ok
-}
-
-// Labelled reports whether the registry labels name with label, with one version or a split.
-func (l *Library) Labelled(name, label string) bool {
-	r := l.registry[name]
-	if r == nil {
-		return false
+	if _, ok := r.labels[label]; ok {
+		return ref.Name, label, nil
 	}
-	_, one := r.labels[label]
-	_, split := r.splits[label]
-	return one || split
+	return ref.Name, "", nil
 }
 
 // Choose is the version of split a request gets (see the top of this file).

@@ -56,3 +56,36 @@ func TestChoose(t *testing.T) {
 		t.Error("a split of no weight chose a version")
 	}
 }
+
+// TestLabel: which registry label a reference resolves through, and its split when it has one.
+func TestLabel(t *testing.T) {
+	v := func(n int) Version {
+		return Version{Name: "greet", Version: n, Files: map[string][]byte{"prompt.mustache": []byte(fmt.Sprintf("v%d {{team.name}}", n))}}
+	}
+	lib, errs := testLibrary(t).WithRegistry([]Version{v(1), v(2)}, map[string]map[string]int{"greet": {"staging": 1}})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	split := Split{{Version: 1, Weight: 50}, {Version: 2, Weight: 50}}
+	lib = lib.WithSplits(map[string]map[string]Split{"greet": {"production": split}})
+	for _, tt := range []struct {
+		ref, label string
+		split      bool
+	}{
+		{"greet", "production", true},
+		{"greet:production", "production", true},
+		{"greet:staging", "staging", false},
+		{"greet@2", "", false},
+		{"greet:latest", "", false},
+		{"greet:nope", "", false},
+		{"team-round", "", false},
+	} {
+		name, label, s := lib.Label(tt.ref)
+		if label != tt.label || (s != nil) != tt.split || tt.label != "" && name != "greet" {
+			t.Errorf("Label(%q) = %q, %q, %v", tt.ref, name, label, s)
+		}
+	}
+	if _, err := lib.Lookup("greet"); err == nil {
+		t.Error("a split label was looked up without a team to choose for")
+	}
+}
