@@ -108,7 +108,7 @@ func (s Source) records(ctx context.Context, q Query) ([]Record, bool, error) {
 			out = append(out, r)
 		}
 		after = m.floor
-		if !s.tailHolds(ctx, q.filter(), after) {
+		if !tailHolds(ctx, m.stream, q.filter(), after) {
 			return out, false, nil
 		}
 	} else if m.firstSeq > 1 {
@@ -182,6 +182,7 @@ func (s Source) Rounds(ctx context.Context, exec, team string, rounds ...int) (m
 // mark is how far the archive holds the stream: every record at or below floor of the PROMPTS
 // created then, in the fill epoch names; or why it is not to be read.
 type mark struct {
+	stream   jetstream.Stream // PROMPTS, as looked up for this mark
 	usable   bool
 	floor    uint64
 	created  string
@@ -197,7 +198,7 @@ func (s Source) archived(ctx context.Context) (mark, error) {
 	if err != nil {
 		return mark{}, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
 	}
-	m := mark{firstSeq: st.CachedInfo().State.FirstSeq, created: st.CachedInfo().Created.UTC().Format(time.RFC3339Nano)}
+	m := mark{stream: st, firstSeq: st.CachedInfo().State.FirstSeq, created: st.CachedInfo().Created.UTC().Format(time.RFC3339Nano)}
 	if s.Archive == nil {
 		m.why = "no ClickHouse"
 		return m, nil
@@ -229,11 +230,7 @@ func (s Source) archived(ctx context.Context) (mark, error) {
 
 // tailHolds reports whether the stream holds a record on filter after seq: one direct lookup, so a
 // read of archived records scans nothing.
-func (s Source) tailHolds(ctx context.Context, filter string, after uint64) bool {
-	st, err := s.JS.Stream(ctx, events.StreamPrompts)
-	if err != nil {
-		return true // the scan reports it
-	}
-	_, err = st.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(filter))
+func tailHolds(ctx context.Context, st jetstream.Stream, filter string, after uint64) bool {
+	_, err := st.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(filter))
 	return !errors.Is(err, jetstream.ErrMsgNotFound)
 }
