@@ -312,13 +312,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 			e.publishEvaluation(fmt.Sprintf("ev-%s-%d", tm.id, r), consoleEvaluation(exec, tm, r, tm.scores[r-1], big))
 		}
 	}
-	lb := waitBoard(t, ranker, exec, func(lb leaderboard) bool {
-		n := 0
-		for _, row := range lb.Teams {
-			n += row.Rounds
-		}
-		return n == 3*len(consoleTeams)
-	})
+	lb := waitRanked(t, ranker, exec, 3*len(consoleTeams))
 
 	w := watch(t, ctx)
 	shots := screenshotDir(t)
@@ -515,6 +509,18 @@ func waitBoard(t *testing.T, ranker *proc, exec string, done func(leaderboard) b
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// waitRanked waits until the ranker's leaderboard of exec counts n evaluated rounds in all.
+func waitRanked(t *testing.T, ranker *proc, exec string, n int) leaderboard {
+	t.Helper()
+	return waitBoard(t, ranker, exec, func(lb leaderboard) bool {
+		total := 0
+		for _, row := range lb.Teams {
+			total += row.Rounds
+		}
+		return total == n
+	})
 }
 
 // firstDiff is the offset of the first byte where a and b differ.

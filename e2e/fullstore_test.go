@@ -146,13 +146,7 @@ func TestFullJetStreamLosesNothing(t *testing.T) {
 			}
 		}
 		got += len(answers)
-		board := waitBoard(t, ranker, exec, func(lb leaderboard) bool {
-			total := 0
-			for _, row := range lb.Teams {
-				total += row.Rounds
-			}
-			return total == teams*rounds
-		})
+		board := waitRanked(t, ranker, exec, teams*rounds)
 		if len(board.Teams) != teams {
 			t.Errorf("%s ranks %d teams, want %d", exec, len(board.Teams), teams)
 		}
@@ -287,13 +281,7 @@ func TestFullClickHouseLosesNothing(t *testing.T) {
 	answered := 0
 	for x := range execs {
 		exec := fmt.Sprintf("chfull-%d", x)
-		board := waitBoard(t, ranker, exec, func(lb leaderboard) bool {
-			total := 0
-			for _, row := range lb.Teams {
-				total += row.Rounds
-			}
-			return total == teams*rounds
-		})
+		board := waitRanked(t, ranker, exec, teams*rounds)
 		if len(board.Teams) != teams {
 			t.Errorf("%s ranks %d teams, want %d", exec, len(board.Teams), teams)
 		}

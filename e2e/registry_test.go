@@ -471,21 +471,8 @@ func TestTemplatesCompare(t *testing.T) {
 	ranker := e.start("ranker")
 	e.start("composer")
 	e.start("archiver")
-	for _, name := range []string{"exp", "aa"} {
-		for v := 1; v <= 2; v++ {
-			dir := filepath.Join(t.TempDir(), name)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			text := fmt.Sprintf("%s version %d, round {{round_number}} for {{team.name}}.\n", name, v)
-			if err := os.WriteFile(filepath.Join(dir, "prompt.mustache"), []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 {
-				t.Fatalf("push %s v%d: exit %d\n%s", name, v, code, out)
-			}
-		}
-	}
+	pushVersions(t, e, "exp", 2)
+	pushVersions(t, e, "aa", 2)
 	const teams, rounds = 8, 5
 	play := func(name string, effect float64, seed uint64, execs ...string) {
 		rng := rand.New(rand.NewPCG(seed, 3))
@@ -524,13 +511,7 @@ func TestTemplatesCompare(t *testing.T) {
 	play("exp", 3, 11, "exp-1", "exp-2")
 	play("aa", 0, 12, "aa-1", "aa-2")
 	for _, exec := range []string{"exp-1", "exp-2", "aa-1", "aa-2"} {
-		waitBoard(t, ranker, exec, func(lb leaderboard) bool {
-			n := 0
-			for _, row := range lb.Teams {
-				n += row.Rounds
-			}
-			return n == teams*rounds
-		})
+		waitRanked(t, ranker, exec, teams*rounds)
 	}
 
 	type version struct {
