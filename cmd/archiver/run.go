@@ -32,22 +32,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := service.NewLogger(stderr, cfg.LogLevel, "archiver")
 	storeCfg := cfg.Store(log)
-	if err := rank.CreateDatabase(ctx, storeCfg); err != nil {
-		return err
-	}
-	st, err := rank.Open(ctx, storeCfg)
+	// The archiver makes its table itself, so it can start before or without a ranker.
+	st, _, err := service.OpenStore(ctx, storeCfg, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	// The archiver makes its table itself, so it can start before or without a ranker.
-	applied, err := st.Migrate(ctx)
-	if err != nil {
-		return err
-	}
-	for _, name := range applied {
-		log.Info("migration applied", "migration", name)
-	}
 	base, err := service.Start(ctx, "archiver", &cfg.Common, log, events.StreamPrompts, events.StreamDeadLetter)
 	if err != nil {
 		return err

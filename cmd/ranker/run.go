@@ -35,18 +35,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := service.NewLogger(stderr, cfg.LogLevel, "ranker")
-	st, err := openStore(ctx, cfg.Store(log))
+	st, applied, err := service.OpenStore(ctx, cfg.Store(log), log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	applied, err := st.Migrate(ctx)
-	if err != nil {
-		return err
-	}
-	for _, name := range applied {
-		log.Info("migration applied", "migration", name)
-	}
 	if sub == "migrate" {
 		fmt.Fprintf(stdout, "migrations applied: %d\n", len(applied))
 		return nil
@@ -128,14 +121,6 @@ func newRanker(base *service.Base, cfg *config, st *rank.Store) *ranker {
 		announceInterval: cfg.AnnounceInterval,
 		now:              time.Now,
 	}
-}
-
-// openStore creates the database if needed and connects to it.
-func openStore(ctx context.Context, cfg rank.Config) (*rank.Store, error) {
-	if err := rank.CreateDatabase(ctx, cfg); err != nil {
-		return nil, err
-	}
-	return rank.Open(ctx, cfg)
 }
 
 // storeReady fails while inserts are failing or ClickHouse does not answer a ping.

@@ -1,6 +1,9 @@
 package service
 
 import (
+	"context"
+	"log/slog"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -22,4 +25,26 @@ func (b *Base) StoreMetrics(st *rank.Store) {
 			Help: "Reads that failed on this ClickHouse replica and were given to another.", ConstLabels: labels},
 			func() float64 { return float64(r.Failovers()) })
 	}
+}
+
+// OpenStore creates the database if needed, connects to it and applies the migrations that are
+// missing, logging each: what the services that write ClickHouse (the ranker, the archiver) do
+// first. It returns the store and the names of the migrations applied.
+func OpenStore(ctx context.Context, cfg rank.Config, log *slog.Logger) (*rank.Store, []string, error) {
+	if err := rank.CreateDatabase(ctx, cfg); err != nil {
+		return nil, nil, err
+	}
+	st, err := rank.Open(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	for _, name := range applied {
+		log.Info("migration applied", "migration", name)
+	}
+	return st, applied, nil
 }
