@@ -46,25 +46,8 @@ func TestNextOnAnR3Stream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three NATS servers")
 	}
-	cluster, err := servers.StartNATSCluster(t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range cluster {
-			s.Shutdown()
-		}
-	})
 	ctx := context.Background()
-	_, js := testenv.JetStream(t, cluster[2])
-	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 20*time.Second, "an R3 EVALUATIONS", func() (bool, string) {
-		_, err := js.CreateOrUpdateStream(ctx, cfg)
-		return err == nil, fmt.Sprint(err)
-	})
+	js := r3Evaluations(t)[2]
 	for _, subject := range []string{"evaluation.completed.a.t", "evaluation.completed.b.t", "evaluation.completed.a.u"} {
 		if _, err := js.Publish(ctx, subject, []byte("{}")); err != nil {
 			t.Fatal(err)
@@ -94,29 +77,11 @@ func TestNextRightAfterEachPublishOnAnR3Stream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three NATS servers")
 	}
-	cluster, err := servers.StartNATSCluster(t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range cluster {
-			s.Shutdown()
-		}
-	})
 	ctx := context.Background()
 	var clients []*evaluationsStream
-	for _, s := range cluster {
-		_, js := testenv.JetStream(t, s)
+	for _, js := range r3Evaluations(t) {
 		clients = append(clients, &evaluationsStream{js: js})
 	}
-	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 20*time.Second, "an R3 EVALUATIONS", func() (bool, string) {
-		_, err := clients[0].js.CreateOrUpdateStream(ctx, cfg)
-		return err == nil, fmt.Sprint(err)
-	})
 	const n = 600
 	directMissed := 0
 	for i := range n {
@@ -142,4 +107,33 @@ func TestNextRightAfterEachPublishOnAnR3Stream(t *testing.T) {
 		}
 	}
 	t.Logf("%d publishes: next found every one right after its ack; a direct get missed %d", n, directMissed)
+}
+
+// r3Evaluations starts three NATS servers, makes EVALUATIONS with three replicas, and returns a
+// client of each server.
+func r3Evaluations(t *testing.T) []jetstream.JetStream {
+	t.Helper()
+	cluster, err := servers.StartNATSCluster(t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range cluster {
+			s.Shutdown()
+		}
+	})
+	var clients []jetstream.JetStream
+	for _, s := range cluster {
+		_, js := testenv.JetStream(t, s)
+		clients = append(clients, js)
+	}
+	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "an R3 EVALUATIONS", func() (bool, string) {
+		_, err := clients[0].CreateOrUpdateStream(context.Background(), cfg)
+		return err == nil, fmt.Sprint(err)
+	})
+	return clients
 }
