@@ -5,20 +5,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"github.com/podium-llm/podium/internal/composer"
+	"github.com/podium-llm/podium/internal/process"
 	_ "time/tzdata" // request timezones must resolve the same on every machine
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "composer:", err)
-		os.Exit(1)
-	}
-}
+func main() { process.Main("composer", composer.Main, nil) }

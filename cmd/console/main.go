@@ -4,20 +4,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
-	_ "time/tzdata" // verify resolves request timezones as the composer does
+	"github.com/podium-llm/podium/internal/process"
+	_ "time/tzdata" // request timezones must resolve the same on every machine
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "console:", err)
-		os.Exit(1)
-	}
-}
+func main() { process.Main("console", run, nil) }

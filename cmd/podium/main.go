@@ -5,25 +5,15 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	_ "time/tzdata" // request timezones must resolve as the composer resolves them
+
+	"github.com/podium-llm/podium/internal/process"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args, os.Stdout, os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "podium:", err)
-	}
-	os.Exit(exitCode(err))
-}
+func main() { process.Main("podium", run, exitCode) }
 
 // Exit codes, as `podium help` documents them.
 const (

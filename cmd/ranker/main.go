@@ -4,18 +4,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"github.com/podium-llm/podium/internal/process"
+	"github.com/podium-llm/podium/internal/ranker"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "ranker:", err)
-		os.Exit(1)
-	}
-}
+func main() { process.Main("ranker", ranker.Main, nil) }

@@ -1,4 +1,4 @@
-package main
+package composer
 
 import (
 	"errors"
@@ -11,8 +11,8 @@ import (
 	"github.com/podium-llm/podium/pkg/compose"
 )
 
-// config is docs/operating.md#configuration plus the composer's own tuning.
-type config struct {
+// Config is docs/operating.md#configuration plus the composer's own tuning.
+type Config struct {
 	service.Common
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8081" desc:"address of /metrics, /healthz, /readyz and POST /v1/render"`
 	APIToken        string        `envconfig:"API_TOKEN" desc:"token of POST /v1/render (COMPOSER_API_TOKEN), sent as Authorization: Bearer or the basic-auth password; without it renders answer only loopback requests"`
@@ -31,7 +31,7 @@ type config struct {
 }
 
 // Validate checks every setting; the error names each bad variable.
-func (c *config) Validate() error {
+func (c *Config) Validate() error {
 	errs := []error{c.ValidateShared("COMPOSER")}
 	if c.InputsTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_INPUTS_TIMEOUT must be positive, got %s", c.InputsTimeout))
@@ -65,12 +65,12 @@ func (c *config) Validate() error {
 
 // templates are the template settings the composer reads (internal/library owns them for every
 // reader of templates).
-func (c *config) templates() library.Settings {
+func (c *Config) templates() library.Settings {
 	return library.Settings{Dir: c.TemplatesDir, TZ: c.TZ, DefaultTemplate: c.DefaultTemplate, TokenEncoding: c.TokenEncoding}
 }
 
 // library loads the templates the configuration names, with its token counter and timezone; the
 // registry's versions come later (the composer follows the registry).
-func (c *config) library() (*compose.Library, error) {
+func (c *Config) library() (*compose.Library, error) {
 	return c.templates().Load("", registry.State{})
 }

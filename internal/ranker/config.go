@@ -1,4 +1,4 @@
-package main
+package ranker
 
 import (
 	"errors"
@@ -8,8 +8,8 @@ import (
 	"github.com/podium-llm/podium/internal/service"
 )
 
-// config is docs/operating.md#configuration plus the ranker's own tuning.
-type config struct {
+// Config is docs/operating.md#configuration plus the ranker's own tuning.
+type Config struct {
 	service.Common
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8082" desc:"address of /metrics, /healthz, /readyz and the API"`
 	APIToken         string        `envconfig:"API_TOKEN" desc:"token of the API (RANKER_API_TOKEN), sent as Authorization: Bearer or the basic-auth password; without it the API answers only loopback requests"`
@@ -24,7 +24,7 @@ type config struct {
 }
 
 // Validate checks every setting; the error names each bad variable.
-func (c *config) Validate() error {
+func (c *Config) Validate() error {
 	errs := []error{c.ValidateShared("RANKER")}
 	if c.BatchSize < 1 || c.BatchSize > 100000 {
 		errs = append(errs, fmt.Errorf("RANKER_BATCH_SIZE must be 1 to 100000, got %d", c.BatchSize))

@@ -1,4 +1,4 @@
-package main
+package ranker
 
 import (
 	"encoding/json"

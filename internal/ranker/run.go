@@ -1,4 +1,7 @@
-package main
+// Package ranker is the ranker service: it consumes evaluation.completed from JetStream, stores
+// every evaluation in ClickHouse exactly once per event id, announces leaderboard.updated after each
+// commit and serves leaderboards and team histories over HTTP.
+package ranker
 
 import (
 	"context"
@@ -26,10 +29,10 @@ Usage:
   ranker migrate   apply the ClickHouse migrations and exit
   ranker --help    print this text`
 
-// run is the whole service: it returns when ctx ends and everything in hand is finished, or on a
+// Main is the whole service: it returns when ctx ends and everything in hand is finished, or on a
 // start-up error.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cfg config
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg Config
 	sub, done, err := service.Prepare(args, stdout, "ranker", summary, &cfg, "migrate")
 	if done || err != nil {
 		return err
@@ -100,7 +103,7 @@ func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handl
 }
 
 // newRanker wires the ranker to its NATS connection and store.
-func newRanker(base *service.Base, cfg *config, st *rank.Store) *ranker {
+func newRanker(base *service.Base, cfg *Config, st *rank.Store) *ranker {
 	return &ranker{
 		log:       base.Log,
 		js:        base.JS,
@@ -152,7 +155,7 @@ func (r *ranker) storeReady(ctx context.Context) error {
 
 // scoresBucket opens the SCORES bucket, creating it when the ranker manages its streams; nil when
 // an operator-managed deployment has none (composers then read ClickHouse).
-func scoresBucket(ctx context.Context, base *service.Base, cfg *config) (jetstream.KeyValue, error) {
+func scoresBucket(ctx context.Context, base *service.Base, cfg *Config) (jetstream.KeyValue, error) {
 	if cfg.ManageStreams {
 		kv, err := base.JS.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(cfg.StreamReplicas, cfg.StateMaxIdle))
 		if err != nil {

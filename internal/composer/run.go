@@ -1,4 +1,9 @@
-package main
+// Package composer is the composer service: it answers every round.requested with a
+// prompt.composed (or a prompt.failed). It waits until the ranker has committed every evaluation
+// acknowledged before the request, reads the team's history and the leaderboard, renders the
+// template and publishes the prompt to the PROMPTS audit stream. Replicas share the work through
+// one durable consumer.
+package composer
 
 import (
 	"context"
@@ -32,10 +37,10 @@ Usage:
   composer check-templates load and check every template (built-in and COMPOSER_TEMPLATES_DIR), then exit
   composer --help          print this text`
 
-// run is the whole service: it returns when ctx ends and the requests in hand are answered, or
+// Main is the whole service: it returns when ctx ends and the requests in hand are answered, or
 // on a start-up error.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cfg config
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg Config
 	sub, done, err := service.Prepare(args, stdout, "composer", summary, &cfg, "check-templates")
 	if done || err != nil {
 		return err
@@ -113,7 +118,7 @@ func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handl
 }
 
 // newComposer wires the composer to its NATS connection, store and templates.
-func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.Library) (*composer, error) {
+func newComposer(base *service.Base, cfg *Config, st *rank.Store, lib *compose.Library) (*composer, error) {
 	m := newMetrics(base.Reg)
 	in, err := inputs.New(inputs.Deps{NC: base.NC, JS: base.JS, Store: st, Trace: base.Trace, Reg: base.Reg,
 		Timeout: cfg.InputsTimeout, CacheTTL: cfg.ReadCacheTTL, MaxBytes: cfg.MaxEventBytes})
@@ -141,7 +146,7 @@ func newComposer(base *service.Base, cfg *config, st *rank.Store, lib *compose.L
 }
 
 // promptsMaker makes PROMPTS again when the composer manages its streams; nil otherwise.
-func promptsMaker(js jetstream.JetStream, cfg *config) func(context.Context) error {
+func promptsMaker(js jetstream.JetStream, cfg *Config) func(context.Context) error {
 	if !cfg.ManageStreams {
 		return nil
 	}
@@ -160,7 +165,7 @@ func promptsMaker(js jetstream.JetStream, cfg *config) func(context.Context) err
 // templateRegistry opens the TEMPLATES bucket, creating it when the composer manages its
 // streams; nil when an operator-managed deployment has none (built-in and directory templates
 // are served).
-func templateRegistry(ctx context.Context, js jetstream.JetStream, cfg *config) (jetstream.KeyValue, error) {
+func templateRegistry(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.KeyValue, error) {
 	if cfg.ManageStreams {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, registry.Config(cfg.StreamReplicas))
 		if err != nil {

@@ -1,4 +1,7 @@
-package main
+// Package archiver is the archiver service: it copies every record of the PROMPTS audit stream into
+// the prompts table of ClickHouse, once per event id, so the audit outlives the stream's retention
+// at a fraction of its size (docs/operating.md, "The prompts archive").
+package archiver
 
 import (
 	"context"
@@ -22,10 +25,10 @@ Usage:
   archiver           run the service until SIGTERM or SIGINT
   archiver --help    print this text`
 
-// run is the whole service: it returns when ctx ends and everything in hand is finished, or on a
+// Main is the whole service: it returns when ctx ends and everything in hand is finished, or on a
 // start-up error.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cfg config
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg Config
 	_, done, err := service.Prepare(args, stdout, "archiver", summary, &cfg)
 	if done || err != nil {
 		return err
@@ -90,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // consumeBatches runs the archiver's batches on the runtime: panics recovered into dead letters,
 // batches kept alive while they wait for ClickHouse.
-func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime, cons jetstream.Consumer, cfg config) error {
+func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime, cons jetstream.Consumer, cfg Config) error {
 	if err := a.start(stop, cons); err != nil {
 		if stop.Err() != nil {
 			return nil // stopped before it began

@@ -1,4 +1,4 @@
-package main
+package archiver
 
 import (
 	"errors"
@@ -8,8 +8,8 @@ import (
 	"github.com/podium-llm/podium/internal/service"
 )
 
-// config is docs/operating.md#configuration plus the archiver's own tuning.
-type config struct {
+// Config is docs/operating.md#configuration plus the archiver's own tuning.
+type Config struct {
 	service.Common
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8083" desc:"address of /metrics, /healthz and /readyz"`
 	BatchSize       int           `envconfig:"BATCH_SIZE" default:"500" desc:"records per ClickHouse insert at most"`
@@ -21,7 +21,7 @@ type config struct {
 }
 
 // Validate checks every setting; the error names each bad variable.
-func (c *config) Validate() error {
+func (c *Config) Validate() error {
 	errs := []error{c.ValidateShared("ARCHIVER")}
 	if c.BatchSize < 1 || c.BatchSize > 100000 {
 		errs = append(errs, fmt.Errorf("ARCHIVER_BATCH_SIZE must be 1 to 100000, got %d", c.BatchSize))

@@ -1,0 +1,31 @@
+// Package process is the one entry of every binary: the stop signals, the run of the command with
+// the process's arguments and streams, and the exit status. A cmd/<name>/main.go is this call.
+package process
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Func runs a command until ctx ends (SIGTERM or SIGINT) or it finishes by itself.
+type Func func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// Main runs fn as the process named name and exits: 0 when it returned nil, else the error is
+// printed behind the name and the status is exitCode(err) (1 when exitCode is nil).
+func Main(name string, fn Func, exitCode func(error) int) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := fn(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	if err == nil {
+		os.Exit(0)
+	}
+	fmt.Fprintln(os.Stderr, name+":", err)
+	if exitCode == nil {
+		os.Exit(1)
+	}
+	os.Exit(exitCode(err))
+}
