@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/servers"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -204,10 +205,8 @@ func waitArchived(ctx context.Context, js jetstream.JetStream, w io.Writer) erro
 				return nil
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, 100*time.Millisecond) != nil {
 			return fmt.Errorf("the archiver did not store every prompt record within 30s: %v", err)
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

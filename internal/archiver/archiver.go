@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
@@ -191,7 +192,7 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 			if refills++; refills > 1 {
 				// Made again and gone again: an operator (or a replica's refill) is at work. Each
 				// refill reads the whole stream, so they are spaced out.
-				if err := sleep(ctx, settle.Backoff(uint64(refills))); err != nil {
+				if err := retry.Sleep(ctx, retry.Redelivery().Backoff(uint64(refills))); err != nil {
 					return err
 				}
 			}
@@ -200,22 +201,12 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 			}
 		default: // the check failed: ClickHouse is away, as for an insert
 			a.insertFails.Store(true)
-			delay := settle.Backoff(attempt)
+			delay := retry.Redelivery().Backoff(attempt)
 			a.log.WarnContext(ctx, "clickhouse check of the archive failed, will retry", "attempt", attempt, "retry_in", delay.String(), "error", err)
-			if err := sleep(ctx, delay); err != nil {
+			if err := retry.Sleep(ctx, delay); err != nil {
 				return err
 			}
 		}
-	}
-}
-
-// sleep waits d, or until ctx ends (its error).
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
 	}
 }
 
@@ -269,7 +260,7 @@ func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt) error
 		}
 		a.insertFails.Store(true)
 		a.noSpace.Store(rank.NoSpace(err))
-		delay := settle.Backoff(attempt)
+		delay := retry.Redelivery().Backoff(attempt)
 		if fault == rank.Refused {
 			why := strings.ReplaceAll(err.Error(), "\n", " ")
 			a.refusal.Store(&why)
@@ -279,7 +270,7 @@ func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt) error
 			a.m.clickhouseErrors.WithLabelValues("insert").Inc()
 			a.log.WarnContext(ctx, "clickhouse insert failed, will retry", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if err := retry.Sleep(ctx, delay); err != nil {
 			return err
 		}
 	}
@@ -295,24 +286,16 @@ func (a *archiver) refill(ctx context.Context, why string) error {
 	a.m.refills.Inc()
 	start := time.Now()
 	a.log.WarnContext(ctx, "the prompts archive is not whole; making it again and filling it from PROMPTS", "reason", why)
-	for attempt := uint64(1); ; attempt++ {
+	return retry.Do(ctx, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
+		a.log.WarnContext(ctx, "prompts archive refill failed; starting over", "attempt", try, "retry_in", pause.String(), "error", err)
+	}, func(ctx context.Context, _ uint64) error {
 		n, err := a.refillOnce(ctx)
 		if err == nil {
 			a.log.InfoContext(ctx, "prompts archive made again and filled from PROMPTS", "records", n, "epoch", *a.epoch.Load(),
 				"took", time.Since(start).Round(time.Millisecond).String())
-			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		delay := settle.Backoff(attempt)
-		a.log.WarnContext(ctx, "prompts archive refill failed; starting over", "attempt", attempt, "retry_in", delay.String(), "error", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-	}
+		return err
+	})
 }
 
 // refillOnce is one try of refill; it returns how many records it wrote. A marker of the fill
@@ -399,24 +382,17 @@ func (a *archiver) start(ctx context.Context, cons jetstream.Consumer) error {
 		return nil // the first batch checks the marker (write)
 	}
 	if info.AckFloor.Stream == 0 && info.NumAckPending == 0 {
-		for attempt := uint64(1); ; attempt++ {
-			err := a.createDatabase(ctx)
-			if err == nil {
-				_, err = a.store.Repair(ctx)
+		return retry.Do(ctx, retry.Redelivery(), func(try uint64, err error, _ time.Duration) {
+			a.log.WarnContext(ctx, "the archive's first epoch could not be noted, will retry", "attempt", try, "error", err)
+		}, func(ctx context.Context, _ uint64) error {
+			if err := a.createDatabase(ctx); err != nil {
+				return err
 			}
-			if err == nil {
-				err = a.newEpoch(ctx)
+			if _, err := a.store.Repair(ctx); err != nil {
+				return err
 			}
-			if err == nil {
-				return nil
-			}
-			a.log.WarnContext(ctx, "the archive's first epoch could not be noted, will retry", "attempt", attempt, "error", err)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(settle.Backoff(attempt)):
-			}
-		}
+			return a.newEpoch(ctx)
+		})
 	}
 	return a.refill(ctx, "the archiver's consumer names no epoch of the archive")
 }
@@ -446,33 +422,28 @@ func (a *archiver) ready(ctx context.Context) error {
 // cannot hold a record back for a consumer of a limits stream, so the archiver watches its lag
 // against the stream's max_age.
 func (a *archiver) watchConsumer(ctx context.Context, cons jetstream.Consumer, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	var warned time.Time
-	for {
-		if info, err := cons.Info(ctx); err == nil {
-			waiting := info.NumPending + uint64(info.NumAckPending)
-			a.m.pending.Set(float64(waiting))
-			age := time.Duration(0)
-			if waiting > 0 {
-				if stored, err := a.oldestUnarchived(ctx, info.AckFloor.Stream); err == nil {
-					age = max(a.now().Sub(stored), 0)
-				}
-			}
-			a.m.oldest.Set(age.Seconds())
-			a.checkIdle(ctx)
-			if maxAge := a.promptsMaxAge(ctx); maxAge > 0 && age > maxAge/2 && time.Since(warned) > time.Minute {
-				warned = time.Now()
-				a.log.ErrorContext(ctx, "the archive lags more than half PROMPTS' retention: records may be trimmed from the stream before they are archived",
-					"oldest_unarchived", age.Round(time.Second).String(), "prompts_max_age", maxAge.String())
-			}
-		}
-		select {
-		case <-ctx.Done():
+	retry.Every(ctx, every, func(ctx context.Context) {
+		info, err := cons.Info(ctx)
+		if err != nil {
 			return
-		case <-t.C:
 		}
-	}
+		waiting := info.NumPending + uint64(info.NumAckPending)
+		a.m.pending.Set(float64(waiting))
+		age := time.Duration(0)
+		if waiting > 0 {
+			if stored, err := a.oldestUnarchived(ctx, info.AckFloor.Stream); err == nil {
+				age = max(a.now().Sub(stored), 0)
+			}
+		}
+		a.m.oldest.Set(age.Seconds())
+		a.checkIdle(ctx)
+		if maxAge := a.promptsMaxAge(ctx); maxAge > 0 && age > maxAge/2 && time.Since(warned) > time.Minute {
+			warned = time.Now()
+			a.log.ErrorContext(ctx, "the archive lags more than half PROMPTS' retention: records may be trimmed from the stream before they are archived",
+				"oldest_unarchived", age.Round(time.Second).String(), "prompts_max_age", maxAge.String())
+		}
+	})
 }
 
 // checkIdle finds a table that lost its marker while no record arrives (dropped, made again) and

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -73,18 +73,16 @@ func (c *composer) store(ctx context.Context, publish func(context.Context) erro
 		}
 		a.cause.Store(&why)
 		c.m.answerRetries.Inc()
-		delay := settle.Backoff(attempt)
+		delay := retry.Redelivery().Backoff(attempt)
 		if attempt == 1 || attempt%10 == 0 {
 			c.log.WarnContext(ctx, "answer not stored in PROMPTS; the request is held and the answer tried again", "attempt", attempt, "retry_in", delay.String(), "error", err)
 		}
 		if a.remake != nil && time.Since(since) >= promptsSettle {
 			c.remakePrompts(ctx)
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, delay) != nil {
 			a.waiting.Add(-1)
 			return ctx.Err()
-		case <-time.After(delay):
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/registry"
-	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/compose"
 )
 
@@ -49,9 +49,11 @@ func (t *templates) follow(ctx context.Context, kv jetstream.KeyValue) {
 	}
 	ready := make(chan struct{})
 	go t.follower(ctx, kv, sync.OnceFunc(func() { close(ready) }))
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	select {
 	case <-ready:
-	case <-time.After(5 * time.Second):
+	case <-wait.Done():
 		t.log.Warn("template registry not loaded within 5s; starting with built-in and directory templates")
 	}
 }
@@ -68,12 +70,10 @@ func (t *templates) follower(ctx context.Context, kv jetstream.KeyValue, loaded 
 		}
 		why := err.Error()
 		t.stale.Store(&why)
-		delay := settle.Backoff(max(attempt, 1))
+		delay := retry.Redelivery().Backoff(max(attempt, 1))
 		t.log.Error("template registry not followed; unready until it is watched again", "error", err, "retry_in", delay.String())
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, delay) != nil {
 			return
-		case <-time.After(delay):
 		}
 	}
 }
@@ -101,10 +101,8 @@ func (t *templates) watch(ctx context.Context, kv jetstream.KeyValue, loaded fun
 	defer stopLookup()
 	go func() {
 		for {
-			select {
-			case <-lookup.Done():
+			if retry.Sleep(lookup, registryLookupEvery) != nil {
 				return
-			case <-time.After(registryLookupEvery):
 			}
 			if _, err := kv.Status(lookup); errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
 				gone <- fmt.Errorf("the bucket %s is gone: %w", registry.Bucket, err)

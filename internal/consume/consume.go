@@ -20,6 +20,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/podium-llm/podium/internal/retry"
 )
 
 // Source is where a service's messages come from: its durable consumer on its stream, and how
@@ -75,10 +77,8 @@ const deletionSettles = time.Second
 // remakeStream makes the deleted stream again once its deletion has settled; an operator who
 // made it again meanwhile wins.
 func (s Source) remakeStream(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("consume: recreate stream %s: %w", s.Stream, ctx.Err())
-	case <-time.After(deletionSettles):
+	if err := retry.Sleep(ctx, deletionSettles); err != nil {
+		return fmt.Errorf("consume: recreate stream %s: %w", s.Stream, err)
 	}
 	if _, err := s.JS.CreateStream(ctx, *s.StreamConfig); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return fmt.Errorf("consume: recreate stream %s: %w", s.Stream, err)
@@ -303,12 +303,8 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		// is made again is not retried in a tight loop.
 		lostAt := time.Now()
 		rt.Log.Error("consumer lost; making it again", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream, "cause", errText(err))
-		if quick := retryEvery - time.Since(started); quick > 0 {
-			select {
-			case <-stop.Done():
-				return nil
-			case <-time.After(quick):
-			}
+		if retry.Sleep(stop, retryEvery-time.Since(started)) != nil {
+			return nil
 		}
 		if cons, err = rt.recover(stop); err != nil {
 			if stop.Err() != nil {
@@ -364,10 +360,8 @@ func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
 			dcancel()
 			pause = deletionSettles
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, pause) != nil {
 			return nil, fmt.Errorf("consume: consumer %s on %s lost and not made again within %s: %w", rt.Source.Consumer.Durable, rt.Source.Stream, rt.RecoverFor, err)
-		case <-time.After(pause):
 		}
 	}
 }

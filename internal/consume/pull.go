@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/retry"
 )
 
 // Messages is what a Loop takes messages from: the runtime's own pull buffer.
@@ -187,20 +189,16 @@ func (p *pull) fetch() {
 		case p.ctx.Err() != nil:
 			return
 		case errors.Is(err, errEmptyAtOnce):
-			select {
-			case <-p.ctx.Done():
+			if retry.Sleep(p.ctx, retryEvery) != nil {
 				return
-			case <-time.After(retryEvery):
 			}
 		case lostConsumer(err):
 			lost = err
 			return
 		case err != nil:
 			p.log.Warn("fetch failed", "error", err)
-			select {
-			case <-p.ctx.Done():
+			if retry.Sleep(p.ctx, retryEvery) != nil {
 				return
-			case <-time.After(retryEvery):
 			}
 		}
 		empty = got == 0

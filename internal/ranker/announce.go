@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -25,12 +26,14 @@ type announcer struct {
 	mu      sync.Mutex
 	pending map[string]trace.SpanContext
 	wake    chan struct{}
-	done    chan struct{} // closed by close, to cut the pause between rounds short
+	closing context.Context // ended by close, to cut the pause between rounds short
+	end     context.CancelFunc
 	closed  bool
 }
 
 func newAnnouncer() *announcer {
-	return &announcer{pending: map[string]trace.SpanContext{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	closing, end := context.WithCancel(context.Background())
+	return &announcer{pending: map[string]trace.SpanContext{}, wake: make(chan struct{}, 1), closing: closing, end: end}
 }
 
 // add marks the executions of recs, committed by the batch whose span is sc.
@@ -61,7 +64,7 @@ func (a *announcer) close() {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
-	close(a.done)
+	a.end()
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -108,10 +111,7 @@ func (r *ranker) announce(ctx context.Context, a *announcer) {
 			pause = max(pause, time.Second)
 		}
 		if len(ids) > 0 {
-			select {
-			case <-a.done:
-			case <-time.After(pause):
-			}
+			_ = retry.Sleep(a.closing, pause)
 		}
 	}
 }

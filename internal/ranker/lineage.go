@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/refill"
-	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -237,13 +237,11 @@ func (r *ranker) refill(ctx context.Context, plan refillPlan) error {
 		if plan.resume = lin; repair {
 			plan.resume = rank.Lineage{}
 		}
-		delay := settle.Backoff(attempt)
+		delay := retry.Redelivery().Backoff(attempt)
 		r.m.clickhouseErrors.WithLabelValues("refill").Inc()
 		r.log.Warn("store refill failed; starting over", "reason", why, "attempt", attempt, "retry_in", delay.String(), "error", err)
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, delay) != nil {
 			return ctx.Err()
-		case <-time.After(delay):
 		}
 	}
 }
@@ -262,10 +260,8 @@ func (r *ranker) awaitRefill(ctx context.Context) error {
 		case !found || time.Since(lin.Noted) > r.refillStale():
 			return errors.New("the refill stopped noting its progress")
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, refillBeat/2) != nil {
 			return ctx.Err()
-		case <-time.After(refillBeat / 2):
 		}
 	}
 }
@@ -300,10 +296,8 @@ func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume
 	if err := r.publishLineage(ctx, lin, why); err != nil {
 		return res, lin, err
 	}
-	select {
-	case <-ctx.Done():
+	if retry.Sleep(ctx, r.refillGrace()) != nil {
 		return res, lin, ctx.Err()
-	case <-time.After(r.refillGrace()):
 	}
 	if repair {
 		if err := r.repair(ctx); err != nil {
@@ -413,36 +407,26 @@ func (r *ranker) anchorAfter(ctx context.Context, recs []rank.Record) {
 // startCheck checks the store before the first commit, trying again with the shared backoff
 // while ClickHouse or the stream do not answer; false when stop ended first.
 func (r *ranker) startCheck(stop, work context.Context) bool {
-	for attempt := uint64(1); ; attempt++ {
-		err := r.checkStore(work)
-		if err == nil {
-			r.checked.Store(true)
-			return true
-		}
-		delay := settle.Backoff(attempt)
-		r.log.Warn("store not checked against EVALUATIONS yet; nothing is committed until it is", "attempt", attempt, "retry_in", delay.String(), "error", err)
-		select {
-		case <-stop.Done():
-			return false
-		case <-time.After(delay):
-		}
+	err := retry.Do(stop, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
+		r.log.Warn("store not checked against EVALUATIONS yet; nothing is committed until it is", "attempt", try, "retry_in", pause.String(), "error", err)
+	}, func(context.Context, uint64) error { return r.checkStore(work) })
+	if err != nil {
+		return false
 	}
+	r.checked.Store(true)
+	return true
 }
 
 // watchStore checks the store every checkEvery (see the top of this file).
 func (r *ranker) watchStore(ctx context.Context) {
-	t := time.NewTicker(checkEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	if retry.Sleep(ctx, checkEvery) != nil {
+		return // the start checked it just now
+	}
+	retry.Every(ctx, checkEvery, func(ctx context.Context) {
 		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("store lineage not checked; trying again", "error", err)
 		}
-	}
+	})
 }
 
 // warnTrimmed says, after a refill, when EVALUATIONS no longer holds its first evaluations

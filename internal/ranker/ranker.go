@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
@@ -282,17 +283,10 @@ func (b batch) single(i int) batch {
 
 // watchConsumer keeps the pending gauges current.
 func (r *ranker) watchConsumer(ctx context.Context, cons jetstream.Consumer, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
+	retry.Every(ctx, every, func(ctx context.Context) {
 		if info, err := cons.Info(ctx); err == nil {
 			r.m.pending.Set(float64(info.NumPending))
 			r.m.ackPending.Set(float64(info.NumAckPending))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }

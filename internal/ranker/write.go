@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -63,10 +64,8 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 				busySince = start
 			}
 			attempt--
-			select {
-			case <-ctx.Done():
+			if retry.Sleep(ctx, busyWait/2+rand.N(busyWait)) != nil {
 				return ctx.Err()
-			case <-time.After(busyWait/2 + rand.N(busyWait)):
 			}
 			busyWait = min(2*busyWait, quorumBusyMax)
 			continue
@@ -87,7 +86,7 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 		r.insertFails.Store(true)
 		r.noSpace.Store(rank.NoSpace(err))
 		r.m.clickhouseErrors.WithLabelValues("insert").Inc()
-		delay := settle.Backoff(attempt)
+		delay := retry.Redelivery().Backoff(attempt)
 		if rank.FaultOf(err) == rank.Refused {
 			return &refusal{err}
 		}
@@ -100,10 +99,8 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 		} else {
 			r.log.WarnContext(ctx, "clickhouse insert failed, will retry", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, delay) != nil {
 			return ctx.Err()
-		case <-time.After(delay):
 		}
 	}
 }

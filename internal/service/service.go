@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/internal/consume"
-	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -136,20 +136,16 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 	// At start too, a consumer deleted a moment ago may not be made again at once (nats-server
 	// answers 500 while it still moves the deleted one's files away): tried again for recoverFor.
 	var cons jetstream.Consumer
-	deadline := time.Now().Add(recoverFor)
-	for attempt := uint64(1); ; attempt++ {
-		if cons, err = src.Ensure(ctx); err == nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, nil, err
-		}
-		b.Log.Warn("durable consumer not made yet; trying again", "consumer", durable, "stream", stream, "attempt", attempt, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil, err
-		case <-time.After(settle.Backoff(attempt)):
-		}
+	ectx, cancel := context.WithTimeout(ctx, recoverFor)
+	err = retry.Do(ectx, retry.Redelivery(), func(try uint64, err error, _ time.Duration) {
+		b.Log.Warn("durable consumer not made yet; trying again", "consumer", durable, "stream", stream, "attempt", try, "error", err)
+	}, func(ctx context.Context, _ uint64) (err error) {
+		cons, err = src.Ensure(ctx)
+		return err
+	})
+	cancel()
+	if err != nil {
+		return nil, nil, err
 	}
 	rt := &consume.Runtime{Source: src, Log: b.Log, Buffer: buf, Consuming: b.Consuming, RecoverFor: recoverFor,
 		Recoveries: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "consumer_recoveries_total",
@@ -209,11 +205,9 @@ func (b *Base) Run(ctx context.Context, s Serving) error {
 		case <-work.Done(): // Run returned early
 			return
 		}
-		select {
-		case <-time.After(s.ShutdownTimeout):
+		if retry.Sleep(work, s.ShutdownTimeout) == nil {
 			b.Log.Warn("shutdown timeout reached; abandoning work in hand", "timeout", s.ShutdownTimeout.String())
 			cancelWork()
-		case <-work.Done():
 		}
 	}()
 	httpErr := make(chan error, 1)

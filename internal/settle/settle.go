@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -53,12 +54,6 @@ func Reject(reason string) Outcome { return Outcome{Kind: Poison, Why: reason} }
 // anyway: a poison message must never hold the consumer's ack floor.
 const deadLetterTries = 3
 
-// Backoff is the redelivery delay after a transient failure on the given delivery (1-based):
-// 500ms, 1s, 2s, 4s, then 5s.
-func Backoff(delivery uint64) time.Duration {
-	return min(250*time.Millisecond<<min(delivery, 5), 5*time.Second)
-}
-
 // Settler settles the messages of one service.
 type Settler struct {
 	js      jetstream.JetStream
@@ -97,7 +92,7 @@ func (s *Settler) Settle(ctx context.Context, msg jetstream.Msg, o Outcome) {
 			delivery = md.NumDelivered
 		}
 		s.log.WarnContext(ctx, "message will be redelivered", "subject", msg.Subject(), "delivery", delivery, "error", o.Why)
-		_ = msg.NakWithDelay(Backoff(delivery))
+		_ = msg.NakWithDelay(retry.Redelivery().Backoff(delivery))
 	case Poison:
 		s.deadLetter(ctx, msg, o.Why)
 		_ = msg.TermWithReason("invalid event")
@@ -129,10 +124,7 @@ func (s *Settler) AckAll(ctx context.Context, msgs []jetstream.Msg, within time.
 	deadline := time.Now().Add(within)
 	for attempt := uint64(1); err != nil && ctx.Err() == nil && time.Now().Before(deadline); attempt++ {
 		s.log.WarnContext(ctx, "ack not confirmed; sending the batch's acks again", "messages", len(msgs), "attempt", attempt, "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(Backoff(attempt)):
-		}
+		_ = retry.Sleep(ctx, retry.Redelivery().Backoff(attempt)) // a stop still sends the acks once more
 		for _, msg := range msgs[:len(msgs)-1] {
 			_ = nc.Publish(msg.Reply(), []byte("+ACK"))
 		}
@@ -156,10 +148,8 @@ func (s *Settler) deadLetter(ctx context.Context, msg jetstream.Msg, reason stri
 		if try == deadLetterTries {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			try = deadLetterTries
-		case <-time.After(Backoff(uint64(try))):
+		if retry.Sleep(ctx, retry.Redelivery().Backoff(uint64(try))) != nil {
+			break
 		}
 	}
 	s.lost.Inc()

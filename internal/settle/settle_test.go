@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
@@ -76,7 +77,7 @@ func TestSettle(t *testing.T) {
 			// as it comes: a loaded machine only costs time); none is awaited 2s.
 			wait := 2 * time.Second
 			if tt.wantRedelivery {
-				wait = 20 * settle.Backoff(1)
+				wait = 20 * retry.Redelivery().Backoff(1)
 			}
 			again, err := cons.Fetch(1, jetstream.FetchMaxWait(wait))
 			if err != nil {
@@ -91,8 +92,8 @@ func TestSettle(t *testing.T) {
 			}
 			if redelivered != nil {
 				md, _ := redelivered.Metadata()
-				if waited := time.Since(start); md.NumDelivered != 2 || waited < settle.Backoff(1) {
-					t.Errorf("redelivery %d after %s, want delivery 2 after at least %s", md.NumDelivered, waited, settle.Backoff(1))
+				if waited := time.Since(start); md.NumDelivered != 2 || waited < retry.Redelivery().Backoff(1) {
+					t.Errorf("redelivery %d after %s, want delivery 2 after at least %s", md.NumDelivered, waited, retry.Redelivery().Backoff(1))
 				}
 			}
 			if tt.deadLetters {
