@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/panics"
 	"github.com/podium-llm/podium/internal/refill"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/events"
@@ -269,14 +269,17 @@ func (r *ranker) awaitRefill(ctx context.Context) error {
 // refillOnce is one try of refill: what it wrote, and the lineage it noted last. It goes on from
 // resume where that is of the same stream and the table holds its anchor; else from the start.
 func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume rank.Lineage) (res refill.Result, lin rank.Lineage, err error) {
-	defer func() {
-		// A driver that panics on a row must not crash the ranker, which would refill again at
-		// its start and crash again: the refill fails, and is tried again with the backoff.
-		if v := recover(); v != nil {
-			r.log.Error("store refill panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			err = fmt.Errorf("the refill panicked: %v", v)
-		}
-	}()
+	// A driver that panics on a row must not crash the ranker, which would refill again at its
+	// start and crash again: the refill fails, and is tried again with the backoff.
+	if p := panics.Catch(func() { res, lin, err = r.refillSteps(ctx, why, repair, resume) }); p != nil {
+		r.log.Error("store refill panicked", "panic", fmt.Sprint(p.Value), "stack", p.Stack)
+		return res, lin, fmt.Errorf("the refill panicked: %v", p.Value)
+	}
+	return res, lin, err
+}
+
+// refillSteps is refillOnce without its recovery.
+func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resume rank.Lineage) (res refill.Result, lin rank.Lineage, err error) {
 	info, err := r.evaluationsInfo(ctx)
 	if err != nil {
 		return res, lin, err

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/panics"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/tracing"
@@ -240,14 +240,11 @@ func (r *ranker) insertSpan(ctx context.Context, recs []rank.Record) (refused ma
 // handled as the consume runtime handles one of a handler: the batch is committed again one
 // evaluation at a time, and one that panics alone is dead-lettered with the panic as its reason.
 func (r *ranker) commitRecovering(ctx context.Context, b batch) (trace.SpanContext, bool) {
-	try := func(b batch) (sc trace.SpanContext, ok bool, v any) {
-		defer func() {
-			if v = recover(); v != nil {
-				r.log.ErrorContext(ctx, "a commit panicked", "messages", len(b.keep), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			}
-		}()
-		sc, ok = r.commit(ctx, b)
-		return sc, ok, nil
+	try := func(b batch) (sc trace.SpanContext, ok bool, p *panics.Panic) {
+		if p = panics.Catch(func() { sc, ok = r.commit(ctx, b) }); p != nil {
+			r.log.ErrorContext(ctx, "a commit panicked", "messages", len(b.keep), "panic", fmt.Sprint(p.Value), "stack", p.Stack)
+		}
+		return sc, ok, p
 	}
 	sc, ok, v := try(b)
 	if v == nil {
@@ -259,7 +256,7 @@ func (r *ranker) commitRecovering(ctx context.Context, b batch) (trace.SpanConte
 		if v != nil {
 			r.runtime.Panicked()
 			r.m.events.WithLabelValues("dead_lettered").Inc()
-			r.settler.Settle(ctx, msg, settle.Reject(fmt.Sprintf("the commit panicked: %v", v)))
+			r.settler.Settle(ctx, msg, settle.Reject(fmt.Sprintf("the commit panicked: %v", v.Value)))
 			continue
 		}
 		if ok {

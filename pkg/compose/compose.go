@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podium-llm/podium/internal/panics"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -113,12 +114,9 @@ type rendered struct {
 // template_error of this request, answered like any other, not a crash of every composer the
 // request is redelivered to.
 func renderPart(name string, p part, vals map[string]any) (text string, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = events.Failf(events.CodeTemplateError, "template %q: rendering panicked: %v", name, v)
-		}
-	}()
-	text, err = p.tmpl.Render(vals)
+	if pv := panics.Catch(func() { text, err = p.tmpl.Render(vals) }); pv != nil {
+		return "", events.Failf(events.CodeTemplateError, "template %q: rendering panicked: %v", name, pv.Value)
+	}
 	if err != nil {
 		return "", events.Failf(events.CodeTemplateError, "template %q: %v", name, err)
 	}
