@@ -138,11 +138,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if strings.HasPrefix(cfg.Addr, ":") {
 		url = "http://localhost" + cfg.Addr
 	}
+	base.Health.Probe("clickhouse", st.Ping)
+	base.Health.Probe("live", con.Ready)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.Addr,
 		API:             con.Handler(),
 		Guard:           cfg.door().Guard(cfg.Addr),
-		Checks:          map[string]service.Check{"clickhouse": st.Ping, "live": con.Ready},
 		ShutdownTimeout: 5 * time.Second,
 		Started:         []any{"url", url, "clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase, "auth", cfg.AuthToken != "" || cfg.BasicUser != ""},
 		Consume: func(stop, _ context.Context) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/streamscan"
@@ -68,11 +69,18 @@ type archiver struct {
 	// mu serializes what writes the table: a batch, and a refill the watcher starts.
 	mu sync.Mutex
 
-	epoch       atomic.Pointer[string] // the epoch published: the table that holds its marker is whole
-	insertFails atomic.Bool            // set while a batch waits for ClickHouse to come back
-	noSpace     atomic.Bool            // set while ClickHouse refuses the batch for want of disk
-	refusal     atomic.Pointer[string] // ClickHouse's refusal of the rows, while it refuses them
-	refilling   atomic.Pointer[string] // why, while the table is filled again from the stream
+	epoch atomic.Pointer[string] // the epoch published: the table that holds its marker is whole
+
+	// Readiness: writes ("clickhouse") is insert's: ClickHouse away, out of disk, or refusing
+	// the rows; filled ("archive") is the epoch's: not checked against the consumer yet, or being
+	// filled again from the stream.
+	writes *health.Condition
+	filled *health.Condition
+}
+
+// newConditions registers the archiver's readiness conditions.
+func newConditions(h *health.Health) (writes, filled *health.Condition) {
+	return h.Condition("clickhouse", nil), h.Condition("archive", errors.New("the prompts archive is not checked against its consumer yet"))
 }
 
 // handle archives one batch and acknowledges what is stored.
@@ -184,7 +192,7 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 		}
 		switch {
 		case err == nil:
-			a.insertFails.Store(false) // ClickHouse answers (a batch of junk alone inserts nothing)
+			a.writes.Holds() // ClickHouse answers (a batch of junk alone inserts nothing)
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -200,7 +208,7 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 				return err
 			}
 		default: // the check failed: ClickHouse is away, as for an insert
-			a.insertFails.Store(true)
+			a.writes.Fail("inserts into the prompts archive are failing; records are held, not lost")
 			delay := retry.Redelivery().Backoff(attempt)
 			a.log.WarnContext(ctx, "clickhouse check of the archive failed, will retry", "attempt", attempt, "retry_in", delay.String(), "error", err)
 			if err := retry.Sleep(ctx, delay); err != nil {
@@ -248,8 +256,7 @@ func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt) error
 		if err == nil {
 			a.m.insertDuration.Observe(time.Since(start).Seconds())
 			a.m.batchSize.Observe(float64(len(recs)))
-			a.refusal.Store(nil)
-			if a.insertFails.Swap(false) {
+			if a.writes.Holds() {
 				a.log.InfoContext(ctx, "clickhouse insert recovered", "attempts", attempt)
 			}
 			return nil
@@ -258,12 +265,16 @@ func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt) error
 		if fault == rank.Missing {
 			return fmt.Errorf("%w: %v", errTableLost, err)
 		}
-		a.insertFails.Store(true)
-		a.noSpace.Store(rank.NoSpace(err))
 		delay := retry.Redelivery().Backoff(attempt)
+		switch {
+		case fault == rank.Refused:
+			a.writes.Fail("clickhouse refuses the records (the prompts table is not what the migrations made); they are held, not lost: %s", strings.ReplaceAll(err.Error(), "\n", " "))
+		case rank.NoSpace(err):
+			a.writes.Fail("inserts into the prompts archive are failing: ClickHouse has no disk space left; records are held, not lost")
+		default:
+			a.writes.Fail("inserts into the prompts archive are failing; records are held, not lost")
+		}
 		if fault == rank.Refused {
-			why := strings.ReplaceAll(err.Error(), "\n", " ")
-			a.refusal.Store(&why)
 			a.m.clickhouseErrors.WithLabelValues("refused").Inc()
 			a.log.ErrorContext(ctx, "clickhouse refuses the records: the prompts table is not what the migrations made (fix it, or drop it: the archiver makes it again and fills it from PROMPTS); the records are held", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
 		} else {
@@ -280,9 +291,15 @@ func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt) error
 // record, then notes a new epoch in the table and publishes it: the batch in hand is written
 // after it. Rows are idempotent, so a refill that stops half way (a stop, a kill) is simply done
 // again, by whoever finds the marker missing next.
-func (a *archiver) refill(ctx context.Context, why string) error {
-	a.refilling.Store(&why)
-	defer a.refilling.Store(nil)
+func (a *archiver) refill(ctx context.Context, why string) (err error) {
+	a.filled.Fail("filling the prompts archive again from PROMPTS: %s", why)
+	defer func() {
+		if err != nil {
+			a.filled.Fail("a fill of the prompts archive from PROMPTS stopped (%s): %v", why, err)
+			return
+		}
+		a.filled.Holds()
+	}()
 	a.m.refills.Inc()
 	start := time.Now()
 	a.log.WarnContext(ctx, "the prompts archive is not whole; making it again and filling it from PROMPTS", "reason", why)
@@ -374,6 +391,7 @@ func (a *archiver) start(ctx context.Context, cons jetstream.Consumer) error {
 	info := cons.CachedInfo()
 	if epoch := info.Config.Metadata[events.MetaArchiveEpoch]; epoch != "" {
 		a.epoch.Store(&epoch)
+		a.filled.Holds() // the first batch checks the marker (write)
 		// Published again, so the runtime keeps it for a consumer it makes again after a loss:
 		// one made without it would send every reader to the stream.
 		if err := a.publish(ctx, map[string]string{events.MetaArchiveEpoch: epoch}); err != nil {
@@ -391,30 +409,14 @@ func (a *archiver) start(ctx context.Context, cons jetstream.Consumer) error {
 			if _, err := a.store.Repair(ctx); err != nil {
 				return err
 			}
-			return a.newEpoch(ctx)
+			if err := a.newEpoch(ctx); err != nil {
+				return err
+			}
+			a.filled.Holds()
+			return nil
 		})
 	}
 	return a.refill(ctx, "the archiver's consumer names no epoch of the archive")
-}
-
-// ready fails while the archive cannot take what the stream holds.
-func (a *archiver) ready(ctx context.Context) error {
-	if why := a.refilling.Load(); why != nil {
-		return errors.New("filling the prompts archive again from PROMPTS: " + *why)
-	}
-	if a.epoch.Load() == nil {
-		return errors.New("the prompts archive is not checked against its consumer yet")
-	}
-	if why := a.refusal.Load(); why != nil {
-		return errors.New("clickhouse refuses the records (the prompts table is not what the migrations made); they are held, not lost: " + *why)
-	}
-	if a.insertFails.Load() {
-		if a.noSpace.Load() {
-			return errors.New("inserts into the prompts archive are failing: ClickHouse has no disk space left; records are held, not lost")
-		}
-		return errors.New("inserts into the prompts archive are failing; records are held, not lost")
-	}
-	return a.store.Ping(ctx)
 }
 
 // watchConsumer keeps the backlog gauges current (what the stream holds that is not archived)

@@ -45,7 +45,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	writes, filled := newConditions(base.Health)
+	base.Health.Probe("clickhouse_ping", st.Ping)
 	a := &archiver{
+		writes:  writes,
+		filled:  filled,
 		log:     log,
 		js:      base.JS,
 		store:   st,
@@ -79,7 +83,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	base.StoreMetrics(st)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
-		Checks:          map[string]service.Check{"clickhouse": a.ready},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase},
 		Consume: func(stop, work context.Context) error {

@@ -84,12 +84,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		base.Close()
 		return err
 	}
+	base.Health.Probe("clickhouse", st.Ping)
+	base.Health.Probe("inputs", c.inputs.Ready)
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
 		Guard:           apiDoor(log, cfg.HTTPAddr, cfg.APIToken),
 		API:             newAPI(rs),
-		Checks:          map[string]service.Check{"clickhouse": st.Ping, "prompts": c.answers.ready, "templates": c.templates.ready, "inputs": c.inputs.Ready},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
 		Consume: func(stop, work context.Context) error {
@@ -134,14 +135,14 @@ func newComposer(base *service.Base, cfg *Config, st *rank.Store, lib *compose.L
 		settler:       settle.New(base.JS, base.Log, base.Reg, "composer"),
 		trace:         base.Trace,
 		inputs:        in,
-		templates:     newTemplates(lib, base.Log, m),
+		templates:     newTemplates(lib, base.Log, m, base.Health),
 		m:             m,
 		source:        base.Source,
 		maxBytes:      cfg.MaxEventBytes,
 		renderTimeout: cfg.RenderTimeout,
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,
-		answers:       &answerStore{remake: promptsMaker(base.JS, cfg)},
+		answers:       &answerStore{remake: promptsMaker(base.JS, cfg), stored: base.Health.Condition("prompts", nil)},
 	}, nil
 }
 

@@ -3,12 +3,12 @@ package composer
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -26,24 +26,33 @@ import (
 // (internal/consume says more).
 const promptsSettle = time.Second
 
-// answerStore is the state of storing answers: how many are waiting for PROMPTS, and why.
+// answerStore is the state of storing answers: how many are waiting for PROMPTS, and the
+// "prompts" condition, which fails naming the last cause while any does.
 type answerStore struct {
-	waiting atomic.Int32
-	cause   atomic.Pointer[string]
+	mu      sync.Mutex
+	waiting int
+	stored  *health.Condition
 	// remake makes PROMPTS again; nil when the operator owns the streams.
 	remake func(ctx context.Context) error
 }
 
-// ready fails while an answer waits for PROMPTS.
-func (a *answerStore) ready(context.Context) error {
-	if a.waiting.Load() == 0 {
-		return nil
+// failed notes that an answer is not stored, why, and whether it started waiting now.
+func (a *answerStore) failed(why string, first bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if first {
+		a.waiting++
 	}
-	why := "unknown"
-	if c := a.cause.Load(); c != nil {
-		why = *c
+	a.stored.Fail("answers cannot be stored in %s (%s); their requests are held, not dropped", events.StreamPrompts, why)
+}
+
+// done notes that an answer that waited is stored, or given back.
+func (a *answerStore) done() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiting--; a.waiting == 0 {
+		a.stored.Holds()
 	}
-	return fmt.Errorf("answers cannot be stored in %s (%s); their requests are held, not dropped", events.StreamPrompts, why)
 }
 
 // store publishes an answer until PROMPTS takes it (see the top of this file). It returns nil once
@@ -56,22 +65,22 @@ func (c *composer) store(ctx context.Context, publish func(context.Context) erro
 		var tooLarge *events.TooLargeError
 		if err == nil || errors.As(err, &tooLarge) || ctx.Err() != nil {
 			if !since.IsZero() {
-				a.waiting.Add(-1)
+				a.done()
 				if err == nil {
 					c.log.InfoContext(ctx, "answer stored after PROMPTS refused it", "attempts", attempt, "after", time.Since(since).Round(time.Millisecond).String())
 				}
 			}
 			return err
 		}
-		if since.IsZero() {
+		first := since.IsZero()
+		if first {
 			since = time.Now()
-			a.waiting.Add(1)
 		}
 		why := err.Error()
 		if events.StorageFull(err) {
 			why = "JetStream storage is full: " + why
 		}
-		a.cause.Store(&why)
+		a.failed(why, first)
 		c.m.answerRetries.Inc()
 		delay := retry.Redelivery().Backoff(attempt)
 		if attempt == 1 || attempt%10 == 0 {
@@ -81,7 +90,7 @@ func (c *composer) store(ctx context.Context, publish func(context.Context) erro
 			c.remakePrompts(ctx)
 		}
 		if retry.Sleep(ctx, delay) != nil {
-			a.waiting.Add(-1)
+			a.done()
 			return ctx.Err()
 		}
 	}

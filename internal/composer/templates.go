@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/compose"
@@ -28,12 +29,13 @@ type templates struct {
 	m    *metrics
 
 	rejected map[string]bool // problems already reported, so a rebuild does not repeat them
-	// stale says why the registry is not followed now; nil while it is (or there is none).
-	stale atomic.Pointer[string]
+	// followed is the "templates" condition: it fails while the registry is not followed (its
+	// labels may have moved since) and holds while it is, or where there is none.
+	followed *health.Condition
 }
 
-func newTemplates(base *compose.Library, log *slog.Logger, m *metrics) *templates {
-	t := &templates{base: base, log: log, m: m, rejected: map[string]bool{}}
+func newTemplates(base *compose.Library, log *slog.Logger, m *metrics, h *health.Health) *templates {
+	t := &templates{base: base, log: log, m: m, rejected: map[string]bool{}, followed: h.Condition("templates", nil)}
 	t.cur.Store(base)
 	return t
 }
@@ -68,22 +70,13 @@ func (t *templates) follower(ctx context.Context, kv jetstream.KeyValue, loaded 
 		if ctx.Err() != nil {
 			return
 		}
-		why := err.Error()
-		t.stale.Store(&why)
+		t.followed.Fail("the template registry is not followed (%v): its labels may have moved since", err)
 		delay := retry.Redelivery().Backoff(max(attempt, 1))
 		t.log.Error("template registry not followed; unready until it is watched again", "error", err, "retry_in", delay.String())
 		if retry.Sleep(ctx, delay) != nil {
 			return
 		}
 	}
-}
-
-// ready fails while the registry is not followed: labels may have moved since.
-func (t *templates) ready(context.Context) error {
-	if why := t.stale.Load(); why != nil {
-		return errors.New("the template registry is not followed (" + *why + "): its labels may have moved since")
-	}
-	return nil
 }
 
 // watch follows the registry until ctx ends or the watch ends by itself (its error says why);
@@ -117,7 +110,7 @@ func (t *templates) watch(ctx context.Context, kv jetstream.KeyValue, loaded fun
 		if e == nil { // the registry's content at the start is in
 			initial = false
 			t.rebuild(entries)
-			t.stale.Store(nil)
+			t.followed.Holds()
 			loaded()
 			continue
 		}

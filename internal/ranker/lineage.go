@@ -198,13 +198,21 @@ type refillPlan struct {
 
 // refill makes the store whole from the stream (see the top of this file). Commits are held by
 // the caller. It returns only once the store is whole, or with ctx's error.
-func (r *ranker) refill(ctx context.Context, plan refillPlan) error {
+func (r *ranker) refill(ctx context.Context, plan refillPlan) (err error) {
 	why, repair, others := plan.why, plan.repair, plan.others
 	start := time.Now()
 	r.boardsMu.Lock()
 	defer r.boardsMu.Unlock()
 	r.refilling.Store(&why)
-	defer r.refilling.Store(nil)
+	r.whole.Fail("refilling the store from EVALUATIONS: %s", why)
+	defer func() {
+		r.refilling.Store(nil)
+		if err != nil {
+			r.whole.Fail("a refill of the store from EVALUATIONS stopped (%s): %v", why, err)
+			return
+		}
+		r.whole.Holds() // refilled: whole
+	}()
 	r.m.refilling.Set(1)
 	defer r.m.refilling.Set(0)
 	r.log.Warn("refilling the store from EVALUATIONS; unready until it is whole", "reason", why)
@@ -416,7 +424,7 @@ func (r *ranker) startCheck(stop, work context.Context) bool {
 	if err != nil {
 		return false
 	}
-	r.checked.Store(true)
+	r.whole.Holds()
 	return true
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/panics"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
@@ -78,18 +79,27 @@ type ranker struct {
 	boardsMu  sync.RWMutex
 	lineage   atomic.Pointer[rank.Lineage] // the store's lineage, as published
 	refilling atomic.Pointer[string]       // why, while a refill runs
-	checked   atomic.Bool                  // set once the store was found whole at start
 	// staleAfter replaces refillStale (lineage.go) in tests; 0 in the service.
 	staleAfter time.Duration
 	// grace replaces rank.RefillGrace in tests; 0 in the service.
 	grace time.Duration
 
-	writing     atomic.Bool // set while the committer has a batch in hand
-	insertFails atomic.Bool // set while a batch is waiting for ClickHouse to come back
-	noSpace     atomic.Bool // set while ClickHouse refuses the batch for want of disk
-	quorumLost  atomic.Bool // set while a batch is waiting for a quorum of replicas
-	fatal       atomic.Bool // set once a fault stopped the ranker: it stays unready
+	writing atomic.Bool // set while the committer has a batch in hand
+
+	// Readiness: writes ("clickhouse") is the writer's (write.go): inserts failing, waiting for a
+	// quorum or for disk, or a fault that stopped the ranker; whole ("store") is the lineage's
+	// (lineage.go): not checked against the stream yet, or being refilled.
+	writes *health.Condition
+	whole  *health.Condition
 }
+
+// newConditions registers the ranker's readiness conditions.
+func newConditions(h *health.Health) (writes, whole *health.Condition) {
+	return h.Condition("clickhouse", nil), h.Condition("store", errUnchecked)
+}
+
+// errUnchecked is the store before its first check.
+var errUnchecked = errors.New("the store is not yet checked against EVALUATIONS")
 
 // consume reads batches until stop is done, then drains what the client already holds and
 // returns once every batch is committed and announced. Work in hand is finished under work, which

@@ -52,6 +52,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	r := newRanker(base, &cfg, st)
+	base.Health.Probe("clickhouse_ping", func(ctx context.Context) error {
+		err := st.Ping(ctx)
+		if err != nil {
+			r.m.clickhouseErrors.WithLabelValues("unavailable").Inc()
+		}
+		return err
+	})
 	if r.snapshots, err = scoresBucket(ctx, base, &cfg); err != nil {
 		base.Close()
 		return err
@@ -79,7 +86,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		HTTPAddr:        cfg.HTTPAddr,
 		Guard:           apiDoor(log, cfg.HTTPAddr, cfg.APIToken),
 		API:             newAPI(log, st, r.m, r.refillReason),
-		Checks:          map[string]service.Check{"clickhouse": r.storeReady},
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase},
 		Consume: func(stop, work context.Context) error {
@@ -104,6 +110,7 @@ func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handl
 
 // newRanker wires the ranker to its NATS connection and store.
 func newRanker(base *service.Base, cfg *Config, st *rank.Store) *ranker {
+	writes, whole := newConditions(base.Health)
 	return &ranker{
 		log:       base.Log,
 		js:        base.JS,
@@ -123,34 +130,9 @@ func newRanker(base *service.Base, cfg *Config, st *rank.Store) *ranker {
 		ackWait:          cfg.AckWait,
 		announceInterval: cfg.AnnounceInterval,
 		now:              time.Now,
+		writes:           writes,
+		whole:            whole,
 	}
-}
-
-// storeReady fails while inserts are failing or ClickHouse does not answer a ping.
-func (r *ranker) storeReady(ctx context.Context) error {
-	if r.fatal.Load() {
-		return errors.New("stopped: clickhouse refuses every evaluation (see the error log)")
-	}
-	if why := r.refilling.Load(); why != nil {
-		return errors.New("refilling the store from EVALUATIONS: " + *why)
-	}
-	if !r.checked.Load() {
-		return errors.New("the store is not yet checked against EVALUATIONS")
-	}
-	if r.quorumLost.Load() {
-		return errors.New("inserts wait for a quorum of ClickHouse replicas; evaluations are held, not lost")
-	}
-	if r.insertFails.Load() {
-		if r.noSpace.Load() {
-			return errors.New("inserts are failing: ClickHouse has no disk space left; evaluations are held, not lost")
-		}
-		return errors.New("inserts are failing")
-	}
-	if err := r.store.Ping(ctx); err != nil {
-		r.m.clickhouseErrors.WithLabelValues("unavailable").Inc()
-		return err
-	}
-	return nil
 }
 
 // scoresBucket opens the SCORES bucket, creating it when the ranker manages its streams; nil when

@@ -74,8 +74,7 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 		if err == nil {
 			tracing.Observe(ctx, r.m.insertDuration, time.Since(start).Seconds())
 			r.m.batchSize.Observe(float64(len(recs)))
-			r.quorumLost.Store(false)
-			if r.insertFails.Swap(false) {
+			if r.writes.Holds() {
 				r.log.InfoContext(ctx, "clickhouse insert recovered", "attempts", attempt)
 			}
 			return nil
@@ -83,17 +82,23 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 		if rank.FaultOf(err) == rank.Missing {
 			return errorOf(err) // the caller refills the table (lineage.go)
 		}
-		r.insertFails.Store(true)
-		r.noSpace.Store(rank.NoSpace(err))
 		r.m.clickhouseErrors.WithLabelValues("insert").Inc()
 		delay := retry.Redelivery().Backoff(attempt)
 		if rank.FaultOf(err) == rank.Refused {
+			r.writes.Fail("inserts are failing")
 			return &refusal{err}
+		}
+		switch {
+		case rank.IsQuorumError(err):
+			r.writes.Fail("inserts wait for a quorum of ClickHouse replicas; evaluations are held, not lost")
+		case rank.NoSpace(err):
+			r.writes.Fail("inserts are failing: ClickHouse has no disk space left; evaluations are held, not lost")
+		default:
+			r.writes.Fail("inserts are failing")
 		}
 		if rank.IsQuorumError(err) {
 			// The rows may already be on some replicas; they count once the quorum has them, and
 			// the retry is harmless (block deduplication, and reads collapse copies of an id).
-			r.quorumLost.Store(true)
 			r.m.quorumFailures.Inc()
 			r.log.WarnContext(ctx, "clickhouse replicas did not confirm the insert; holding the batch unacknowledged", "rows", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
 		} else {
@@ -107,7 +112,7 @@ func (r *ranker) insert(ctx context.Context, recs []rank.Record) error {
 
 // stopWith turns the ranker unready for good and stops its consumer with err as its exit error.
 func (r *ranker) stopWith(err error) {
-	r.fatal.Store(true)
+	r.writes.Fatal(errors.New("stopped: clickhouse refuses every evaluation (see the error log)"))
 	if r.fail != nil {
 		r.fail(err)
 	}

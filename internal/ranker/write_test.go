@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -57,6 +58,7 @@ func newTestRanker(t *testing.T, st store, repair func(context.Context) error) (
 	var stopped atomic.Value
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), store: st, m: newMetrics(prometheus.NewRegistry()),
 		now: time.Now, repair: repair, fail: func(err error) { stopped.Store(err) }}
+	r.writes, r.whole = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
 	return r, &stopped
 }
 
@@ -168,10 +170,10 @@ func TestWriteStopsOnATableThatRefusesEverything(t *testing.T) {
 	if !strings.Contains(err.Error(), "column feedback is missing") {
 		t.Errorf("the error does not name the column: %v", err)
 	}
-	if stopped.Load() == nil || !r.fatal.Load() {
+	if stopped.Load() == nil {
 		t.Error("the ranker was not stopped")
 	}
-	if err := r.storeReady(t.Context()); err == nil {
+	if err := r.writes.Err(); err == nil {
 		t.Error("ready after a fatal fault")
 	}
 }
@@ -186,8 +188,8 @@ func TestWriteRetriesTransientFaults(t *testing.T) {
 	if _, err := r.write(t.Context(), records("flaky", "a")); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.inserts.Load(); n != 3 || r.insertFails.Load() {
-		t.Errorf("%d inserts, failing %v; want 3 and recovered", n, r.insertFails.Load())
+	if n := f.inserts.Load(); n != 3 || r.writes.Err() != nil {
+		t.Errorf("%d inserts, failing %v; want 3 and recovered", n, r.writes.Err())
 	}
 }
 

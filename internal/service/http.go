@@ -15,9 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Check is one readiness condition; nil means ready.
-type Check func(ctx context.Context) error
-
 // Server is the HTTP side of a service: its API plus /metrics, /healthz and /readyz.
 type Server struct {
 	srv *http.Server
@@ -32,11 +29,10 @@ type HTTPLimits struct {
 // MaxHeaderBytes bounds a request's line and headers: a longer one is answered 431.
 const MaxHeaderBytes = 64 << 10
 
-// Listen binds addr and builds the handler. /readyz answers 200 only when every check passes,
-// and 503 with the failing checks otherwise.
+// Listen binds addr and builds the handler; ready answers /readyz (health.Health's handler).
 //
 // Requests' contexts derive from base, so handlers stop when the service abandons its work.
-func Listen(base context.Context, addr string, lim HTTPLimits, api http.Handler, gatherer prometheus.Gatherer, checks map[string]Check, pprofOn bool) (*Server, error) {
+func Listen(base context.Context, addr string, lim HTTPLimits, api http.Handler, gatherer prometheus.Gatherer, ready http.Handler, pprofOn bool) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -47,21 +43,7 @@ func Listen(base context.Context, addr string, lim HTTPLimits, api http.Handler,
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		failing := map[string]string{}
-		for name, check := range checks {
-			if err := check(ctx); err != nil {
-				failing[name] = err.Error()
-			}
-		}
-		if len(failing) > 0 {
-			WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failing": failing})
-			return
-		}
-		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+	mux.Handle("GET /readyz", ready)
 	if pprofOn {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
@@ -117,26 +99,4 @@ func EncodeJSON(v any) []byte {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
-}
-
-// WatchReady mirrors readiness into a gauge every few seconds, for dashboards and alerts.
-func WatchReady(ctx context.Context, gauge prometheus.Gauge, checks map[string]Check) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		ready := 1.0
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		for _, check := range checks {
-			if check(cctx) != nil {
-				ready = 0
-			}
-		}
-		cancel()
-		gauge.Set(ready)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -78,8 +78,8 @@ var userinfo = regexp.MustCompile(`(//[^/@\s:,]*):[^/@\s,]*@`)
 // logs never print a credential.
 func RedactURLs(s string) string { return userinfo.ReplaceAllString(s, "$1:xxxxx@") }
 
-// NATSConnected is the readiness check of a NATS connection.
-func NATSConnected(nc *nats.Conn) Check {
+// NATSConnected is the readiness probe of a NATS connection.
+func NATSConnected(nc *nats.Conn) func(context.Context) error {
 	return func(context.Context) error {
 		if !nc.IsConnected() {
 			return fmt.Errorf("nats %s", nc.Status())

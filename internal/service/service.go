@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
@@ -72,10 +72,12 @@ type Base struct {
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 	Trace  *tracing.Tracing // OTEL_*: spans joined to the orchestrator's trace, exported or not
+	// Health is the service's readiness: "nats" and "consuming" are the base's, every other
+	// condition is registered by the component that owns it.
+	Health *health.Health
 
 	common    *Common
-	consuming atomic.Bool
-	ready     prometheus.Gauge
+	consuming *health.Condition
 }
 
 // Start connects a service to NATS and creates or updates its streams (unless MANAGE_STREAMS is
@@ -104,9 +106,10 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 		nc.Close()
 		return nil, err
 	}
-	b := &Base{Name: name, Source: name + "/" + host, Log: log, Reg: reg, NC: nc, JS: js, Trace: tr, common: c}
-	b.ready = promauto.With(reg).NewGauge(prometheus.GaugeOpts{Namespace: name, Name: "ready",
-		Help: "1 when the service is ready (the checks of /readyz pass), else 0."})
+	b := &Base{Name: name, Source: name + "/" + host, Log: log, Reg: reg, NC: nc, JS: js, Trace: tr, common: c,
+		Health: health.New(reg, name)}
+	b.Health.Probe("nats", NATSConnected(nc))
+	b.consuming = b.Health.Condition("consuming", errNotConsuming)
 	return b, nil
 }
 
@@ -155,16 +158,24 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 	return rt, cons, nil
 }
 
-// Consuming marks whether the consumer loop runs; /readyz reports it.
-func (b *Base) Consuming(on bool) { b.consuming.Store(on) }
+// errNotConsuming is the "consuming" condition while nothing is consumed.
+var errNotConsuming = errors.New("not consuming")
+
+// Consuming marks whether the consumer loop runs (the "consuming" condition).
+func (b *Base) Consuming(on bool) {
+	if on {
+		b.consuming.Holds()
+		return
+	}
+	b.consuming.Set(errNotConsuming)
+}
 
 // Serving is how Run serves a started service.
 type Serving struct {
 	HTTPAddr        string
-	API             http.Handler     // the service's own endpoints, beside /metrics and the probes
-	Checks          map[string]Check // readiness besides NATS and consuming
-	ShutdownTimeout time.Duration    // how long work may outlive the stop signal
-	Started         []any            // extra key-value pairs for the "started" log line
+	API             http.Handler  // the service's own endpoints, beside /metrics and the probes
+	ShutdownTimeout time.Duration // how long work may outlive the stop signal
+	Started         []any         // extra key-value pairs for the "started" log line
 	// Consume runs until stop ends, then finishes what it holds under work, which outlives
 	// stop by the shutdown timeout.
 	Consume func(stop, work context.Context) error
@@ -177,19 +188,10 @@ type Serving struct {
 // Run serves HTTP, runs the consumer until ctx ends, then stops HTTP, drains NATS and returns
 // the joined errors of shutdown.
 func (b *Base) Run(ctx context.Context, s Serving) error {
-	checks := map[string]Check{"nats": NATSConnected(b.NC), "consuming": func(context.Context) error {
-		if !b.consuming.Load() {
-			return errors.New("not consuming")
-		}
-		return nil
-	}}
-	for name, c := range s.Checks {
-		checks[name] = c
-	}
 	// work outlives ctx by the shutdown timeout, so what is in hand is still finished.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	srv, err := Listen(work, s.HTTPAddr, b.common.HTTPLimits(), s.API, b.Reg, checks, b.common.Pprof)
+	srv, err := Listen(work, s.HTTPAddr, b.common.HTTPLimits(), s.API, b.Reg, b.Health.Handler(WriteJSON), b.common.Pprof)
 	if err != nil {
 		b.NC.Close()
 		return err
@@ -212,7 +214,7 @@ func (b *Base) Run(ctx context.Context, s Serving) error {
 	}()
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- srv.Serve() }()
-	go WatchReady(work, b.ready, checks)
+	go b.Health.Watch(work, 5*time.Second)
 	for _, w := range s.Watch {
 		go w(work)
 	}
