@@ -196,7 +196,17 @@ func (rt *Runtime) SetMetadata(ctx context.Context, md map[string]string) error 
 		}
 	}
 	cfg.Metadata = next
-	if _, err := rt.Source.JS.UpdateConsumer(ctx, rt.Source.Stream, cfg); err != nil {
+	_, err = rt.Source.JS.UpdateConsumer(ctx, rt.Source.Stream, cfg)
+	if brokenStore(err) {
+		// The server lost the consumer's files (see recover) and refuses every update: deleted,
+		// it is the runtime's to make again, with this metadata, as any lost consumer.
+		rt.Log.Warn("the consumer has no store on the server; deleting it to make it again with its metadata",
+			"consumer", cfg.Durable, "stream", rt.Source.Stream, "error", err)
+		if derr := rt.Source.JS.DeleteConsumer(ctx, rt.Source.Stream, cfg.Durable); derr == nil || errors.Is(derr, jetstream.ErrConsumerNotFound) {
+			return nil
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("consume: metadata of consumer %s: %w", cfg.Durable, err)
 	}
 	return nil
@@ -320,6 +330,12 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 	}
 }
 
+// Open creates or updates the consumer at a service's start, trying for RecoverFor as after a
+// loss: a consumer deleted a moment ago may not be made again at once (nats-server answers 500
+// while it still moves the deleted one's files away), and one the server lost the files of is
+// deleted and made again (brokenStore), as recover does.
+func (rt *Runtime) Open(ctx context.Context) (jetstream.Consumer, error) { return rt.recover(ctx) }
+
 // recover makes the consumer again, trying for RecoverFor. It starts after the last ack floor
 // the runtime saw, while the stream is the one it saw it on: a consumer made again from the
 // stream's first message would hand every message handled since then to the service again, and
@@ -353,12 +369,14 @@ func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
 			// such file or directory"; seen in the chaos soak: a minute of refusals, then the
 			// composer exited). Deleted, it is made whole by the next try, after the removal
 			// has settled.
-			rt.Log.Warn("the consumer made again has no store on the server; deleting it to make it once more",
+			rt.Log.Warn("the consumer has no store on the server; deleting it to make it once more",
 				"consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream, "error", err)
 			dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = rt.Source.JS.DeleteConsumer(dctx, rt.Source.Stream, rt.Source.Consumer.Durable)
 			dcancel()
 			pause = deletionSettles
+		} else {
+			rt.Log.Warn("durable consumer not made yet; trying again", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream, "error", err)
 		}
 		if retry.Sleep(ctx, pause) != nil {
 			return nil, fmt.Errorf("consume: consumer %s on %s lost and not made again within %s: %w", rt.Source.Consumer.Durable, rt.Source.Stream, rt.RecoverFor, err)

@@ -136,25 +136,15 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 		}
 		src.StreamConfig = &sc
 	}
-	// At start too, a consumer deleted a moment ago may not be made again at once (nats-server
-	// answers 500 while it still moves the deleted one's files away): tried again for recoverFor.
-	var cons jetstream.Consumer
-	ectx, cancel := context.WithTimeout(ctx, recoverFor)
-	err = retry.Do(ectx, retry.Redelivery(), func(try uint64, err error, _ time.Duration) {
-		b.Log.Warn("durable consumer not made yet; trying again", "consumer", durable, "stream", stream, "attempt", try, "error", err)
-	}, func(ctx context.Context, _ uint64) (err error) {
-		cons, err = src.Ensure(ctx)
-		return err
-	})
-	cancel()
-	if err != nil {
-		return nil, nil, err
-	}
 	rt := &consume.Runtime{Source: src, Log: b.Log, Buffer: buf, Consuming: b.Consuming, RecoverFor: recoverFor,
 		Recoveries: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "consumer_recoveries_total",
 			Help: "Times the durable consumer was made again after it (or its stream) was deleted under the running service."}),
 		Panics: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "handler_panics_total",
 			Help: "Messages whose handler panicked; each was dead-lettered with the panic as its reason."})}
+	cons, err := rt.Open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	return rt, cons, nil
 }
 
