@@ -1,7 +1,6 @@
 package archiver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,43 +140,68 @@ func streamOf(stored, created time.Time) string {
 	return created.Format(time.RFC3339Nano)
 }
 
+// recordFields are the fields of a PROMPTS record that the archive's row indexes. One decode
+// reads them and skips the rest: the prompt and its messages, most of the bytes, go into the row
+// as they are, inside the body, and are never decoded (the record is archived byte for byte, not
+// checked: the composer wrote it).
+type recordFields struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	Data struct {
+		RequestID    string `json:"request_id"`
+		ExecutionID  string `json:"execution_id"`
+		TeamID       string `json:"team_id"`
+		RoundNumber  int64  `json:"round_number"`
+		PromptSHA256 string `json:"prompt_sha256"`
+		Template     struct {
+			Name    string `json:"name"`
+			Version int    `json:"version"`
+		} `json:"template"`
+		Inputs struct {
+			EvaluationsSeq uint64 `json:"evaluations_seq"`
+		} `json:"inputs"`
+	} `json:"data"`
+}
+
 // record reads one PROMPTS message as the archive keeps it.
 func record(msg jetstream.Msg, created time.Time) (rank.ArchivedPrompt, error) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return rank.ArchivedPrompt{}, fmt.Errorf("message without JetStream metadata: %w", err)
 	}
-	var env events.Envelope
-	if err := json.Unmarshal(msg.Data(), &env); err != nil {
-		return rank.ArchivedPrompt{}, fmt.Errorf("not a CloudEvent: %w", err)
+	var f recordFields
+	if err := json.Unmarshal(msg.Data(), &f); err != nil {
+		return rank.ArchivedPrompt{}, whyNotARecord(msg.Data(), err)
 	}
-	rec := rank.ArchivedPrompt{EventID: env.ID, EventType: env.Type, Subject: msg.Subject(), Body: bytes.Clone(msg.Data()),
-		StreamCreated: streamOf(md.Timestamp, created), Seq: md.Sequence.Stream, Stored: md.Timestamp.UTC()}
-	if env.ID == "" {
+	if f.ID == "" {
 		return rank.ArchivedPrompt{}, errors.New("a record without an id")
 	}
-	switch env.Type {
-	case events.TypePromptComposed:
-		var pc events.PromptComposed
-		if err := json.Unmarshal(env.Data, &pc); err != nil {
-			return rank.ArchivedPrompt{}, fmt.Errorf("prompt.composed data: %w", err)
-		}
-		rec.RequestID, rec.ExecutionID, rec.TeamID, rec.Round = pc.RequestID, pc.ExecutionID, pc.TeamID, pc.RoundNumber
-		rec.TemplateName, rec.TemplateVersion = pc.Template.Name, pc.Template.Version
-		rec.EvaluationsSeq, rec.PromptSHA256 = pc.Inputs.EvaluationsSeq, pc.PromptSHA256
-	case events.TypePromptFailed:
-		var pf events.PromptFailed
-		if err := json.Unmarshal(env.Data, &pf); err != nil {
-			return rank.ArchivedPrompt{}, fmt.Errorf("prompt.failed data: %w", err)
-		}
-		rec.RequestID, rec.ExecutionID, rec.TeamID, rec.Round = pf.RequestID, pf.ExecutionID, pf.TeamID, pf.RoundNumber
-	default:
-		return rank.ArchivedPrompt{}, fmt.Errorf("type %q is not a prompt record", env.Type)
+	if f.Type != events.TypePromptComposed && f.Type != events.TypePromptFailed {
+		return rank.ArchivedPrompt{}, fmt.Errorf("type %q is not a prompt record", f.Type)
 	}
-	if rec.ExecutionID == "" || rec.TeamID == "" || rec.Round < 0 || uint64(rec.Round) > 1<<32-1 {
-		return rank.ArchivedPrompt{}, fmt.Errorf("%s %s names no execution, team and round", env.Type, env.ID)
+	d := f.Data
+	if d.ExecutionID == "" || d.TeamID == "" || d.RoundNumber < 0 || d.RoundNumber > 1<<32-1 {
+		return rank.ArchivedPrompt{}, fmt.Errorf("%s %s names no execution, team and round", f.Type, f.ID)
+	}
+	// A message's data is its own (the client copies every payload it reads): kept, not copied.
+	rec := rank.ArchivedPrompt{EventID: f.ID, EventType: f.Type, Subject: msg.Subject(), Body: msg.Data(),
+		StreamCreated: streamOf(md.Timestamp, created), Seq: md.Sequence.Stream, Stored: md.Timestamp.UTC(),
+		RequestID: d.RequestID, ExecutionID: d.ExecutionID, TeamID: d.TeamID, Round: int(d.RoundNumber)}
+	if f.Type == events.TypePromptComposed {
+		rec.TemplateName, rec.TemplateVersion = d.Template.Name, d.Template.Version
+		rec.EvaluationsSeq, rec.PromptSHA256 = d.Inputs.EvaluationsSeq, d.PromptSHA256
 	}
 	return rec, nil
+}
+
+// whyNotARecord says what is wrong with a body that did not decode: not JSON, or data that is not
+// of its type's shape.
+func whyNotARecord(body []byte, err error) error {
+	var env events.Envelope
+	if json.Unmarshal(body, &env) != nil {
+		return fmt.Errorf("not a CloudEvent: %w", err)
+	}
+	return fmt.Errorf("%s data: %w", env.Type, err)
 }
 
 // write stores recs (see the top of this file), in the archive the consumer's metadata names:
