@@ -38,6 +38,7 @@ a loopback host only (localhost, 127.0.0.1, [::1]): a page elsewhere cannot rebi
 // config is the services' shared configuration plus the console's own.
 type config struct {
 	service.Common
+	service.ClickHouse
 	Addr            string `envconfig:"ADDR" default:"127.0.0.1:8090" desc:"address the console listens on (CONSOLE_ADDR); any but loopback needs a credential"`
 	AuthToken       string `envconfig:"AUTH_TOKEN" desc:"token every request must carry (CONSOLE_AUTH_TOKEN): Authorization: Bearer, or the basic-auth password"`
 	BasicUser       string `envconfig:"BASIC_USER" desc:"basic-auth user (CONSOLE_BASIC_USER), with CONSOLE_BASIC_PASSWORD"`
@@ -54,7 +55,7 @@ func (c *config) door() door.Door {
 
 // Validate checks every setting; the error names each bad variable.
 func (c *config) Validate() error {
-	errs := []error{c.ValidateShared("CONSOLE")}
+	errs := []error{c.ValidateShared("CONSOLE"), c.ClickHouse.Validate("CONSOLE")}
 	if err := c.door().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("CONSOLE_BASIC_USER and CONSOLE_BASIC_PASSWORD: %w", err))
 	}

@@ -18,13 +18,17 @@ import (
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// config is what podium reads from the environment: the services' shared settings.
+// config is what podium reads from the environment: the services' shared settings, and ClickHouse
+// as a writer (`podium store rebuild` writes the store).
 type config struct {
 	service.Common
+	service.ClickHouseWriter
 }
 
 // Validate checks the shared settings.
-func (c *config) Validate() error { return c.ValidateShared("PODIUM") }
+func (c *config) Validate() error {
+	return errors.Join(c.ValidateShared("PODIUM"), c.ClickHouseWriter.Validate("PODIUM"))
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmds := commands()
@@ -112,7 +116,7 @@ func (e *env) jetstream() (jetstream.JetStream, error) {
 	if e.js != nil {
 		return e.js, nil
 	}
-	nc, err := service.ConnectNATS(&e.cfg.Common, "podium", slog.New(slog.DiscardHandler))
+	nc, err := service.ConnectNATS(&e.cfg.NATS, "podium", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}

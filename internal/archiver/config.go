@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/service"
 )
 
 // Config is docs/operating.md#configuration plus the archiver's own tuning.
 type Config struct {
 	service.Common
+	service.ClickHouseWriter
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8083" desc:"address of /metrics, /healthz and /readyz"`
 	BatchSize       int           `envconfig:"BATCH_SIZE" default:"500" desc:"records per ClickHouse insert at most"`
 	BatchBytes      int           `envconfig:"BATCH_BYTES" default:"8388608" desc:"bytes of records per ClickHouse insert at most (and of the pull buffer): bounds memory, as prompts reach the max payload"`
@@ -20,21 +22,14 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish the batch in hand after SIGTERM"`
 }
 
+// batching is how the archiver cuts its batches.
+func (c *Config) batching() consume.Batching {
+	return consume.Batching{Size: c.BatchSize, Bytes: c.BatchBytes, Flush: c.FlushInterval, Linger: c.Linger}
+}
+
 // Validate checks every setting; the error names each bad variable.
 func (c *Config) Validate() error {
-	errs := []error{c.ValidateShared("ARCHIVER")}
-	if c.BatchSize < 1 || c.BatchSize > 100000 {
-		errs = append(errs, fmt.Errorf("ARCHIVER_BATCH_SIZE must be 1 to 100000, got %d", c.BatchSize))
-	}
-	if minBytes := c.MaxEventBytes + 64<<10; c.BatchBytes < minBytes {
-		errs = append(errs, fmt.Errorf("ARCHIVER_BATCH_BYTES must hold the largest record with its headers (MAX_EVENT_BYTES + 64 KiB = %d), got %d", minBytes, c.BatchBytes))
-	}
-	if c.FlushInterval <= 0 {
-		errs = append(errs, fmt.Errorf("ARCHIVER_FLUSH_INTERVAL must be positive, got %s", c.FlushInterval))
-	}
-	if c.Linger <= 0 || c.Linger > c.FlushInterval {
-		errs = append(errs, fmt.Errorf("ARCHIVER_LINGER must be positive and at most ARCHIVER_FLUSH_INTERVAL, got %s", c.Linger))
-	}
+	errs := []error{c.ValidateShared("ARCHIVER"), c.ClickHouseWriter.Validate("ARCHIVER"), c.batching().Validate("ARCHIVER", c.MaxEventBytes)}
 	if c.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("ARCHIVER_ACK_WAIT must be at least 1s, got %s", c.AckWait))
 	}

@@ -14,6 +14,7 @@ import (
 // Config is docs/operating.md#configuration plus the composer's own tuning.
 type Config struct {
 	service.Common
+	service.ClickHouse
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8081" desc:"address of /metrics, /healthz, /readyz and POST /v1/render"`
 	APIToken        string        `envconfig:"API_TOKEN" desc:"token of POST /v1/render (COMPOSER_API_TOKEN), sent as Authorization: Bearer or the basic-auth password; without it renders answer only loopback requests"`
 	TZ              string        `envconfig:"TZ" desc:"default timezone of current_datetime (IANA name), UTC when empty"`
@@ -32,7 +33,7 @@ type Config struct {
 
 // Validate checks every setting; the error names each bad variable.
 func (c *Config) Validate() error {
-	errs := []error{c.ValidateShared("COMPOSER")}
+	errs := []error{c.ValidateShared("COMPOSER"), c.ClickHouse.Validate("COMPOSER")}
 	if c.InputsTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_INPUTS_TIMEOUT must be positive, got %s", c.InputsTimeout))
 	}

@@ -152,7 +152,7 @@ func promptsMaker(js jetstream.JetStream, cfg *Config) func(context.Context) err
 		return nil
 	}
 	return func(ctx context.Context) error {
-		sc, err := events.StreamConfig(events.StreamPrompts, cfg.Streams())
+		sc, err := events.StreamConfig(events.StreamPrompts, cfg.Streams.Options())
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package consume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,6 +27,25 @@ type Batching struct {
 	// never). While it is, the batch keeps filling, up to Flush: waiting costs nothing then, and
 	// larger batches cost less each.
 	Busy func() bool
+}
+
+// Validate checks a batching read from the environment: prefix names the service's variables
+// (RANKER: RANKER_BATCH_SIZE...), maxEventBytes is MAX_EVENT_BYTES, which one batch must hold.
+func (b Batching) Validate(prefix string, maxEventBytes int) error {
+	var errs []error
+	if b.Size < 1 || b.Size > 100000 {
+		errs = append(errs, fmt.Errorf("%s_BATCH_SIZE must be 1 to 100000, got %d", prefix, b.Size))
+	}
+	if minBytes := maxEventBytes + 64<<10; b.Bytes < minBytes {
+		errs = append(errs, fmt.Errorf("%s_BATCH_BYTES must hold the largest event with its headers (MAX_EVENT_BYTES + 64 KiB = %d), got %d", prefix, minBytes, b.Bytes))
+	}
+	if b.Flush <= 0 {
+		errs = append(errs, fmt.Errorf("%s_FLUSH_INTERVAL must be positive, got %s", prefix, b.Flush))
+	}
+	if b.Linger <= 0 || b.Linger > b.Flush {
+		errs = append(errs, fmt.Errorf("%s_LINGER must be positive and at most %s_FLUSH_INTERVAL, got %s", prefix, prefix, b.Linger))
+	}
+	return errors.Join(errs...)
 }
 
 // KeepAliveBatches tells the broker every interval that a batch's messages are still in hand

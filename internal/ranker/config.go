@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/service"
 )
 
 // Config is docs/operating.md#configuration plus the ranker's own tuning.
 type Config struct {
 	service.Common
+	service.ClickHouseWriter
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8082" desc:"address of /metrics, /healthz, /readyz and the API"`
 	APIToken         string        `envconfig:"API_TOKEN" desc:"token of the API (RANKER_API_TOKEN), sent as Authorization: Bearer or the basic-auth password; without it the API answers only loopback requests"`
 	BatchSize        int           `envconfig:"BATCH_SIZE" default:"500" desc:"evaluations per ClickHouse insert at most"`
@@ -23,21 +25,14 @@ type Config struct {
 	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish the batch in hand after SIGTERM"`
 }
 
+// batching is how the ranker cuts its batches (Busy is the committer's, set where it runs).
+func (c *Config) batching() consume.Batching {
+	return consume.Batching{Size: c.BatchSize, Bytes: c.BatchBytes, Flush: c.FlushInterval, Linger: c.Linger}
+}
+
 // Validate checks every setting; the error names each bad variable.
 func (c *Config) Validate() error {
-	errs := []error{c.ValidateShared("RANKER")}
-	if c.BatchSize < 1 || c.BatchSize > 100000 {
-		errs = append(errs, fmt.Errorf("RANKER_BATCH_SIZE must be 1 to 100000, got %d", c.BatchSize))
-	}
-	if minBytes := c.MaxEventBytes + 64<<10; c.BatchBytes < minBytes {
-		errs = append(errs, fmt.Errorf("RANKER_BATCH_BYTES must hold the largest event with its headers (MAX_EVENT_BYTES + 64 KiB = %d), got %d", minBytes, c.BatchBytes))
-	}
-	if c.Linger <= 0 || c.Linger > c.FlushInterval {
-		errs = append(errs, fmt.Errorf("RANKER_LINGER must be positive and at most RANKER_FLUSH_INTERVAL, got %s", c.Linger))
-	}
-	if c.FlushInterval <= 0 {
-		errs = append(errs, fmt.Errorf("RANKER_FLUSH_INTERVAL must be positive, got %s", c.FlushInterval))
-	}
+	errs := []error{c.ValidateShared("RANKER"), c.ClickHouseWriter.Validate("RANKER"), c.batching().Validate("RANKER", c.MaxEventBytes)}
 	if c.AnnounceInterval < 0 {
 		errs = append(errs, fmt.Errorf("RANKER_ANNOUNCE_INTERVAL must not be negative, got %s", c.AnnounceInterval))
 	}

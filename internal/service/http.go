@@ -21,6 +21,33 @@ type Server struct {
 	ln  net.Listener
 }
 
+// HTTP is how a service's HTTP server treats clients, and whether it serves profiles.
+type HTTP struct {
+	Pprof            bool          `envconfig:"PPROF" default:"false" desc:"serve Go profiles under /debug/pprof/ on the HTTP address (off: they expose internals)"`
+	HTTPReadTimeout  time.Duration `envconfig:"HTTP_READ_TIMEOUT" default:"15s" desc:"longest time to read one HTTP request, body included (slow clients are cut off)"`
+	HTTPWriteTimeout time.Duration `envconfig:"HTTP_WRITE_TIMEOUT" default:"60s" desc:"longest time to answer one HTTP request (a render waits for inputs, then renders)"`
+	HTTPIdleTimeout  time.Duration `envconfig:"HTTP_IDLE_TIMEOUT" default:"60s" desc:"how long an idle keep-alive HTTP connection stays open"`
+}
+
+// Validate checks the timeouts; prefix is the service's, for the messages.
+func (c *HTTP) Validate(prefix string) error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"HTTP_READ_TIMEOUT", c.HTTPReadTimeout}, {"HTTP_WRITE_TIMEOUT", c.HTTPWriteTimeout}, {"HTTP_IDLE_TIMEOUT", c.HTTPIdleTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", variable(d.name, prefix), d.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// HTTPLimits are the bounds every HTTP server of a service applies.
+func (c *HTTP) HTTPLimits() HTTPLimits {
+	return HTTPLimits{Read: c.HTTPReadTimeout, Write: c.HTTPWriteTimeout, Idle: c.HTTPIdleTimeout}
+}
+
 // HTTPLimits bound what one client can hold of a server.
 type HTTPLimits struct {
 	Read, Write, Idle time.Duration

@@ -16,9 +16,26 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
+// NATS is how a service reaches NATS.
+type NATS struct {
+	NATSURL      string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"comma-separated NATS server URLs"`
+	NATSCreds    string `envconfig:"NATS_CREDS" desc:"NATS credentials file (JWT + nkey)"`
+	NATSUser     string `envconfig:"NATS_USER" desc:"NATS user"`
+	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"NATS password"`
+	NATSTLSCA    string `envconfig:"NATS_TLS_CA" desc:"CA certificate file for NATS TLS"`
+}
+
+// Validate checks the URLs; prefix is the service's, for the messages.
+func (c *NATS) Validate(prefix string) error {
+	if err := checkNATSURLs(c.NATSURL); err != nil {
+		return fmt.Errorf("%s: %w", variable("NATS_URL", prefix), err)
+	}
+	return nil
+}
+
 // ConnectNATS connects with the configured credentials and reconnects forever afterwards; the
 // connection state is logged and reflected in readiness.
-func ConnectNATS(c *Common, name string, log *slog.Logger) (*nats.Conn, error) {
+func ConnectNATS(c *NATS, name string, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),

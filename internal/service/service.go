@@ -83,7 +83,7 @@ type Base struct {
 // Start connects a service to NATS and creates or updates its streams (unless MANAGE_STREAMS is
 // false). The caller closes the connection with Run, or with Close when it stops before Run.
 func Start(ctx context.Context, name string, c *Common, log *slog.Logger, streams ...string) (*Base, error) {
-	nc, err := ConnectNATS(c, name, log)
+	nc, err := ConnectNATS(&c.NATS, name, log)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	if c.ManageStreams {
-		if err := events.EnsureStreams(ctx, js, c.Streams(), streams...); err != nil {
+		if err := events.EnsureStreams(ctx, js, c.Streams.Options(), streams...); err != nil {
 			nc.Close()
 			return nil, err
 		}
@@ -130,7 +130,7 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 	}
 	src := consume.Source{JS: b.JS, Stream: stream, Consumer: cfg}
 	if b.common.ManageStreams {
-		sc, err := events.StreamConfig(stream, b.common.Streams())
+		sc, err := events.StreamConfig(stream, b.common.Streams.Options())
 		if err != nil {
 			return nil, nil, err
 		}
