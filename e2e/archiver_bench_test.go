@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -14,21 +15,22 @@ import (
 
 // BenchmarkArchiverRecord is what copying one PROMPTS record into the archive costs: the
 // archiver's CPU and ClickHouse's, per record, from /proc/<pid>/stat, over records like a
-// tournament's (distinct prompts of 9-13 KiB in two messages, as the team-round template makes
+// tournament's (distinct prompts of 4.5-7 KiB, in the prompt and again in two messages (11-14 KiB a record), as the team-round template makes
 // them, with their request), published while the archiver runs and timed until it has them all.
 // The archiver's own idle CPU over as long a time, measured first, is reported beside it.
 //
-// `go test -run '^$' -bench ArchiverRecord -benchtime 4000x ./e2e`.
+// `go test -run '^$' -bench ArchiverRecord -benchtime 4000x ./e2e`; BENCH_ARCHIVER_PROFILE=FILE saves a
+// CPU profile of two seconds of it.
 func BenchmarkArchiverRecord(b *testing.B) {
 	e := newEnv(b)
-	arch := e.start("archiver")
+	arch := e.start("archiver", "PPROF=true")
 	chPid := testenv.ClickHouse(b).Pid()
 	records := make([][]byte, b.N)
 	subjects := make([]string, b.N)
 	for i := range records {
 		exec, team, round := fmt.Sprintf("arc-%03d", i/200), fmt.Sprintf("team-%02d", i%20), 1+(i/20)%10
-		system := coldText(uint64(i)*3+1, 1500+i%500)
-		user := coldText(uint64(i)*3+2, 7500+(i*37)%4000)
+		system := coldText(uint64(i)*3+1, 800+i%400)
+		user := coldText(uint64(i)*3+2, 3800+(i*37)%2000)
 		req := events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team, RoundNumber: round,
 			UserPrompt: "Write the best possible design document for a rate limiter.", MaxRounds: 10}
 		pc := events.PromptComposed{RequestID: fmt.Sprintf("req-%d", i), ExecutionID: exec, TeamID: team, TeamName: "Team " + team,
@@ -50,6 +52,9 @@ func BenchmarkArchiverRecord(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	cpu := cpuSince(pid, chPid)
+	if out := os.Getenv("BENCH_ARCHIVER_PROFILE"); out != "" {
+		go saveProfile(b, arch, out) // two seconds of the archiver at work
+	}
 	ctx := context.Background()
 	for i, body := range records {
 		if _, err := e.js.PublishAsync(subjects[i], body, jetstream.WithMsgID(fmt.Sprintf("bench-%d", i))); err != nil {
@@ -75,8 +80,10 @@ func BenchmarkArchiverRecord(b *testing.B) {
 	b.ReportMetric(used[0]/n*1e6, "archiver-cpu-µs/record")
 	b.ReportMetric(used[1]/n*1e6, "clickhouse-cpu-µs/record")
 	b.ReportMetric(idlePerSecond*took.Seconds()/n*1e6, "archiver-idle-cpu-µs/record")
-	b.Logf("%d records (%d B each on average) archived in %s: archiver %.0f µs CPU per record (of it idle ticks at most %.1f µs), ClickHouse %.0f µs",
-		b.N, avgLen(records), took.Round(time.Millisecond), used[0]/n*1e6, idlePerSecond*took.Seconds()/n*1e6, used[1]/n*1e6)
+	batches := arch.metric(b, "archiver_batch_size_count")
+	b.ReportMetric(n/max(batches, 1), "records/batch")
+	b.Logf("%d records (%d B each on average) archived in %s, %.0f batches: archiver %.0f µs CPU per record (of it idle ticks at most %.1f µs), ClickHouse %.0f µs",
+		b.N, avgLen(records), took.Round(time.Millisecond), batches, used[0]/n*1e6, idlePerSecond*took.Seconds()/n*1e6, used[1]/n*1e6)
 }
 
 func avgLen(bs [][]byte) int {

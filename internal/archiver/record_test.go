@@ -81,10 +81,10 @@ func TestRecord(t *testing.T) {
 			wantErr: `type "evaluation.completed" is not a prompt record`},
 		{name: "no id", subject: events.PromptComposedSubject("x", "t"), body: marshal(t, "", events.TypePromptComposed, composed), wantErr: "a record without an id"},
 		{name: "data of another shape", subject: events.PromptComposedSubject("x", "t"),
-			body: marshal(t, "p-4", events.TypePromptComposed, map[string]any{"execution_id": "x", "team_id": "t", "round_number": "three"}),
+			body:    marshal(t, "p-4", events.TypePromptComposed, map[string]any{"execution_id": "x", "team_id": "t", "round_number": "three"}),
 			wantErr: "prompt.composed data: "},
 		{name: "no team", subject: events.PromptComposedSubject("x", "t"),
-			body: marshal(t, "p-5", events.TypePromptComposed, map[string]any{"execution_id": "x", "round_number": 1}),
+			body:    marshal(t, "p-5", events.TypePromptComposed, map[string]any{"execution_id": "x", "round_number": 1}),
 			wantErr: "prompt.composed p-5 names no execution, team and round"},
 	}
 	subjects, bodies := make([]string, len(cases)), make([][]byte, len(cases))
