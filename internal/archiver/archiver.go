@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidwall/gjson"
 
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
@@ -54,7 +55,6 @@ type archiver struct {
 	store      archiveStore
 	settler    *settle.Settler
 	m          *metrics
-	ackWait    time.Duration
 	batchSize  int
 	batchBytes int
 	// createDatabase makes the database again when it was dropped (Repair makes the tables).
@@ -83,41 +83,44 @@ func newConditions(h *health.Health) (writes, filled *health.Condition) {
 	return h.Condition("clickhouse", nil), h.Condition("archive", errors.New("the prompts archive is not checked against its consumer yet"))
 }
 
-// handle archives one batch and acknowledges what is stored.
-func (a *archiver) handle(_, work context.Context, msgs []jetstream.Msg) {
-	created, err := a.streamCreated(work)
+// handle archives one batch: a record is done once ClickHouse has its row, and a message that is
+// not a record is dead-lettered.
+func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Result {
+	created, err := a.streamCreated(ctx)
 	if err != nil {
 		// Without the stream's identity a row could not say which stream it came from: the
 		// batch goes back, to come again once the stream answers.
-		a.log.WarnContext(work, "PROMPTS does not answer; the batch is given back", "error", err)
-		for _, msg := range msgs {
-			a.settler.Settle(work, msg, settle.RetryLater(err))
-		}
-		return
+		a.log.WarnContext(ctx, "PROMPTS does not answer; the batch is given back", "error", err)
+		return consume.All(msgs, settle.RetryLater(err))
 	}
+	res := consume.All(msgs, settle.Ack())
 	recs := make([]rank.ArchivedPrompt, 0, len(msgs))
-	keep := make([]jetstream.Msg, 0, len(msgs))
-	for _, msg := range msgs {
+	kept := make([]int, 0, len(msgs))
+	for i, msg := range msgs {
 		rec, err := record(msg, created)
 		if err != nil {
 			a.m.records.WithLabelValues("dead_lettered").Inc()
-			a.settler.Settle(work, msg, settle.Reject(err.Error()))
+			res.Outcomes[i] = settle.Reject(err.Error())
 			continue
 		}
-		recs, keep = append(recs, rec), append(keep, msg)
+		recs, kept = append(recs, rec), append(kept, i)
 	}
 	a.mu.Lock()
-	err = a.write(work, recs)
+	err = a.write(ctx, recs)
 	a.mu.Unlock()
 	if err != nil {
-		return // work ended: the batch is redelivered to whoever runs next
+		// Stopped past the shutdown timeout: given back, for whoever runs next.
+		for _, i := range kept {
+			res.Outcomes[i] = settle.RetryLater(err)
+		}
+		return res
 	}
 	now := a.now()
 	for _, rec := range recs {
 		a.m.lag.Observe(max(now.Sub(rec.Stored), 0).Seconds())
 	}
-	a.m.records.WithLabelValues("archived").Add(float64(len(keep)))
-	a.settler.AckAll(work, keep, a.ackWait)
+	a.m.records.WithLabelValues("archived").Add(float64(len(kept)))
+	return res
 }
 
 // streamCreated is the identity of the PROMPTS stream now: its creation time.

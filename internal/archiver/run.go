@@ -55,7 +55,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		store:   st,
 		settler: settle.New(base.JS, log, base.Reg, "archiver"),
 		m:       newMetrics(base.Reg),
-		ackWait: cfg.AckWait,
 		// A record may be as large as the server's max payload: one must always fit a pull.
 		batchSize:      cfg.BatchSize,
 		batchBytes:     max(cfg.BatchBytes, int(base.NC.MaxPayload())+64<<10),
@@ -103,9 +102,13 @@ func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime
 		}
 		return fmt.Errorf("archiver: %w", err)
 	}
-	err := rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: a.batchSize, Bytes: a.batchBytes,
-		Flush: cfg.FlushInterval, Linger: cfg.Linger},
-		consume.RecoverBatches(a.log, rt.Panics, a.settler, consume.KeepAliveBatches(cfg.AckWait/3, a.handle)), a.log.Warn))
+	// A record is acknowledged only once ClickHouse has its row, and the acks are confirmed:
+	// readers take everything below the ack floor from the archive.
+	stage := consume.Stage{Handler: consume.Chain(a.handle, consume.Recover(a.log, rt.Panics)), Settler: a.settler,
+		KeepAlive: cfg.AckWait / 3, ConfirmAcks: cfg.AckWait}
+	batching := cfg.batching()
+	batching.Size, batching.Bytes = a.batchSize, a.batchBytes
+	err := rt.Run(stop, work, cons, consume.Batches(batching, stage, a.log.Warn))
 	if err != nil {
 		return fmt.Errorf("archiver: %w", err)
 	}

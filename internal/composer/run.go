@@ -100,10 +100,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			defer stopRenders()
-			// Waiting and rendering may take long: the broker must not hand a request to another
-			// replica meanwhile.
-			handle := consume.Chain(c.handle, consume.Trace(c.trace, "composer.request"), consume.Recover(c.log, runtime.Panics), consume.KeepAlive(cfg.AckWait/3))
-			return runtime.Run(stop, work, cons, consume.Workers(cfg.Workers, handle, c.settler, c.log.Warn))
+			handle := consume.Chain(consume.Each(c.handle), consume.Trace(c.trace, "composer.request"), consume.Recover(c.log, runtime.Panics))
+			// Waiting and rendering may take long: the stage keeps the request in progress, so
+			// the broker does not hand it to another replica meanwhile.
+			stage := consume.Stage{Handler: handle, Settler: c.settler, KeepAlive: cfg.AckWait / 3}
+			return runtime.Run(stop, work, cons, consume.Workers(cfg.Workers, stage, c.log.Warn))
 		},
 	})
 }

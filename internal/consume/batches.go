@@ -4,29 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/podium-llm/podium/internal/settle"
 )
-
-// BatchFunc takes one batch of messages; it returns once it has handed the batch on (it may
-// block, to hold the next batch back while the last is written).
-type BatchFunc func(stop, work context.Context, msgs []jetstream.Msg)
 
 // Batching bounds a batch and says when it is cut.
 type Batching struct {
 	Size  int           // messages at most
 	Bytes int           // bytes of message data at most (a message larger than that is a batch alone)
-	Flush time.Duration // longest a batch fills after its first message while Busy
-	// Linger is the gap that ends a batch when the next stage is idle: messages that arrive
-	// closer together join it, and a lone message goes on at once.
+	Flush time.Duration // longest a batch fills after its first message while the stage is busy
+	// Linger is the gap that ends a batch when the stage is idle: messages that arrive closer
+	// together join it, and a lone message goes on at once.
 	Linger time.Duration
-	// Busy reports whether the stage the batch goes to is still working on the one before (nil:
-	// never). While it is, the batch keeps filling, up to Flush: waiting costs nothing then, and
-	// larger batches cost less each.
-	Busy func() bool
+	// Overlap hands each batch to the stage in a goroutine of its own and fills the next one
+	// meanwhile (the ranker: batch n+1 fills while batch n is inserted and acknowledged). While
+	// the stage is busy the next batch keeps filling, up to Flush: waiting costs nothing then,
+	// and larger batches cost less each. A batch filled while the stage is busy waits for it,
+	// kept in progress. Without Overlap a batch is handled where it was filled.
+	Overlap bool
 }
 
 // Validate checks a batching read from the environment: prefix names the service's variables
@@ -48,22 +45,37 @@ func (b Batching) Validate(prefix string, maxEventBytes int) error {
 	return errors.Join(errs...)
 }
 
-// KeepAliveBatches tells the broker every interval that a batch's messages are still in hand
-// while h runs, so a batch waiting behind a slow stage (a dead letter with backoff, an insert
-// waiting for ClickHouse) is not redelivered to another replica.
-func KeepAliveBatches(every time.Duration, h BatchFunc) BatchFunc {
-	return func(stop, work context.Context, msgs []jetstream.Msg) {
-		defer settle.KeepAlive(every, msgs...)()
-		h(stop, work, msgs)
-	}
-}
-
-// Batches is a Loop that gathers messages into batches: from a first message while more arrive
-// within Linger, or, while the next stage is busy, until Flush passed; at most Size messages or
-// Bytes bytes. So an idle pipeline commits an evaluation as soon as it is pulled, and a loaded one
-// batches. A stop drains what the client holds in batches of what is already there.
-func Batches(b Batching, h BatchFunc, warn func(msg string, args ...any)) Loop {
+// Batches is a Loop that gathers messages into batches and hands them to the stage: from a first
+// message while more arrive within Linger, or, while the stage is busy, until Flush passed; at
+// most Size messages or Bytes bytes. So an idle pipeline handles a message as soon as it is
+// pulled, and a loaded one batches. A stop drains what the client holds in batches of what is
+// already there, and returns once the stage has settled every one.
+func Batches(b Batching, stage Stage, warn func(msg string, args ...any)) Loop {
 	return func(stop, work context.Context, it Messages) error {
+		var busy atomic.Bool
+		hand := func(msgs []jetstream.Msg) { stage.run(work, msgs) }
+		if b.Overlap {
+			// Unbuffered: a filled batch waits in hand-over, kept in progress, until the stage
+			// takes it, so filling and handling overlap by one batch and none sits unattended.
+			batches := make(chan []jetstream.Msg)
+			handled := make(chan struct{})
+			go func() {
+				defer close(handled)
+				for msgs := range batches {
+					busy.Store(true)
+					stage.run(work, msgs)
+					busy.Store(false)
+				}
+			}()
+			defer func() {
+				close(batches)
+				<-handled
+			}()
+			hand = func(msgs []jetstream.Msg) {
+				defer stage.keepAlive(msgs)()
+				batches <- msgs
+			}
+		}
 		draining := false
 		for {
 			next := stop
@@ -87,14 +99,14 @@ func Batches(b Batching, h BatchFunc, warn func(msg string, args ...any)) Loop {
 				warn("fetch failed", "error", err)
 				continue
 			}
-			h(stop, work, fill(stop, it, first, b, draining))
+			hand(fill(stop, it, first, b, draining, busy.Load))
 		}
 	}
 }
 
 // fill gathers a batch after its first message. Its waits end at a stop (the batch in hand then
 // goes at once), except while draining, when the stop has already come.
-func fill(stop context.Context, it Messages, first jetstream.Msg, b Batching, draining bool) []jetstream.Msg {
+func fill(stop context.Context, it Messages, first jetstream.Msg, b Batching, draining bool, busy func() bool) []jetstream.Msg {
 	batch := []jetstream.Msg{first}
 	size := len(first.Data())
 	deadline := time.Now().Add(b.Flush)
@@ -106,7 +118,7 @@ func fill(stop context.Context, it Messages, first jetstream.Msg, b Batching, dr
 	// Flush bounds a batch's filling whatever the mode: a steady trickle just inside Linger
 	// would otherwise hold the first message until the batch is full.
 	for len(batch) < b.Size && size < b.Bytes && parent.Err() == nil && time.Now().Before(deadline) {
-		busy := !draining && b.Busy != nil && b.Busy()
+		busy := !draining && busy()
 		wait := min(linger, time.Until(deadline))
 		if busy {
 			// Short waits, so that the batch goes as soon as the stage is free.

@@ -1,7 +1,10 @@
 // Package consume is the one consumer runtime of the services, shaped like watermill's router:
-// the runtime pulls from a durable JetStream consumer, hands messages to a loop (workers of one
-// message, or batches), and settles what handlers decide; middleware (keep-alive) wraps handlers,
-// which know nothing of pulling, settling or recovery. A pull that ends without being asked to
+// the runtime pulls from a durable JetStream consumer into a buffer of its own (pull.go), a loop
+// gathers messages (workers.go: one at a time; batches.go: batches, filled while the last is
+// handled where asked), and a stage (handler.go) hands them to the one handler shape, a batch in
+// and an outcome per message out, settles each outcome and keeps every message it holds in
+// progress until then. Middleware wraps handlers, which know nothing of pulling, settling or
+// recovery: a panic's recovery (recover.go) and a message's span (trace.go). A pull that ends without being asked to
 // (an operator deleted the consumer or its stream) is a fault: the runtime turns the service
 // unready, makes the consumer (and, where the service manages streams, the stream) again with
 // its configuration and goes on; if it cannot within RecoverFor, Run returns the error and the
@@ -103,7 +106,7 @@ type Runtime struct {
 	RecoverFor time.Duration
 	// Recoveries counts consumers made again after a fault (may be nil).
 	Recoveries prometheus.Counter
-	// Panics counts messages whose handler panicked (Recover, RecoverBatches; may be nil).
+	// Panics counts messages whose handler panicked (Recover; may be nil).
 	Panics prometheus.Counter
 
 	mu       sync.Mutex        // guards metadata
@@ -156,14 +159,6 @@ func (rt *Runtime) resumeAt(ctx context.Context) (uint64, error) {
 		return 0, nil
 	}
 	return floor + 1, nil
-}
-
-// Panicked counts a message whose handling panicked outside the handler's middleware (a later
-// stage of the service's own).
-func (rt *Runtime) Panicked() {
-	if rt != nil && rt.Panics != nil {
-		rt.Panics.Inc()
-	}
 }
 
 // SetMetadata updates the consumer's metadata (its state for others to read: the ranker's

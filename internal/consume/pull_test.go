@@ -51,7 +51,7 @@ func TestBufferedMessagesAreKeptAlive(t *testing.T) {
 	var mu sync.Mutex
 	deliveries := map[string]uint64{}
 	var order []string
-	h := Chain(func(ctx context.Context, msg jetstream.Msg) (context.Context, settle.Outcome) {
+	h := func(ctx context.Context, msg jetstream.Msg) (context.Context, settle.Outcome) {
 		md, err := msg.Metadata()
 		if err != nil {
 			t.Error(err)
@@ -66,12 +66,14 @@ func TestBufferedMessagesAreKeptAlive(t *testing.T) {
 			time.Sleep(3 * time.Second) // three AckWaits: the buffered ones would be delivered again
 		}
 		return ctx, settle.Ack()
-	}, KeepAlive(300*time.Millisecond))
+	}
 	stop, cancel := context.WithCancel(t.Context())
 	rt := &Runtime{Source: Source{JS: js, Stream: events.StreamRounds, Consumer: cons.CachedInfo().Config},
 		Log: slog.New(slog.DiscardHandler), Buffer: Buffer{Messages: 3}, Consuming: func(bool) {}, RecoverFor: time.Second}
 	done := make(chan error, 1)
-	go func() { done <- rt.Run(stop, t.Context(), cons, Workers(1, h, settler, func(string, ...any) {})) }()
+	go func() {
+		done <- rt.Run(stop, t.Context(), cons, Workers(1, Stage{Handler: Each(h), Settler: settler, KeepAlive: 300 * time.Millisecond}, func(string, ...any) {}))
+	}()
 	testenv.WaitFor(t, 20*time.Second, "every message settled", func() (bool, string) {
 		info, err := cons.Info(t.Context())
 		if err != nil {
@@ -112,7 +114,9 @@ func TestBufferIsBoundedByBytes(t *testing.T) {
 	rt := &Runtime{Source: Source{JS: js, Stream: events.StreamRounds, Consumer: cons.CachedInfo().Config},
 		Log: slog.New(slog.DiscardHandler), Buffer: Buffer{Messages: 100, Bytes: 400}, Consuming: func(bool) {}, RecoverFor: time.Second}
 	done := make(chan error, 1)
-	go func() { done <- rt.Run(stop, t.Context(), cons, Workers(1, h, settler, func(string, ...any) {})) }()
+	go func() {
+		done <- rt.Run(stop, t.Context(), cons, Workers(1, Stage{Handler: Each(h), Settler: settler}, func(string, ...any) {}))
+	}()
 	var pending int
 	testenv.WaitFor(t, 10*time.Second, "the buffer filled", func() (bool, string) {
 		info, err := cons.Info(t.Context())

@@ -92,14 +92,14 @@ func TestRecoverDeadLettersAPanic(t *testing.T) {
 	js, cons, settler := recoverEnv(t)
 	panics := prometheus.NewCounter(prometheus.CounterOpts{Name: "panics"})
 	var handled []string
-	h := Chain(func(ctx context.Context, msg jetstream.Msg) (context.Context, settle.Outcome) {
+	h := Chain(Each(func(ctx context.Context, msg jetstream.Msg) (context.Context, settle.Outcome) {
 		if string(msg.Data()) == "boom" {
 			panic("the handler met boom")
 		}
 		handled = append(handled, string(msg.Data()))
 		return ctx, settle.Ack()
-	}, Recover(slog.New(slog.DiscardHandler), panics), KeepAlive(time.Second))
-	consumeAll(t, js, cons, Workers(1, h, settler, func(string, ...any) {}))
+	}), Recover(slog.New(slog.DiscardHandler), panics))
+	consumeAll(t, js, cons, Workers(1, Stage{Handler: h, Settler: settler, KeepAlive: time.Second}, func(string, ...any) {}))
 	checkDeadLetter(t, js)
 	if !slices.Equal(handled, []string{"one", "three"}) || testutil.ToFloat64(panics) != 1 {
 		t.Errorf("handled %v, %v panics", handled, testutil.ToFloat64(panics))
@@ -112,7 +112,7 @@ func TestRecoverBatchesDeadLettersOnlyThePanic(t *testing.T) {
 	js, cons, settler := recoverEnv(t)
 	panics := prometheus.NewCounter(prometheus.CounterOpts{Name: "panics"})
 	var handled []string
-	h := RecoverBatches(slog.New(slog.DiscardHandler), panics, settler, func(_, work context.Context, msgs []jetstream.Msg) {
+	h := Chain(func(_ context.Context, msgs []jetstream.Msg) Result {
 		for _, msg := range msgs {
 			if string(msg.Data()) == "boom" {
 				panic("the handler met boom")
@@ -120,10 +120,11 @@ func TestRecoverBatchesDeadLettersOnlyThePanic(t *testing.T) {
 		}
 		for _, msg := range msgs {
 			handled = append(handled, string(msg.Data()))
-			settler.Settle(work, msg, settle.Ack())
 		}
-	})
-	consumeAll(t, js, cons, Batches(Batching{Size: 10, Bytes: 1 << 20, Flush: 50 * time.Millisecond, Linger: 20 * time.Millisecond}, h, func(string, ...any) {}))
+		return All(msgs, settle.Ack())
+	}, Recover(slog.New(slog.DiscardHandler), panics))
+	consumeAll(t, js, cons, Batches(Batching{Size: 10, Bytes: 1 << 20, Flush: 50 * time.Millisecond, Linger: 20 * time.Millisecond},
+		Stage{Handler: h, Settler: settler, ConfirmAcks: time.Second}, func(string, ...any) {}))
 	checkDeadLetter(t, js)
 	slices.Sort(handled)
 	if !slices.Equal(handled, []string{"one", "three"}) || testutil.ToFloat64(panics) != 1 {

@@ -3,7 +3,6 @@ package ranker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/health"
-	"github.com/podium-llm/podium/internal/panics"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/tracing"
@@ -84,8 +82,6 @@ type ranker struct {
 	// grace replaces rank.RefillGrace in tests; 0 in the service.
 	grace time.Duration
 
-	writing atomic.Bool // set while the committer has a batch in hand
-
 	// Readiness: writes ("clickhouse") is the writer's (write.go): inserts failing, waiting for a
 	// quorum or for disk, or a fault that stopped the ranker; whole ("store") is the lineage's
 	// (lineage.go): not checked against the stream yet, or being refilled.
@@ -103,12 +99,13 @@ var errUnchecked = errors.New("the store is not yet checked against EVALUATIONS"
 
 // consume reads batches until stop is done, then drains what the client already holds and
 // returns once every batch is committed and announced. Work in hand is finished under work, which
-// outlives stop by the shutdown timeout. The runtime pulls, fills batches and makes the consumer
-// again when it is lost; this is what the ranker does with a batch.
+// outlives stop by the shutdown timeout. The runtime pulls, fills batches, keeps them in progress,
+// settles what handle decides and makes the consumer again when it is lost; handle is what the
+// ranker does with a batch.
 //
-// Three stages overlap: the runtime fills and this validates batch n+1 while the committer inserts
-// and acks batch n, and the announcer publishes leaderboard.updated for what was committed, so the
-// ClickHouse insert is the only step on the critical path.
+// Three stages overlap: the runtime fills batch n+1 while batch n is inserted and acknowledged
+// (consume.Batching.Overlap), and the announcer publishes leaderboard.updated for what was
+// committed, so the ClickHouse insert is the only step on the critical path.
 func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons jetstream.Consumer) (err error) {
 	// A fault the ranker cannot mend (write.go) stops it as a signal would, then is its exit error.
 	stop, fail := context.WithCancelCause(stop)
@@ -123,30 +120,7 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 	ann := newAnnouncer()
 	announced := make(chan struct{})
 	go func() { defer close(announced); r.announce(work, ann) }()
-	// Unbuffered: a parsed batch waits in hand-over, kept in progress, until the committer takes
-	// it, so fill and commit overlap by one batch and no batch sits unattended in a buffer.
-	batches := make(chan batch)
-	committed := make(chan struct{})
-	go func() {
-		defer close(committed)
-		for b := range batches {
-			r.writing.Store(true)
-			// Kept in progress for as long as the committer holds it: behind a check or a refill
-			// of the store (commitMu) and behind a slow insert alike.
-			alive := settle.KeepAlive(r.ackWait/3, b.keep...)
-			r.commitMu.Lock()
-			sc, ok := r.commitRecovering(work, b)
-			r.commitMu.Unlock()
-			alive()
-			if ok {
-				ann.add(sc, b.recs)
-			}
-			r.writing.Store(false)
-		}
-	}()
 	defer func() {
-		close(batches)
-		<-committed
 		ann.close()
 		<-announced
 	}()
@@ -156,43 +130,72 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 	if !r.startCheck(stop, work) {
 		return nil
 	}
+	stage := consume.Stage{
+		Handler: consume.Chain(func(ctx context.Context, msgs []jetstream.Msg) consume.Result { return r.handle(ctx, msgs, ann) },
+			consume.Recover(r.log, rt.Panics)),
+		Settler:   r.settler,
+		KeepAlive: r.ackWait / 3,
+		// The acks are confirmed (sent again when a NATS restart lost them), so that when
+		// composers hear of the commit (After), the ranker's ack floor already shows it: they
+		// check it, the notice only wakes them.
+		ConfirmAcks: r.ackWait,
+		// A commit and its acks hold commitMu, which a check or a refill of the store holds too
+		// (lineage.go): no ack moves the ack floor while the store is not whole.
+		Serial: func(commit func()) {
+			r.commitMu.Lock()
+			defer r.commitMu.Unlock()
+			commit()
+		},
+	}
 	return rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: r.batchSize, Bytes: r.batchBytes, Flush: r.flushInterval,
-		Linger: r.linger, Busy: r.writing.Load},
-		// Kept in progress from here, while poison is dead-lettered (DEADLETTER may be slow or
-		// down: three tries with backoff) and while it waits behind a slow insert, so a short
-		// AckWait redelivers only what a crashed ranker held.
-		consume.RecoverBatches(r.log, rt.Panics, r.settler, consume.KeepAliveBatches(r.ackWait/3, func(_, work context.Context, msgs []jetstream.Msg) {
-			batches <- r.parse(work, msgs)
-		})), r.log.Warn))
+		Linger: r.linger, Overlap: true}, stage, r.log.Warn))
 }
 
-// batch is a parsed batch: the rows to write, the messages to ack once they are written, and
-// the trace context of each evaluation that carried one, which the batch's span links to.
+// batch is a parsed batch: the rows to write, the messages to ack once they are written (their
+// places in the batch, and their event ids), and the trace context of each evaluation that
+// carried one, which the batch's span links to.
 type batch struct {
 	recs  []rank.Record
-	keep  []jetstream.Msg
+	keep  []int
 	ids   []string // the event id of each message of keep
 	links []trace.Link
 }
 
-// parse reads a batch; invalid events go to the settler as poison at once, and repeats of an
-// id within the batch are acked with it but written once.
-func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg) batch {
-	b := batch{recs: make([]rank.Record, 0, len(msgs)), keep: make([]jetstream.Msg, 0, len(msgs))}
+// handle commits a batch: invalid events are dead-lettered, the others written, and done once
+// ClickHouse has them; after their acks, composers hear of the commit and the announcer of the
+// executions.
+func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announcer) consume.Result {
+	res := consume.All(msgs, settle.Ack())
+	b, sc, ok := r.commit(ctx, r.parse(ctx, msgs, res.Outcomes), res.Outcomes)
+	if ok {
+		res.After = func(ctx context.Context) {
+			r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
+			r.notifyCommitted(b)
+			r.anchorAfter(ctx, b.recs) // once per lineage, after the acks: not on a prompt's path
+			ann.add(sc, b.recs)
+		}
+	}
+	return res
+}
+
+// parse reads a batch; an invalid event's outcome is poison, and repeats of an id within the
+// batch are acked with it but written once.
+func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg, outcomes []settle.Outcome) batch {
+	b := batch{recs: make([]rank.Record, 0, len(msgs)), keep: make([]int, 0, len(msgs))}
 	seen := make(map[string]bool, len(msgs))
-	for _, msg := range msgs {
+	for i, msg := range msgs {
 		md, err := msg.Metadata()
 		if err != nil {
-			r.settler.Settle(ctx, msg, settle.Reject("message without JetStream metadata: "+err.Error()))
+			outcomes[i] = settle.Reject("message without JetStream metadata: " + err.Error())
 			continue
 		}
 		ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), r.maxBytes)
 		if err != nil {
 			r.m.events.WithLabelValues("dead_lettered").Inc()
-			r.settler.Settle(ctx, msg, settle.Reject(err.Error()))
+			outcomes[i] = settle.Reject(err.Error())
 			continue
 		}
-		b.keep, b.ids = append(b.keep, msg), append(b.ids, ev.ID)
+		b.keep, b.ids = append(b.keep, i), append(b.ids, ev.ID)
 		if sc := trace.SpanContextFromContext(r.trace.Extract(ctx, ev.Trace, msg.Headers())); sc.IsValid() {
 			b.links = append(b.links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("podium.evaluation_id", ev.ID)}})
 		}
@@ -206,86 +209,39 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg) batch {
 	return b
 }
 
-// commit writes a batch and acks its messages only after ClickHouse has the rows. It returns
-// false when the batch was given back for redelivery instead. The batch is one span (a root:
-// it serves many traces), linked to every evaluation's context, the insert its child.
-func (r *ranker) commit(ctx context.Context, b batch) (trace.SpanContext, bool) {
+// commit writes a batch and returns what it committed. It returns false when the batch is given
+// back for redelivery instead (its outcomes retry); the evaluations ClickHouse refuses are
+// dead-lettered. The batch is one span (a root: it serves many traces), linked to every
+// evaluation's context, the insert its child.
+func (r *ranker) commit(ctx context.Context, b batch, outcomes []settle.Outcome) (batch, trace.SpanContext, bool) {
 	ctx, span := r.trace.Start(ctx, "ranker.commit", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(b.links...),
 		trace.WithAttributes(attribute.Int("podium.batch_size", len(b.recs)), attribute.Int("podium.messages", len(b.keep))))
 	defer span.End()
-	if len(b.recs) > 0 {
-		refused, err := r.insertSpan(ctx, b.recs)
-		if err != nil {
-			span.SetStatus(codes.Error, "given back for redelivery")
-			r.log.WarnContext(ctx, "gave up a batch; it will be redelivered", "rows", len(b.recs), "error", err)
-			for _, msg := range b.keep {
-				r.settler.Settle(ctx, msg, settle.RetryLater(err))
-			}
-			return span.SpanContext(), false
+	if len(b.recs) == 0 {
+		return b, span.SpanContext(), true
+	}
+	refused, err := r.insertSpan(ctx, b.recs)
+	if err != nil {
+		span.SetStatus(codes.Error, "given back for redelivery")
+		r.log.WarnContext(ctx, "gave up a batch; it will be redelivered", "rows", len(b.recs), "error", err)
+		for _, i := range b.keep {
+			outcomes[i] = settle.RetryLater(err)
 		}
-		if len(refused) > 0 {
-			b = r.deadLetterRefused(ctx, b, refused)
-		}
+		return b, span.SpanContext(), false
+	}
+	if len(refused) > 0 {
+		b = r.deadLetterRefused(b, refused, outcomes)
 	}
 	// The rows are stored; a redelivery of an ack that is lost is harmless: writes are idempotent.
-	// The acks are confirmed (sent again when a NATS restart lost them), so that when composers
-	// hear of the commit, the ranker's ack floor already shows it (they check it: the notice only
-	// wakes them).
-	r.settler.AckAll(ctx, b.keep, r.ackWait)
-	r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
-	r.notifyCommitted(b)
-	r.anchorAfter(ctx, b.recs) // once per lineage, after the acks: not on a prompt's path
-	return span.SpanContext(), true
+	return b, span.SpanContext(), true
 }
 
 // insertSpan writes recs as the span clickhouse.insert, ended however the write ends (a panic
-// included: commitRecovering goes on after it).
+// included: the runtime's recovery goes on after it).
 func (r *ranker) insertSpan(ctx context.Context, recs []rank.Record) (refused map[string]error, err error) {
 	ictx, span := r.trace.Start(ctx, "clickhouse.insert", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.Int("db.rows", len(recs))))
 	defer func() { tracing.End(span, err) }()
 	return r.write(ictx, recs)
-}
-
-// commitRecovering is commit, with a panic of the commit (the driver on rows it mishandles)
-// handled as the consume runtime handles one of a handler: the batch is committed again one
-// evaluation at a time, and one that panics alone is dead-lettered with the panic as its reason.
-func (r *ranker) commitRecovering(ctx context.Context, b batch) (trace.SpanContext, bool) {
-	try := func(b batch) (sc trace.SpanContext, ok bool, p *panics.Panic) {
-		if p = panics.Catch(func() { sc, ok = r.commit(ctx, b) }); p != nil {
-			r.log.ErrorContext(ctx, "a commit panicked", "messages", len(b.keep), "panic", fmt.Sprint(p.Value), "stack", p.Stack)
-		}
-		return sc, ok, p
-	}
-	sc, ok, v := try(b)
-	if v == nil {
-		return sc, ok
-	}
-	committed := false
-	for i, msg := range b.keep {
-		osc, ok, v := try(b.single(i))
-		if v != nil {
-			r.runtime.Panicked()
-			r.m.events.WithLabelValues("dead_lettered").Inc()
-			r.settler.Settle(ctx, msg, settle.Reject(fmt.Sprintf("the commit panicked: %v", v.Value)))
-			continue
-		}
-		if ok {
-			sc, committed = osc, true
-		}
-	}
-	return sc, committed // the announcement reads the boards as they are: the whole batch's executions may go
-}
-
-// single is the batch of the i-th message alone.
-func (b batch) single(i int) batch {
-	one := batch{keep: b.keep[i : i+1], ids: b.ids[i : i+1]}
-	for _, rec := range b.recs {
-		if rec.EventID == b.ids[i] {
-			one.recs = append(one.recs, rec)
-			break
-		}
-	}
-	return one
 }
 
 // watchConsumer keeps the pending gauges current.

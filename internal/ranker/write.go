@@ -191,25 +191,24 @@ func (r *ranker) split(ctx context.Context, recs []rank.Record, err error, refus
 	return nil
 }
 
-// deadLetterRefused terminates the messages of refused evaluations with a dead letter that says
-// what ClickHouse said, and returns the batch without them.
-func (r *ranker) deadLetterRefused(ctx context.Context, b batch, refused map[string]error) batch {
+// deadLetterRefused dead-letters the messages of refused evaluations with what ClickHouse said,
+// and returns the batch without them.
+func (r *ranker) deadLetterRefused(b batch, refused map[string]error, outcomes []settle.Outcome) batch {
 	kept := batch{recs: b.recs[:0:0], links: b.links}
 	for _, rec := range b.recs {
 		if refused[rec.EventID] == nil {
 			kept.recs = append(kept.recs, rec)
 		}
 	}
-	for i, msg := range b.keep {
-		err := refused[b.ids[i]]
+	for k, i := range b.keep {
+		err := refused[b.ids[k]]
 		if err == nil {
-			kept.keep, kept.ids = append(kept.keep, msg), append(kept.ids, b.ids[i])
+			kept.keep, kept.ids = append(kept.keep, i), append(kept.ids, b.ids[k])
 			continue
 		}
 		r.m.events.WithLabelValues("dead_lettered").Inc()
 		r.m.clickhouseErrors.WithLabelValues("refused").Inc()
-		reason := "clickhouse refused the evaluation: " + strings.ReplaceAll(err.Error(), "\n", " ")
-		r.settler.Settle(ctx, msg, settle.Reject(reason))
+		outcomes[i] = settle.Reject("clickhouse refused the evaluation: " + strings.ReplaceAll(err.Error(), "\n", " "))
 	}
 	return kept
 }

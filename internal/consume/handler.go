@@ -1,0 +1,155 @@
+package consume
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/settle"
+)
+
+// Handler handles a batch of messages (a worker's batch is one message) and says what becomes of
+// each. It never acks, naks or terminates: the runtime settles the Result it returns, and keeps
+// the messages in progress until then. Middleware (recover.go, trace.go) wraps handlers, which
+// know nothing of it.
+type Handler func(ctx context.Context, msgs []jetstream.Msg) Result
+
+// Result is a handler's decision on a batch.
+type Result struct {
+	// Outcomes has one outcome per message, in the batch's order.
+	Outcomes []settle.Outcome
+	// Logs, where set, is the context each message is settled with (its span's, so the log lines
+	// of its settling carry its trace); else the handler's.
+	Logs []context.Context
+	// After, where set, runs once every message is settled, the acks confirmed where the stage
+	// confirms them: what may happen only once the ack floor shows the batch (the ranker's
+	// notice to composers).
+	After func(ctx context.Context)
+}
+
+// All is the Result of a batch whose messages all had outcome o.
+func All(msgs []jetstream.Msg, o settle.Outcome) Result {
+	out := make([]settle.Outcome, len(msgs))
+	for i := range out {
+		out[i] = o
+	}
+	return Result{Outcomes: out}
+}
+
+// Each makes a Handler of a function of one message: the messages of a batch are handled one
+// after another, each settled with the context its handling returned.
+func Each(h func(ctx context.Context, msg jetstream.Msg) (context.Context, settle.Outcome)) Handler {
+	return func(ctx context.Context, msgs []jetstream.Msg) Result {
+		res := Result{Outcomes: make([]settle.Outcome, len(msgs)), Logs: make([]context.Context, len(msgs))}
+		for i, msg := range msgs {
+			res.Logs[i], res.Outcomes[i] = h(ctx, msg)
+		}
+		return res
+	}
+}
+
+// join is the Result of handling a batch's messages one by one: parts[i] is message i's.
+func join(parts []Result) Result {
+	res := Result{Outcomes: make([]settle.Outcome, 0, len(parts)), Logs: make([]context.Context, 0, len(parts))}
+	var afters []func(context.Context)
+	for _, p := range parts {
+		res.Outcomes = append(res.Outcomes, p.Outcomes...)
+		for i := range p.Outcomes {
+			var log context.Context
+			if i < len(p.Logs) {
+				log = p.Logs[i]
+			}
+			res.Logs = append(res.Logs, log)
+		}
+		if p.After != nil {
+			afters = append(afters, p.After)
+		}
+	}
+	if len(afters) > 0 {
+		res.After = func(ctx context.Context) {
+			for _, after := range afters {
+				after(ctx)
+			}
+		}
+	}
+	return res
+}
+
+// Middleware wraps a handler with something every batch gets.
+type Middleware func(Handler) Handler
+
+// Chain applies middleware, the first outermost.
+func Chain(h Handler, mw ...Middleware) Handler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
+}
+
+// Stage is what becomes of what a loop gathered: the handler handles it, the settler settles each
+// outcome, then the Result's After runs. From the moment a loop takes messages until they are
+// settled, the stage tells the broker every KeepAlive that they are still in hand (waiting to be
+// handed over, for a lock, for inputs, behind a slow insert), so they are not delivered again to
+// another replica meanwhile; the pull buffer does the same for what it holds before.
+type Stage struct {
+	Handler Handler
+	Settler *settle.Settler
+	// KeepAlive is how often messages in hand are kept in progress: a third of the AckWait.
+	KeepAlive time.Duration
+	// ConfirmAcks, when positive, acknowledges a batch's handled messages together and returns
+	// only once the server confirmed them, trying for up to that long (settle.AckAll): where
+	// others read the consumer's ack floor as what the service has done.
+	ConfirmAcks time.Duration
+	// Serial, when set, runs each handling and its settling inside it (the ranker holds its commit
+	// lock over both, so no ack moves its ack floor while its store is checked or refilled).
+	Serial func(func())
+}
+
+// keepAlive keeps msgs in progress until the returned stop is called.
+func (s Stage) keepAlive(msgs []jetstream.Msg) (stop func()) {
+	if s.KeepAlive <= 0 {
+		return func() {}
+	}
+	return settle.KeepAlive(s.KeepAlive, msgs...)
+}
+
+// run handles msgs under work and settles what the handler decided.
+func (s Stage) run(work context.Context, msgs []jetstream.Msg) {
+	defer s.keepAlive(msgs)()
+	step := func() {
+		res := s.Handler(work, msgs)
+		s.settle(work, msgs, res)
+		if res.After != nil {
+			res.After(work)
+		}
+	}
+	if s.Serial != nil {
+		s.Serial(step)
+		return
+	}
+	step()
+}
+
+// settle settles each message as res says; a message the handler gave no outcome (a handler's
+// mistake) is given back for redelivery.
+func (s Stage) settle(ctx context.Context, msgs []jetstream.Msg, res Result) {
+	var done []jetstream.Msg
+	for i, msg := range msgs {
+		o := settle.RetryLater(fmt.Errorf("the handler gave no outcome for message %d of %d", i+1, len(msgs)))
+		if i < len(res.Outcomes) {
+			o = res.Outcomes[i]
+		}
+		lctx := ctx
+		if i < len(res.Logs) && res.Logs[i] != nil {
+			lctx = res.Logs[i]
+		}
+		if o.Kind == settle.Done && s.ConfirmAcks > 0 {
+			done = append(done, msg)
+			continue
+		}
+		s.Settler.Settle(lctx, msg, o)
+	}
+	s.Settler.AckAll(ctx, done, s.ConfirmAcks)
+}
