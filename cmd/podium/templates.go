@@ -351,7 +351,11 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 		}
 		evs, contents := rank.FromRecords(recs)
-		in, err := render.Inputs(ctx, lib, render.Memory{Evs: evs, Contents: contents}, "render", req.Data, when.Truncate(time.Microsecond), uint64(len(recs)))
+		t, err := lib.Lookup(req.Data.Template)
+		if err != nil {
+			return &checkError{err.Error()}
+		}
+		in, err := render.Inputs(ctx, t, render.Memory{Evs: evs, Contents: contents}, "render", req.Data, when.Truncate(time.Microsecond), uint64(len(recs)))
 		if err != nil {
 			return err
 		}

@@ -12,33 +12,38 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// A request whose template is a label split between versions (pkg/compose/split.go) is given one
-// of them before anything is read or rendered: the version the team was served under that label
-// earlier in the execution, found in PROMPTS, or else the one its hash chooses. From then on the
-// request names that version (name@V), so the reads, the render and the record all agree; the
-// record says the label too.
+// A request's template reference is read once (compose.Library.Reference) and resolved once to the
+// template that renders it, before anything is read or rendered; the reads, the render and the
+// record all use that template. A label split between versions (pkg/compose/split.go) is first
+// given one of them: the version the team was served under that label earlier in the execution,
+// found in PROMPTS, or else the one its hash chooses. The record says the label too.
 
 // maxPrevious bounds the team's earlier records looked at for one served under the label: a team
 // asks with one template in an execution, so the first is the one.
 const maxPrevious = 16
 
-// assign returns req with its template resolved to a version when it names a split label, and
-// the label its template resolved through ("" when it names no registry label).
-func (c *composer) assign(ctx context.Context, lib *compose.Library, req events.RoundRequested) (events.RoundRequested, string, error) {
-	name, label, split := lib.Label(req.Template)
-	if split == nil {
-		return req, label, nil
-	}
-	prev, err := c.previous(ctx, req.ExecutionID, req.TeamID, name, label)
+// resolve reads the request's template reference once and resolves it to the template that
+// renders the request, with the label it resolved through ("" when it names no registry label). A
+// label split between versions is assigned one of them first.
+func (c *composer) resolve(ctx context.Context, lib *compose.Library, req events.RoundRequested) (*compose.Template, string, error) {
+	ref, err := lib.Reference(req.Template)
 	if err != nil {
-		return req, "", err
+		return nil, "", err
 	}
-	v, err := compose.Choose(split, name, label, compose.Assignment{ExecutionID: req.ExecutionID, TeamID: req.TeamID, Previous: prev})
-	if err != nil {
-		return req, "", err
+	label, split := lib.Label(ref)
+	if split != nil {
+		prev, err := c.previous(ctx, req.ExecutionID, req.TeamID, ref.Name, label)
+		if err != nil {
+			return nil, "", err
+		}
+		v, err := compose.Choose(split, ref.Name, label, compose.Assignment{ExecutionID: req.ExecutionID, TeamID: req.TeamID, Previous: prev})
+		if err != nil {
+			return nil, "", err
+		}
+		ref = events.Reference{Name: ref.Name, Version: v}
 	}
-	req.Template = fmt.Sprintf("%s@%d", name, v)
-	return req, label, nil
+	t, err := lib.Resolve(ref)
+	return t, label, err
 }
 
 // previous is the version the team was served under name and label earlier in this execution: the

@@ -153,15 +153,14 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	// The reads are shared: one read of an execution's scores serves every team of a round, and
 	// the teams asking meanwhile have their own content read together (internal/inputs).
 	lib := c.templates.lib() // one library for the whole request, however the registry moves
-	asked := req.Template
-	req, label, err := c.assign(ctx, lib, req)
+	t, label, err := c.resolve(ctx, lib, req)
 	if err != nil {
 		if _, isFailure := events.AsFailure(err); !isFailure {
 			err = storeError(ctx, err) // PROMPTS did not answer: retried, as a store read is
 		}
 		return events.PromptComposed{}, err
 	}
-	in, err := render.Inputs(ctx, lib, c.inputs.Reader(), requestID, req, at, seq)
+	in, err := render.Inputs(ctx, t, c.inputs.Reader(), requestID, req, at, seq)
 	if err != nil {
 		return events.PromptComposed{}, storeError(ctx, err)
 	}
@@ -186,11 +185,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	if err != nil {
 		return events.PromptComposed{}, err
 	}
-	// The record names what was asked, and the label and version that answered it.
+	// The record names what was asked (the request as it came), and the label and version that
+	// answered it.
 	out.Template.Label = label
-	if out.Request != nil {
-		out.Request.Data.Template = asked
-	}
 	if out.Template.Fallback {
 		c.log.WarnContext(ctx, "model variant failed; composed with the base template", "request_id", requestID, "template", out.Template.Name, "variant", out.Template.Variant, "model", req.Model)
 	}

@@ -22,10 +22,11 @@ type Reader interface {
 	Content(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error)
 }
 
-// Inputs reads what the prompt of req shows as of the EVALUATIONS sequence seq: every team's
-// scores, then the requesting team's own content of the rounds its template prints
-// (compose.Library.ContentFrom), reduced by the standings rule (rank.Evaluations.ForPrompt).
-func Inputs(ctx context.Context, lib *compose.Library, r Reader, requestID string, req events.RoundRequested, at time.Time, seq uint64) (compose.Inputs, error) {
+// Inputs reads what the prompt of req, rendered with t (the template req resolved to), shows as
+// of the EVALUATIONS sequence seq: every team's scores, then the requesting team's own content of
+// the rounds t prints (compose.Template.ContentFrom), reduced by the standings rule
+// (rank.Evaluations.ForPrompt).
+func Inputs(ctx context.Context, t *compose.Template, r Reader, requestID string, req events.RoundRequested, at time.Time, seq uint64) (compose.Inputs, error) {
 	evs, err := r.Scores(ctx, req.ExecutionID, seq)
 	if err != nil {
 		return compose.Inputs{}, err
@@ -33,7 +34,7 @@ func Inputs(ctx context.Context, lib *compose.Library, r Reader, requestID strin
 	before := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpToSeq: seq})
 	rounds := before.History(req.TeamID, nil)
 	var content *rank.Content
-	if from := lib.ContentFrom(req, rounds); from < req.RoundNumber {
+	if from := t.ContentFrom(req, rounds); from < req.RoundNumber {
 		refs := before.ContentRefs(req.TeamID, from, req.RoundNumber)
 		content, err = r.Content(ctx, rank.TeamKey{ExecutionID: req.ExecutionID, TeamID: req.TeamID}, from, req.RoundNumber, refs)
 		if err != nil {
@@ -53,6 +54,7 @@ func Inputs(ctx context.Context, lib *compose.Library, r Reader, requestID strin
 		Leaderboard:    in.Board.Rows,
 		PreviousRanks:  in.PreviousRanks,
 		EvaluationsSeq: seq,
+		Template:       t,
 	}, nil
 }
 

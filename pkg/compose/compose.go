@@ -34,6 +34,9 @@ type Inputs struct {
 	// measured from them; a team without one is new.
 	PreviousRanks  map[string]int
 	EvaluationsSeq uint64
+	// Template is the template the request resolved to (Library.Resolve, once per request); nil:
+	// Compose looks up the request's.
+	Template *Template
 }
 
 // Compose renders the prompt for in: the template the request names, in the model's variant when
@@ -42,9 +45,12 @@ type Inputs struct {
 // Rendering stops when ctx ends (the counting of a hostile text may take long): the error is
 // then ctx's, not a Failure, and the caller decides what the time limit means.
 func (l *Library) Compose(ctx context.Context, in Inputs) (events.PromptComposed, error) {
-	t, err := l.Lookup(in.Request.Template)
-	if err != nil {
-		return events.PromptComposed{}, err
+	t := in.Template
+	if t == nil {
+		var err error
+		if t, err = l.Lookup(in.Request.Template); err != nil {
+			return events.PromptComposed{}, err
+		}
 	}
 	loc, err := l.location(in.Request.Timezone)
 	if err != nil {

@@ -15,6 +15,11 @@ func (l *Library) ContentFrom(req events.RoundRequested, rounds []events.TeamRou
 	if err != nil {
 		return req.RoundNumber
 	}
+	return t.ContentFrom(req, rounds)
+}
+
+// ContentFrom is Library.ContentFrom of a template already resolved.
+func (t *Template) ContentFrom(req events.RoundRequested, rounds []events.TeamRound) int {
 	return t.contentFrom(rounds, t.limits(req.Limits))
 }
 

@@ -551,17 +551,36 @@ func (t *Template) limits(o events.Limits) Limits {
 	return l
 }
 
-// Lookup resolves "" (the default template) or a reference as events.ParseReference reads it.
-// The registry decides first: a bare name is its production label when set, name@V its version
-// V, name:L its label L (latest: its highest version); otherwise the built-in or directory
-// template of that name answers (its own version, its manifest's labels and latest).
-func (l *Library) Lookup(s string) (*Template, error) {
+// Reference reads a request's template: "" is the default template, anything else a reference as
+// events.ParseReference reads it. It is read once per request, and the typed reference travels
+// from there (Label, Resolve); an unreadable one is unknown_template.
+func (l *Library) Reference(s string) (events.Reference, error) {
 	if s == "" {
-		s = l.defaultName
+		return events.Reference{Name: l.defaultName}, nil
 	}
 	ref, err := events.ParseReference(s)
 	if err != nil {
-		return nil, events.Failf(events.CodeUnknownTemplate, "%v", err)
+		return events.Reference{}, events.Failf(events.CodeUnknownTemplate, "%v", err)
+	}
+	return ref, nil
+}
+
+// Lookup resolves a reference written as a string: Reference, then Resolve.
+func (l *Library) Lookup(s string) (*Template, error) {
+	ref, err := l.Reference(s)
+	if err != nil {
+		return nil, err
+	}
+	return l.Resolve(ref)
+}
+
+// Resolve finds the template a reference names. The registry decides first: a bare name is its
+// production label when set, name@V its version V, name:L its label L (latest: its highest
+// version); otherwise the built-in or directory template of that name answers (its own version,
+// its manifest's labels and latest). A reference without a name is the default template.
+func (l *Library) Resolve(ref events.Reference) (*Template, error) {
+	if ref.Name == "" {
+		ref.Name = l.defaultName
 	}
 	if t, found, err := l.lookupRegistered(ref); found {
 		return t, err

@@ -73,30 +73,26 @@ type Assignment struct {
 	Previous int
 }
 
-// Label is the registry label a reference resolves through, read once: the name, the label (a
-// bare name's is production; "" when the reference resolves through no registry label: a version,
-// latest, or a built-in or directory template), and the label's split when it splits between
-// versions (nil for a label of one version).
-func (l *Library) Label(s string) (name, label string, split Split) {
-	if s == "" {
-		s = l.defaultName
-	}
-	ref, err := events.ParseReference(s)
-	if err != nil || ref.Version > 0 || ref.Label == "latest" {
-		return ref.Name, "", nil
+// Label is the registry label a reference resolves through: the label (a bare name's is
+// production; "" when the reference resolves through no registry label: a version, latest, or a
+// built-in or directory template), and the label's split when it splits between versions (nil
+// for a label of one version).
+func (l *Library) Label(ref events.Reference) (label string, split Split) {
+	if ref.Version > 0 || ref.Label == "latest" {
+		return "", nil
 	}
 	label = cmp.Or(ref.Label, "production")
-	r := l.registry[ref.Name]
+	r := l.registry[cmp.Or(ref.Name, l.defaultName)]
 	if r == nil {
-		return ref.Name, "", nil
+		return "", nil
 	}
 	if split, ok := r.splits[label]; ok {
-		return ref.Name, label, split
+		return label, split
 	}
 	if _, ok := r.labels[label]; ok {
-		return ref.Name, label, nil
+		return label, nil
 	}
-	return ref.Name, "", nil
+	return "", nil
 }
 
 // Choose is the version of split a request gets (see the top of this file).

@@ -80,9 +80,13 @@ func TestLabel(t *testing.T) {
 		{"greet:nope", "", false},
 		{"team-round", "", false},
 	} {
-		name, label, s := lib.Label(tt.ref)
-		if label != tt.label || (s != nil) != tt.split || tt.label != "" && name != "greet" {
-			t.Errorf("Label(%q) = %q, %q, %v", tt.ref, name, label, s)
+		ref, err := lib.Reference(tt.ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		label, s := lib.Label(ref)
+		if label != tt.label || (s != nil) != tt.split || tt.label != "" && ref.Name != "greet" {
+			t.Errorf("Label(%q) = %q, %q, %v", tt.ref, ref.Name, label, s)
 		}
 	}
 	if _, err := lib.Lookup("greet"); err == nil {
