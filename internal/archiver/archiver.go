@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,21 +17,21 @@ import (
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// How a batch of PROMPTS records gets into the archive, whatever ClickHouse says:
-//   - transient faults (down, busy, a lost quorum) are retried with the shared backoff for as
-//     long as they last, the batch kept in progress and /readyz failing meanwhile;
+// How a batch of PROMPTS records gets into the archive, whatever ClickHouse says (internal/sink
+// writes it; the archiver's part):
 //   - a missing database or table (dropped by an operator) is recreated from the migrations and
 //     filled again from the whole PROMPTS stream (what it still holds), unready meanwhile: the
 //     archive is a view of the stream, and a table made again empty would otherwise lack
 //     everything archived before;
 //   - rows the table refuses (a column dropped or retyped by hand: a valid record fits a table as
-//     the migrations made it) are held like a transient fault, unready naming ClickHouse's error,
-//     never dead-lettered: readers take everything below the ack floor from the archive, so a
+//     the migrations made it) are held (sink.Hold) like a transient fault, unready naming
+//     ClickHouse's error, never dead-lettered: readers take everything below the ack floor from the archive, so a
 //     record acknowledged without its row would be lost to the audit;
 //   - a record that is not a prompt.composed or prompt.failed CloudEvent is dead-lettered.
 // Messages are acknowledged only once ClickHouse has their rows, so nothing acknowledged is lost.
@@ -76,6 +75,15 @@ type archiver struct {
 	// filled again from the stream.
 	writes *health.Condition
 	filled *health.Condition
+	// sink writes batches of records (internal/sink, holding what the table refuses).
+	sink *sink.Writer[rank.ArchivedPrompt]
+}
+
+// newSink is how the archiver writes records.
+func newSink(st archiveStore, m *metrics, writes *health.Condition, log *slog.Logger) *sink.Writer[rank.ArchivedPrompt] {
+	return &sink.Writer[rank.ArchivedPrompt]{Rows: "records", Table: "the prompts table", Insert: st.ArchivePrompts, Refusals: sink.Hold,
+		Writes: writes, Log: log, Metrics: sink.Metrics{BatchSize: m.batchSize, Errors: m.clickhouseErrors,
+			InsertDuration: func(_ context.Context, s float64) { m.insertDuration.Observe(s) }}}
 }
 
 // newConditions registers the archiver's readiness conditions.
@@ -254,7 +262,7 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 	for attempt := uint64(1); ; attempt++ {
 		err := a.whole(ctx)
 		if err == nil {
-			err = a.insert(ctx, recs)
+			_, err = a.sink.Write(ctx, recs) // refused rows are held (sink.Hold): none comes back
 		}
 		switch {
 		case err == nil:
@@ -262,7 +270,7 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case errors.Is(err, errTableLost):
+		case errors.Is(err, sink.ErrTableLost):
 			if refills++; refills > 1 {
 				// Made again and gone again: an operator (or a replica's refill) is at work. Each
 				// refill reads the whole stream, so they are spaced out.
@@ -274,7 +282,7 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 				return err
 			}
 		default: // the check failed: ClickHouse is away, as for an insert
-			a.writes.Fail("inserts into the prompts archive are failing; records are held, not lost")
+			a.writes.Fail("inserts into the prompts table are failing; records are held, not lost")
 			delay := retry.Redelivery().Backoff(attempt)
 			a.log.WarnContext(ctx, "clickhouse check of the archive failed, will retry", "attempt", attempt, "retry_in", delay.String(), "error", err)
 			if err := retry.Sleep(ctx, delay); err != nil {
@@ -287,11 +295,11 @@ func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error 
 // whole checks that the table is the archive the consumer's ack floor speaks of: it holds the
 // marker of the epoch the consumer names. The epoch this archiver knows comes first; when the table
 // lacks it, the consumer may name a newer one another replica published after its own refill,
-// which is then adopted. errTableLost when the table holds neither.
+// which is then adopted. sink.ErrTableLost when the table holds neither.
 func (a *archiver) whole(ctx context.Context) error {
 	epoch := a.epoch.Load()
 	if epoch == nil {
-		return fmt.Errorf("%w: no epoch published yet", errTableLost)
+		return fmt.Errorf("%w: no epoch published yet", sink.ErrTableLost)
 	}
 	holds, err := a.store.HoldsArchiveEpoch(ctx, *epoch)
 	if err != nil || holds {
@@ -304,53 +312,7 @@ func (a *archiver) whole(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: the prompts table lost the marker of epoch %s (dropped, or made again)", errTableLost, *epoch)
-}
-
-// errTableLost is an insert into a database or table that is missing.
-var errTableLost = errors.New("the prompts table is missing")
-
-// insert writes recs, retrying while ClickHouse is unavailable or refuses them (see the top of
-// this file); errTableLost when the table is missing.
-func (a *archiver) insert(ctx context.Context, recs []rank.ArchivedPrompt) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	for attempt := uint64(1); ; attempt++ {
-		start := time.Now()
-		err := a.store.ArchivePrompts(ctx, recs)
-		if err == nil {
-			a.m.insertDuration.Observe(time.Since(start).Seconds())
-			a.m.batchSize.Observe(float64(len(recs)))
-			if a.writes.Holds() {
-				a.log.InfoContext(ctx, "clickhouse insert recovered", "attempts", attempt)
-			}
-			return nil
-		}
-		fault := rank.FaultOf(err)
-		if fault == rank.Missing {
-			return fmt.Errorf("%w: %v", errTableLost, err)
-		}
-		delay := retry.Redelivery().Backoff(attempt)
-		switch {
-		case fault == rank.Refused:
-			a.writes.Fail("clickhouse refuses the records (the prompts table is not what the migrations made); they are held, not lost: %s", strings.ReplaceAll(err.Error(), "\n", " "))
-		case rank.NoSpace(err):
-			a.writes.Fail("inserts into the prompts archive are failing: ClickHouse has no disk space left; records are held, not lost")
-		default:
-			a.writes.Fail("inserts into the prompts archive are failing; records are held, not lost")
-		}
-		if fault == rank.Refused {
-			a.m.clickhouseErrors.WithLabelValues("refused").Inc()
-			a.log.ErrorContext(ctx, "clickhouse refuses the records: the prompts table is not what the migrations made (fix it, or drop it: the archiver makes it again and fills it from PROMPTS); the records are held", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
-		} else {
-			a.m.clickhouseErrors.WithLabelValues("insert").Inc()
-			a.log.WarnContext(ctx, "clickhouse insert failed, will retry", "records", len(recs), "attempt", attempt, "retry_in", delay.String(), "error", err)
-		}
-		if err := retry.Sleep(ctx, delay); err != nil {
-			return err
-		}
-	}
+	return fmt.Errorf("%w: the prompts table lost the marker of epoch %s (dropped, or made again)", sink.ErrTableLost, *epoch)
 }
 
 // refill makes the database and table again and archives what PROMPTS holds, from its first
@@ -403,7 +365,7 @@ func (a *archiver) refillOnce(ctx context.Context) (int, error) {
 	var chunk []rank.ArchivedPrompt
 	size, total := 0, 0
 	flush := func() error {
-		if err := a.insert(ctx, chunk); err != nil {
+		if _, err := a.sink.Write(ctx, chunk); err != nil {
 			return err
 		}
 		total += len(chunk)
@@ -522,7 +484,7 @@ func (a *archiver) checkIdle(ctx context.Context) {
 		return // not started, or a batch is being written (it checks the table itself)
 	}
 	defer a.mu.Unlock()
-	if err := a.whole(ctx); errors.Is(err, errTableLost) {
+	if err := a.whole(ctx); errors.Is(err, sink.ErrTableLost) {
 		_ = a.refill(ctx, err.Error()) // ctx ended: the next start refills
 	}
 }

@@ -47,14 +47,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	writes, filled := newConditions(base.Health)
 	base.Health.Probe("clickhouse_ping", st.Ping)
+	m := newMetrics(base.Reg)
 	a := &archiver{
 		writes:  writes,
 		filled:  filled,
+		sink:    newSink(st, m, writes, log),
 		log:     log,
 		js:      base.JS,
 		store:   st,
 		settler: settle.New(base.JS, log, base.Reg, "archiver"),
-		m:       newMetrics(base.Reg),
+		m:       m,
 		// A record may be as large as the server's max payload: one must always fit a pull.
 		batchSize:      cfg.BatchSize,
 		batchBytes:     max(cfg.BatchBytes, int(base.NC.MaxPayload())+64<<10),

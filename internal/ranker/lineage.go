@@ -11,6 +11,7 @@ import (
 	"github.com/podium-llm/podium/internal/panics"
 	"github.com/podium-llm/podium/internal/refill"
 	"github.com/podium-llm/podium/internal/retry"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -35,9 +36,6 @@ import (
 // checkEvery is how often the ranker checks its store's lineage: the longest a table dropped
 // while no evaluation arrives goes unnoticed.
 const checkEvery = 5 * time.Second
-
-// errTableLost is an insert that found the table missing; the caller refills it.
-var errTableLost = errors.New("the evaluations table is missing")
 
 // checkStore checks the store's lineage against the stream and refills the store when it is not
 // whole. A store found as published (the usual case) costs commits nothing; any other is checked
@@ -241,7 +239,7 @@ func (r *ranker) refill(ctx context.Context, plan refillPlan) (err error) {
 		}
 		// The table may be gone again (start over, repairing), or ClickHouse or the stream away
 		// (go on from what was noted).
-		repair = repair || errors.Is(err, errTableLost)
+		repair = repair || errors.Is(err, sink.ErrTableLost)
 		if plan.resume = lin; repair {
 			plan.resume = rank.Lineage{}
 		}
@@ -374,10 +372,10 @@ func (r *ranker) resumable(ctx context.Context, l rank.Lineage, stream string) b
 	return err == nil && held
 }
 
-// errorOf marks a missing table as errTableLost.
+// errorOf marks a missing table as sink.ErrTableLost.
 func errorOf(err error) error {
 	if rank.FaultOf(err) == rank.Missing {
-		return fmt.Errorf("%w: %v", errTableLost, err)
+		return fmt.Errorf("%w: %v", sink.ErrTableLost, err)
 	}
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -87,6 +88,8 @@ type ranker struct {
 	// (lineage.go): not checked against the stream yet, or being refilled.
 	writes *health.Condition
 	whole  *health.Condition
+	// sink writes batches of evaluations (write.go).
+	sink *sink.Writer[rank.Record]
 }
 
 // newConditions registers the ranker's readiness conditions.

@@ -111,13 +111,14 @@ func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handl
 // newRanker wires the ranker to its NATS connection and store.
 func newRanker(base *service.Base, cfg *Config, st *rank.Store) *ranker {
 	writes, whole := newConditions(base.Health)
+	m := newMetrics(base.Reg)
 	return &ranker{
 		log:       base.Log,
 		js:        base.JS,
 		settler:   settle.New(base.JS, base.Log, base.Reg, "ranker"),
 		trace:     base.Trace,
 		store:     st,
-		m:         newMetrics(base.Reg),
+		m:         m,
 		source:    base.Source,
 		maxBytes:  cfg.MaxEventBytes,
 		batchSize: cfg.BatchSize,
@@ -132,6 +133,7 @@ func newRanker(base *service.Base, cfg *Config, st *rank.Store) *ranker {
 		now:              time.Now,
 		writes:           writes,
 		whole:            whole,
+		sink:             newSink(st, m, writes, base.Log),
 	}
 }
 
