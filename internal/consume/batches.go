@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,30 +51,43 @@ func (b Batching) Validate(prefix string, maxEventBytes int) error {
 // most Size messages or Bytes bytes. So an idle pipeline handles a message as soon as it is
 // pulled, and a loaded one batches. A stop drains what the client holds in batches of what is
 // already there, and returns once the stage has settled every one.
+//
+// With Overlap the stage's goroutine outlives a lost consumer: the runtime makes the consumer
+// again and runs the loop again while the stage still finishes the batch it holds (its acks may
+// wait on the consumer made again), and the loop hands it the next batches as before.
 func Batches(b Batching, stage Stage, warn func(msg string, args ...any)) Loop {
+	var busy atomic.Bool
+	var overlap struct {
+		once    sync.Once
+		batches chan []jetstream.Msg
+		handled chan struct{}
+	}
 	return func(stop, work context.Context, it Messages) error {
-		var busy atomic.Bool
 		hand := func(msgs []jetstream.Msg) { stage.run(work, msgs) }
 		if b.Overlap {
-			// Unbuffered: a filled batch waits in hand-over, kept in progress, until the stage
-			// takes it, so filling and handling overlap by one batch and none sits unattended.
-			batches := make(chan []jetstream.Msg)
-			handled := make(chan struct{})
-			go func() {
-				defer close(handled)
-				for msgs := range batches {
-					busy.Store(true)
-					stage.run(work, msgs)
-					busy.Store(false)
-				}
-			}()
+			overlap.once.Do(func() {
+				// Unbuffered: a filled batch waits in hand-over, kept in progress, until the
+				// stage takes it, so filling and handling overlap by one batch and none sits
+				// unattended.
+				overlap.batches, overlap.handled = make(chan []jetstream.Msg), make(chan struct{})
+				go func() {
+					defer close(overlap.handled)
+					for msgs := range overlap.batches {
+						busy.Store(true)
+						stage.run(work, msgs)
+						busy.Store(false)
+					}
+				}()
+			})
 			defer func() {
-				close(batches)
-				<-handled
+				if stop.Err() != nil { // the service stops: every batch handed over is settled first
+					close(overlap.batches)
+					<-overlap.handled
+				}
 			}()
 			hand = func(msgs []jetstream.Msg) {
 				defer stage.keepAlive(msgs)()
-				batches <- msgs
+				overlap.batches <- msgs
 			}
 		}
 		draining := false
