@@ -30,7 +30,7 @@ clickhouse: ## install what the tests run for real when missing: ClickHouse, Zoo
 	@[ -d examples/orchestrator-js/node_modules/@nats-io ] || npm ci --prefix examples/orchestrator-js --no-audit --no-fund --loglevel=error
 	@# chDB, a current ClickHouse engine, which the store's queries are compared on. Its lockfile holds
 	@# the native library of this platform only, which npm ci refuses; npm install --no-save keeps to it.
-	@[ -d pkg/rank/chdb/node_modules/chdb ] || npm install --prefix pkg/rank/chdb --no-save --no-audit --no-fund --loglevel=error
+	@[ -d internal/chstore/chdb/node_modules/chdb ] || npm install --prefix internal/chstore/chdb --no-save --no-audit --no-fund --loglevel=error
 
 demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse, with the web console (SERVE=1 keeps it up until Ctrl-C)
 	$(BIN)/demo --bin $(BIN) $(if $(SERVE),--serve)
@@ -52,7 +52,7 @@ lint: ## go vet and staticcheck
 bench: clickhouse build ## benchmarks with their baselines (figures and how to read them: README)
 	$(GO) test -run '^$$' -bench 'Parse|Render' -benchmem -count=1 ./pkg/events ./pkg/compose
 	$(GO) test -run '^$$' -bench 'CountCold|CountLongRun' -count=1 ./pkg/bpe
-	$(GO) test -run '^$$' -bench LeaderboardRead -benchtime 2000x -count=1 -timeout 20m ./pkg/rank
+	$(GO) test -run '^$$' -bench LeaderboardRead -benchtime 2000x -count=1 -timeout 20m ./internal/chstore
 	$(GO) test -run '^$$' -bench RankerIngest -benchtime 50000x -count=1 -timeout 20m ./e2e
 	$(GO) test -run '^$$' -bench ComposerPipeline -benchtime 1x -count=1 -timeout 20m -v ./e2e
 	$(GO) test -run '^$$' -bench ArchiveCapacity -benchtime 1x -count=1 -timeout 20m ./e2e -args -capacity.executions=20

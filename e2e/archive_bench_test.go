@@ -19,10 +19,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/servers"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 var capacityExecutions = flag.Int("capacity.executions", 6, "BenchmarkArchiveCapacity: executions of 20 teams x 10 rounds")
@@ -302,11 +302,11 @@ func zstdArchiveBytes(b *testing.B, e *env) uint64 {
 		b.Fatal(err)
 	}
 	defer ch.Stop()
-	cfg := rank.Config{Addrs: []string{ch.Addr}, Database: "zstd"}
-	if err := rank.CreateDatabase(ctx, cfg); err != nil {
+	cfg := chstore.Config{Addrs: []string{ch.Addr}, Database: "zstd"}
+	if err := chstore.CreateDatabase(ctx, cfg); err != nil {
 		b.Fatal(err)
 	}
-	dst, err := rank.Open(ctx, cfg)
+	dst, err := chstore.Open(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -314,13 +314,13 @@ func zstdArchiveBytes(b *testing.B, e *env) uint64 {
 	if _, err := dst.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
-	src, err := rank.Open(ctx, rank.Config{Addrs: []string{e.chAddr}, Database: e.database})
+	src, err := chstore.Open(ctx, chstore.Config{Addrs: []string{e.chAddr}, Database: e.database})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer src.Close()
 	for i := range *capacityExecutions {
-		recs, err := src.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: fmt.Sprintf("cap-%03d", i)})
+		recs, err := src.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: fmt.Sprintf("cap-%03d", i)})
 		if err != nil {
 			b.Fatal(err)
 		}

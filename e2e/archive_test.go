@@ -16,23 +16,23 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // archived reads the archive of an execution as the readers do (one row per event id).
-func (e *env) archived(exec string) []rank.ArchivedPrompt {
+func (e *env) archived(exec string) []chstore.ArchivedPrompt {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	addrs := strings.Split(e.chAddr, ",")
-	st, err := rank.Open(ctx, rank.Config{Addrs: addrs, Database: e.database, Replication: rank.Replication{Enabled: len(addrs) > 1}})
+	st, err := chstore.Open(ctx, chstore.Config{Addrs: addrs, Database: e.database, Replication: chstore.Replication{Enabled: len(addrs) > 1}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer st.Close()
-	recs, err := st.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: exec})
+	recs, err := st.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: exec})
 	if err != nil && !strings.Contains(err.Error(), "doesn't exist") {
 		e.t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func (e *env) checkArchive(exec string, n int) {
 	if len(stream) != n {
 		e.t.Fatalf("PROMPTS holds %d records of %s, want %d", len(stream), exec, n)
 	}
-	var got []rank.ArchivedPrompt
+	var got []chstore.ArchivedPrompt
 	testenv.WaitFor(e.t, 30*time.Second, fmt.Sprintf("%d records of %s archived", n, exec), func() (bool, string) {
 		got = e.archived(exec)
 		return len(got) >= n, fmt.Sprintf("%d archived", len(got))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -96,11 +97,11 @@ func BenchmarkRankerIngest(b *testing.B) {
 	stopLoop()
 
 	// Baseline 2: raw batch inserts of the same rows, 500 at a time, into a table of its own.
-	rawCfg := rank.Config{Addrs: []string{e.chAddr}, Database: e.database + "_raw"}
-	if err := rank.CreateDatabase(ctx, rawCfg); err != nil {
+	rawCfg := chstore.Config{Addrs: []string{e.chAddr}, Database: e.database + "_raw"}
+	if err := chstore.CreateDatabase(ctx, rawCfg); err != nil {
 		b.Fatal(err)
 	}
-	raw, err := rank.Open(ctx, rawCfg)
+	raw, err := chstore.Open(ctx, rawCfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,10 +16,10 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	gocmp "github.com/google/go-cmp/cmp"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/servers"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // TestClickHouseCluster runs the pipeline on three real ClickHouse replicas coordinated by a real
@@ -142,7 +142,7 @@ func testClusterMigrations(t *testing.T, cl *servers.Cluster) {
 		e := newClusterEnv(t, cl, mode.db, mode.cluster)
 		reordered := "CLICKHOUSE_ADDR=" + strings.Join([]string{cl.Addrs()[1], cl.Addrs()[2], cl.Addrs()[0]}, ",")
 		// Every migration on each of the 3 replicas, or once ON CLUSTER; nothing the second time.
-		migs, err := rank.Migrations()
+		migs, err := chstore.Migrations()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/servers"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
@@ -626,14 +627,14 @@ func (s *soak) check() {
 // byte, nothing else.
 func (s *soak) checkArchive(recorded map[string][]byte, execs map[string]bool) {
 	t := s.t
-	st, err := rank.Open(t.Context(), rank.Config{Addrs: []string{s.ch.Addr}, Database: "soak"})
+	st, err := chstore.Open(t.Context(), chstore.Config{Addrs: []string{s.ch.Addr}, Database: "soak"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	archived := 0
 	for exec := range execs {
-		rows, err := st.ArchivedPrompts(t.Context(), rank.PromptFilter{ExecutionID: exec})
+		rows, err := st.ArchivedPrompts(t.Context(), chstore.PromptFilter{ExecutionID: exec})
 		if err != nil {
 			t.Fatal(err)
 		}

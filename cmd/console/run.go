@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/console"
 	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/service"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 const summary = `console: the read-only web console of a Podium tournament.
@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("COMPOSER_TEMPLATES_DIR or TZ: %w", err)
 	}
-	st, err := rank.Open(ctx, cfg.Store(log))
+	st, err := chstore.Open(ctx, cfg.Store(log))
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/refill"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -33,7 +34,7 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 			return usagef("--batch must be positive")
 		}
 		cfg := e.cfg.Store(nil)
-		if err := rank.CreateDatabase(ctx, cfg); err != nil {
+		if err := chstore.CreateDatabase(ctx, cfg); err != nil {
 			return err
 		}
 		st, err := e.rank(ctx)
@@ -73,7 +74,7 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 			r.start, r.total = start, state.LastSeq-start+1
 			r.bar = newBar(e.out, int64(r.total), *noBar)
 			res, err = refill.Run(ctx, refill.Options{JS: js, MaxEventBytes: e.cfg.MaxEventBytes, Batch: *batchSize, Read: r.progress,
-				Written: func(ctx context.Context, seq uint64, _ rank.RowKey) error { return st.NoteRebuilt(ctx, seq) }}, start-1, refill.Insert(st.Insert))
+				Written: func(ctx context.Context, seq uint64, _ chstore.RowKey) error { return st.NoteRebuilt(ctx, seq) }}, start-1, refill.Insert(st.Insert))
 			_ = r.bar.Finish()
 			if err != nil {
 				return err
@@ -84,12 +85,12 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 		// lineage it came from: a new one invalidates it, and the ranker publishes it to
 		// composers at its next check of the store.
 		anchor := res.Last
-		if anchor == (rank.RowKey{}) {
+		if anchor == (chstore.RowKey{}) {
 			if anchor, _, err = st.NewestRow(ctx); err != nil {
 				return err
 			}
 		}
-		if err := st.NoteLineage(ctx, rank.Lineage{Epoch: uint64(time.Now().UnixNano()), Stream: rank.StreamID(stream.CachedInfo().Created), Anchor: anchor, Whole: true}); err != nil {
+		if err := st.NoteLineage(ctx, chstore.Lineage{Epoch: uint64(time.Now().UnixNano()), Stream: chstore.StreamID(stream.CachedInfo().Created), Anchor: anchor, Whole: true}); err != nil {
 			return err
 		}
 		return report(ctx, e.out, st, *show)
@@ -130,7 +131,7 @@ func newBar(w io.Writer, total int64, plain bool) *progressbar.ProgressBar {
 }
 
 // report prints what the store holds now: rows, executions, and the newest executions' boards.
-func report(ctx context.Context, w io.Writer, st *rank.Store, show int) error {
+func report(ctx context.Context, w io.Writer, st *chstore.Store, show int) error {
 	execs, err := st.Executions(ctx)
 	if err != nil {
 		return err

@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/service"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // config is what podium reads from the environment: the services' shared settings, and ClickHouse
@@ -109,7 +109,7 @@ type env struct {
 
 	js    jetstream.JetStream
 	close []func()
-	store *rank.Store
+	store *chstore.Store
 }
 
 func (e *env) jetstream() (jetstream.JetStream, error) {
@@ -140,11 +140,11 @@ func (e *env) jetstream() (jetstream.JetStream, error) {
 	return js, nil
 }
 
-func (e *env) rank(ctx context.Context) (*rank.Store, error) {
+func (e *env) rank(ctx context.Context) (*chstore.Store, error) {
 	if e.store != nil {
 		return e.store, nil
 	}
-	st, err := rank.Open(ctx, e.cfg.Store(nil))
+	st, err := chstore.Open(ctx, e.cfg.Store(nil))
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/podium-llm/podium/pkg/rank"
+	"github.com/podium-llm/podium/internal/chstore"
 )
 
 // storeStatus says which ClickHouse replicas answer and how far each is behind: the highest
@@ -45,7 +45,7 @@ func storeStatus(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
-func printStatus(e *env, reps []rank.ReplicaStatus, top uint64) {
+func printStatus(e *env, reps []chstore.ReplicaStatus, top uint64) {
 	tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tANSWERS\tROWS\tMAX SEQ\tBEHIND\tQUEUE\tFETCHES\tLOG LAG\tDELAY\tREPLICAS\tREAD-ONLY")
 	for _, r := range reps {
@@ -64,7 +64,7 @@ func printStatus(e *env, reps []rank.ReplicaStatus, top uint64) {
 	fmt.Fprintln(e.out, "BEHIND: sequences below the highest any replica holds; FETCHES: parts written elsewhere, not fetched yet")
 }
 
-func statusJSON(reps []rank.ReplicaStatus, top uint64) []map[string]any {
+func statusJSON(reps []chstore.ReplicaStatus, top uint64) []map[string]any {
 	out := make([]map[string]any, 0, len(reps))
 	for _, r := range reps {
 		m := map[string]any{"replica": r.Addr, "answers": r.Err == nil}

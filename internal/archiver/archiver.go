@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidwall/gjson"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
@@ -20,7 +21,6 @@ import (
 	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // How a batch of PROMPTS records gets into the archive, whatever ClickHouse says (internal/sink
@@ -38,14 +38,14 @@ import (
 
 // archiveStore is what the archiver needs of ClickHouse.
 type archiveStore interface {
-	ArchivePrompts(ctx context.Context, recs []rank.ArchivedPrompt) error
+	ArchivePrompts(ctx context.Context, recs []chstore.ArchivedPrompt) error
 	Repair(ctx context.Context) ([]string, error)
 	Ping(ctx context.Context) error
 	HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, error)
 	NoteArchiveEpoch(ctx context.Context, epoch string, at time.Time) error
 }
 
-var _ archiveStore = (*rank.Store)(nil)
+var _ archiveStore = (*chstore.Store)(nil)
 
 // archiver copies batches of PROMPTS records into ClickHouse.
 type archiver struct {
@@ -76,12 +76,12 @@ type archiver struct {
 	writes *health.Condition
 	filled *health.Condition
 	// sink writes batches of records (internal/sink, holding what the table refuses).
-	sink *sink.Writer[rank.ArchivedPrompt]
+	sink *sink.Writer[chstore.ArchivedPrompt]
 }
 
 // newSink is how the archiver writes records.
-func newSink(st archiveStore, m *metrics, writes *health.Condition, log *slog.Logger) *sink.Writer[rank.ArchivedPrompt] {
-	return &sink.Writer[rank.ArchivedPrompt]{Rows: "records", Table: "the prompts table", Insert: st.ArchivePrompts, Refusals: sink.Hold,
+func newSink(st archiveStore, m *metrics, writes *health.Condition, log *slog.Logger) *sink.Writer[chstore.ArchivedPrompt] {
+	return &sink.Writer[chstore.ArchivedPrompt]{Rows: "records", Table: "the prompts table", Insert: st.ArchivePrompts, Refusals: sink.Hold,
 		Writes: writes, Log: log, Metrics: sink.Metrics{BatchSize: m.batchSize, Errors: m.clickhouseErrors,
 			InsertDuration: func(_ context.Context, s float64) { m.insertDuration.Observe(s) }}}
 }
@@ -102,7 +102,7 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		return consume.All(msgs, settle.RetryLater(err))
 	}
 	res := consume.All(msgs, settle.Ack())
-	recs := make([]rank.ArchivedPrompt, 0, len(msgs))
+	recs := make([]chstore.ArchivedPrompt, 0, len(msgs))
 	kept := make([]int, 0, len(msgs))
 	for i, msg := range msgs {
 		rec, err := record(msg, created)
@@ -159,7 +159,7 @@ func streamOf(stored, created time.Time) string {
 // encoding/json, which decoded every value and scanned a record twice: most of the archiver's CPU
 // (BenchmarkArchiverRecord). A field of another JSON type than its column's is an error; a
 // missing one is left zero.
-func recordFields(body []byte) (rec rank.ArchivedPrompt, err error) {
+func recordFields(body []byte) (rec chstore.ArchivedPrompt, err error) {
 	if !gjson.ValidBytes(body) {
 		return rec, errors.New("not valid JSON")
 	}
@@ -215,24 +215,24 @@ func recordFields(body []byte) (rec rank.ArchivedPrompt, err error) {
 }
 
 // record reads one PROMPTS message as the archive keeps it.
-func record(msg jetstream.Msg, created time.Time) (rank.ArchivedPrompt, error) {
+func record(msg jetstream.Msg, created time.Time) (chstore.ArchivedPrompt, error) {
 	md, err := msg.Metadata()
 	if err != nil {
-		return rank.ArchivedPrompt{}, fmt.Errorf("message without JetStream metadata: %w", err)
+		return chstore.ArchivedPrompt{}, fmt.Errorf("message without JetStream metadata: %w", err)
 	}
 	body := msg.Data()
 	rec, err := recordFields(body)
 	if err != nil {
-		return rank.ArchivedPrompt{}, whyNotARecord(body, err)
+		return chstore.ArchivedPrompt{}, whyNotARecord(body, err)
 	}
 	if rec.EventID == "" {
-		return rank.ArchivedPrompt{}, errors.New("a record without an id")
+		return chstore.ArchivedPrompt{}, errors.New("a record without an id")
 	}
 	if rec.EventType != events.TypePromptComposed && rec.EventType != events.TypePromptFailed {
-		return rank.ArchivedPrompt{}, fmt.Errorf("type %q is not a prompt record", rec.EventType)
+		return chstore.ArchivedPrompt{}, fmt.Errorf("type %q is not a prompt record", rec.EventType)
 	}
 	if rec.ExecutionID == "" || rec.TeamID == "" || rec.Round < 0 {
-		return rank.ArchivedPrompt{}, fmt.Errorf("%s %s names no execution, team and round", rec.EventType, rec.EventID)
+		return chstore.ArchivedPrompt{}, fmt.Errorf("%s %s names no execution, team and round", rec.EventType, rec.EventID)
 	}
 	if rec.EventType == events.TypePromptFailed {
 		// Its data has no template and no inputs: whatever else it carries is not indexed.
@@ -257,7 +257,7 @@ func whyNotARecord(body []byte, err error) error {
 // write stores recs (see the top of this file), in the archive the consumer's metadata names:
 // a table that lost its epoch's marker (dropped, made again) is filled again first. It returns
 // only once every record is stored, or with ctx's error. a.mu held.
-func (a *archiver) write(ctx context.Context, recs []rank.ArchivedPrompt) error {
+func (a *archiver) write(ctx context.Context, recs []chstore.ArchivedPrompt) error {
 	refills := 0
 	for attempt := uint64(1); ; attempt++ {
 		err := a.whole(ctx)
@@ -362,7 +362,7 @@ func (a *archiver) refillOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var chunk []rank.ArchivedPrompt
+	var chunk []chstore.ArchivedPrompt
 	size, total := 0, 0
 	flush := func() error {
 		if _, err := a.sink.Write(ctx, chunk); err != nil {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // published stores bodies in a real PROMPTS on their subjects and returns the messages as a
@@ -68,14 +68,14 @@ func TestRecord(t *testing.T) {
 		name    string
 		subject string
 		body    []byte
-		want    rank.ArchivedPrompt // the fields besides the body, subject and stream's
+		want    chstore.ArchivedPrompt // the fields besides the body, subject and stream's
 		wantErr string
 	}{
 		{name: "composed", subject: events.PromptComposedSubject("exec-1", "team-a"), body: marshal(t, "p-1", events.TypePromptComposed, composed),
-			want: rank.ArchivedPrompt{EventID: "p-1", EventType: events.TypePromptComposed, RequestID: "req-1", ExecutionID: "exec-1", TeamID: "team-a",
+			want: chstore.ArchivedPrompt{EventID: "p-1", EventType: events.TypePromptComposed, RequestID: "req-1", ExecutionID: "exec-1", TeamID: "team-a",
 				Round: 3, TemplateName: "team-round", TemplateVersion: 2, EvaluationsSeq: 41, PromptSHA256: "abc123"}},
 		{name: "failed", subject: events.PromptFailedSubject("exec-1", "team-b"), body: marshal(t, "p-2", events.TypePromptFailed, failed),
-			want: rank.ArchivedPrompt{EventID: "p-2", EventType: events.TypePromptFailed, RequestID: "req-2", ExecutionID: "exec-1", TeamID: "team-b", Round: 4}},
+			want: chstore.ArchivedPrompt{EventID: "p-2", EventType: events.TypePromptFailed, RequestID: "req-2", ExecutionID: "exec-1", TeamID: "team-b", Round: 4}},
 		{name: "not JSON", subject: events.PromptComposedSubject("x", "t"), body: []byte(`{"not": "a cloudevent"`), wantErr: "not a CloudEvent"},
 		{name: "another type", subject: events.PromptComposedSubject("x", "t"), body: marshal(t, "p-3", events.TypeEvaluationCompleted, map[string]any{"execution_id": "x"}),
 			wantErr: `type "evaluation.completed" is not a prompt record`},

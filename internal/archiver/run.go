@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 const summary = `archiver: copies every record of the PROMPTS audit stream into ClickHouse (the prompts table),
@@ -60,7 +60,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// A record may be as large as the server's max payload: one must always fit a pull.
 		batchSize:      cfg.BatchSize,
 		batchBytes:     max(cfg.BatchBytes, int(base.NC.MaxPayload())+64<<10),
-		createDatabase: func(ctx context.Context) error { return rank.CreateDatabase(ctx, storeCfg) },
+		createDatabase: func(ctx context.Context) error { return chstore.CreateDatabase(ctx, storeCfg) },
 		now:            time.Now,
 	}
 	runtime, cons, err := base.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver, events.ConsumerOptions{

@@ -9,19 +9,19 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// Archive is what a Source reads of the prompts archive (rank.Store; the read-only account is
+// Archive is what a Source reads of the prompts archive (chstore.Store; the read-only account is
 // enough).
 type Archive interface {
-	ArchivedPrompts(ctx context.Context, f rank.PromptFilter) ([]rank.ArchivedPrompt, error)
+	ArchivedPrompts(ctx context.Context, f chstore.PromptFilter) ([]chstore.ArchivedPrompt, error)
 	HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, error)
 }
 
-var _ Archive = (*rank.Store)(nil)
+var _ Archive = (*chstore.Store)(nil)
 
 // Source reads prompt.composed records: those the archiver has stored from ClickHouse, and from
 // the PROMPTS stream only the tail it has not archived yet. So a read costs the same whatever the
@@ -87,7 +87,7 @@ func (s Source) records(ctx context.Context, q Query) ([]Record, bool, error) {
 	var out []Record
 	after := uint64(0)
 	if m.usable {
-		rows, err := s.Archive.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: q.ExecutionID, TeamID: q.TeamID, Rounds: q.Rounds})
+		rows, err := s.Archive.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: q.ExecutionID, TeamID: q.TeamID, Rounds: q.Rounds})
 		if err != nil {
 			return nil, false, err
 		}
@@ -130,7 +130,7 @@ func (s Source) records(ctx context.Context, q Query) ([]Record, bool, error) {
 // fromArchive reads an archived row. A row whose columns do not say what its body says was
 // changed in ClickHouse after it was archived: that is a *Mismatch naming it, as a record that
 // does not render again is.
-func fromArchive(row rank.ArchivedPrompt) (Record, error) {
+func fromArchive(row chstore.ArchivedPrompt) (Record, error) {
 	where := fmt.Sprintf("archived record %s (%s %s round %d, PROMPTS sequence %d)", row.EventID, row.ExecutionID, row.TeamID, row.Round, row.Seq)
 	r, err := Decode(row.Subject, row.Body)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/inputs"
@@ -27,7 +28,6 @@ import (
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 const summary = `composer: answers every round.requested with prompt.composed or prompt.failed.
@@ -53,7 +53,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if sub == "check-templates" {
 		return printTemplates(stdout, lib)
 	}
-	st, err := rank.Open(ctx, cfg.Store(log))
+	st, err := chstore.Open(ctx, cfg.Store(log))
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handl
 }
 
 // newComposer wires the composer to its NATS connection, store and templates.
-func newComposer(base *service.Base, cfg *Config, st *rank.Store, lib *compose.Library) (*composer, error) {
+func newComposer(base *service.Base, cfg *Config, st *chstore.Store, lib *compose.Library) (*composer, error) {
 	m := newMetrics(base.Reg)
 	in, err := inputs.New(inputs.Deps{NC: base.NC, JS: base.JS, Store: st, Trace: base.Trace, Reg: base.Reg,
 		Timeout: cfg.InputsTimeout, CacheTTL: cfg.ReadCacheTTL, MaxBytes: cfg.MaxEventBytes})

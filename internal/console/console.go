@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -29,16 +30,16 @@ import (
 //go:embed web
 var webFS embed.FS
 
-// Store is what the console reads of ClickHouse (a *rank.Store; a read-only user suffices).
+// Store is what the console reads of ClickHouse (a *chstore.Store; a read-only user suffices).
 type Store interface {
-	Executions(ctx context.Context) ([]rank.ExecutionSummary, error)
+	Executions(ctx context.Context) ([]chstore.ExecutionSummary, error)
 	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 	Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error)
 	TemplateExecutions(ctx context.Context, name string) ([]string, error)
 	audit.Archive
 }
 
-var _ Store = (*rank.Store)(nil)
+var _ Store = (*chstore.Store)(nil)
 
 // Deps are what a console works with.
 type Deps struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -29,7 +30,7 @@ type executionsPage struct {
 }
 
 type executionRow struct {
-	rank.ExecutionSummary
+	chstore.ExecutionSummary
 	Order events.ScoreOrder
 }
 
@@ -44,7 +45,7 @@ func (c *Console) executions(r *http.Request) (any, error) {
 		page = n
 	}
 	all, err := c.d.Store.Executions(r.Context())
-	if rank.FaultOf(err) == rank.Missing {
+	if chstore.FaultOf(err) == chstore.Missing {
 		return executionsPage{Page: 1, Pages: 1, NoStore: true}, nil
 	}
 	if err != nil {
@@ -152,7 +153,7 @@ func (c *Console) execution(r *http.Request) (any, error) {
 		order = o
 	}
 	evs, err := c.d.Store.Scores(ctx, []string{exec})
-	if rank.FaultOf(err) == rank.Missing {
+	if chstore.FaultOf(err) == chstore.Missing {
 		evs, err = map[string]*rank.Evaluations{}, nil // no ranker has made the table yet: nothing is stored
 	}
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -40,7 +41,7 @@ func TestPagesOnRealServers(t *testing.T) {
 	}
 	// The console reads as a user who may only read, as an operator would give it (readonly=1,
 	// which refuses the max_threads of the reads too: the store reads without it).
-	reader, err := rank.Open(ctx, rank.Config{Addrs: tr.cfg.Addrs, Database: tr.cfg.Database, User: "reader", ReadThreads: 1})
+	reader, err := chstore.Open(ctx, chstore.Config{Addrs: tr.cfg.Addrs, Database: tr.cfg.Database, User: "reader", ReadThreads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -27,8 +28,8 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 // would have left them, on real servers.
 type tournament struct {
 	exec  string
-	st    *rank.Store
-	cfg   rank.Config
+	st    *chstore.Store
+	cfg   chstore.Config
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	teams int

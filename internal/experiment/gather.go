@@ -9,7 +9,7 @@ import (
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// Scores are the evaluations of executions (rank.Store.Scores).
+// Scores are the evaluations of executions (chstore.Store.Scores).
 type Scores interface {
 	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 }

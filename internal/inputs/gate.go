@@ -4,13 +4,14 @@ import (
 	"context"
 	"time"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// A refill rewrites the table composers read (rank.ProbeFresh says how they stay out of it): every
+// A refill rewrites the table composers read (chstore.ProbeFresh says how they stay out of it): every
 // ClickHouse read here starts only while the newest commit probe started less than
-// rank.ProbeFresh ago and saw no refill, and probes again otherwise.
+// chstore.ProbeFresh ago and saw no refill, and probes again otherwise.
 //
 // Before this gate, a composer whose probe preceded the ranker's publish and whose read followed
 // the table's recreation read an empty table and composed two prompts with an empty board (the
@@ -27,7 +28,7 @@ type gate struct {
 // admit returns nil when a store read may start now, or why not (inputs_not_ready, retryable).
 func (g gate) admit(ctx context.Context) error {
 	why, probed := g.l.refillSince()
-	if g.now().Sub(probed) >= rank.ProbeFresh {
+	if g.now().Sub(probed) >= chstore.ProbeFresh {
 		if _, err := g.probes.join(ctx); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -32,7 +33,7 @@ func (c *stepClock) add(d time.Duration) {
 }
 
 // TestStoreReadsWaitOutARefill: a ClickHouse read starts only on a probe younger than
-// rank.ProbeFresh that saw no refill. Once the ranker's consumer says it refills, a read on a
+// chstore.ProbeFresh that saw no refill. Once the ranker's consumer says it refills, a read on a
 // probe that old probes again and answers inputs_not_ready without touching the store; once the
 // refill is over, reads go on.
 func TestStoreReadsWaitOutARefill(t *testing.T) {
@@ -70,19 +71,19 @@ func TestStoreReadsWaitOutARefill(t *testing.T) {
 	}
 	setRefilling("the evaluations table is missing")
 	// The probe that admitted the last read is younger than ProbeFresh: this read starts, and
-	// the ranker, which waits rank.RefillGrace before it touches the table, has not touched it.
-	clock.add(rank.ProbeFresh / 2)
+	// the ranker, which waits chstore.RefillGrace before it touches the table, has not touched it.
+	clock.add(chstore.ProbeFresh / 2)
 	if err := read(); err != nil {
 		t.Fatalf("a read on a fresh probe: %v", err)
 	}
-	clock.add(rank.ProbeFresh / 2)
+	clock.add(chstore.ProbeFresh / 2)
 	err := read()
 	var f *events.Failure
 	if !errors.As(err, &f) || f.Code != events.CodeInputsNotReady || !f.Retryable || !strings.Contains(f.Message, "the evaluations table is missing") {
 		t.Fatalf("a read on a probe ProbeFresh old while the ranker refills: %v, want a retryable inputs_not_ready naming the refill", err)
 	}
 	// Reads fail at once while the refill lasts, each after a new probe once the last is old.
-	clock.add(rank.ProbeFresh)
+	clock.add(chstore.ProbeFresh)
 	if err := read(); err == nil {
 		t.Fatal("a read during the refill started")
 	}
@@ -90,7 +91,7 @@ func TestStoreReadsWaitOutARefill(t *testing.T) {
 	if err := read(); err == nil {
 		t.Fatal("a read on a probe younger than ProbeFresh that saw the refill started")
 	}
-	clock.add(rank.ProbeFresh)
+	clock.add(chstore.ProbeFresh)
 	if err := read(); err != nil {
 		t.Fatalf("after the refill: %v", err)
 	}

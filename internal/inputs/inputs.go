@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -35,13 +36,13 @@ type realClock struct{}
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// Store is what the inputs read of ClickHouse (a *rank.Store).
+// Store is what the inputs read of ClickHouse (a *chstore.Store).
 type Store interface {
 	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 	Contents(ctx context.Context, keys []rank.TeamKey, fromRound, beforeRound int) (map[rank.TeamKey]*rank.Content, error)
 }
 
-var _ Store = (*rank.Store)(nil)
+var _ Store = (*chstore.Store)(nil)
 
 // Deps are what the inputs read from and report to.
 type Deps struct {

@@ -5,10 +5,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/podium-llm/podium/pkg/rank"
+	"github.com/podium-llm/podium/internal/chstore"
 )
 
-// lineage is the store lineage (rank.Lineage.ID) the ranker last published on its consumer, as
+// lineage is the store lineage (chstore.Lineage.ID) the ranker last published on its consumer, as
 // the commit probes read it. A score snapshot serves only while it names this lineage; when it
 // changes (a refill, a rebuild, the stream made again) the reads kept from before are dropped,
 // since they may have been taken from a store that was not whole.
@@ -24,7 +24,7 @@ type lineage struct {
 // names another stream than the one the probe saw (its creation time) is of a stream deleted
 // since, and counts as none. at is when the probe started.
 func (l *lineage) saw(id, refilling string, streamCreated, at time.Time) {
-	if _, stream, ok := strings.Cut(id, "@"); !ok || stream != rank.StreamID(streamCreated) {
+	if _, stream, ok := strings.Cut(id, "@"); !ok || stream != chstore.StreamID(streamCreated) {
 		id = ""
 	}
 	l.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -35,7 +36,7 @@ type readCall struct {
 // storeReader wraps the real Store.Evaluations: it records the ids of every call and, when gated,
 // holds each call until the test releases it, so the test decides when a read is in flight.
 type storeReader struct {
-	st      *rank.Store
+	st      *chstore.Store
 	gated   bool
 	started chan *readCall
 
@@ -68,7 +69,7 @@ func (r *storeReader) callIDs() [][]string {
 }
 
 type readsHarness struct {
-	st *rank.Store
+	st *chstore.Store
 	r  *storeReader
 	m  *Metrics
 	s  *storeReads
@@ -729,9 +730,9 @@ func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	current := "42@" + rank.StreamID(stream.CachedInfo().Created)
+	current := "42@" + chstore.StreamID(stream.CachedInfo().Created)
 	for exec, d := range map[string]rank.Derivation{"fresh": {Through: 10, Lineage: current}, "quiet": {Through: 2, Lineage: current},
-		"stale": {Through: 2, Lineage: current}, "relineaged": {Through: 10, Lineage: "41@" + rank.StreamID(stream.CachedInfo().Created)}} {
+		"stale": {Through: 2, Lineage: current}, "relineaged": {Through: 10, Lineage: "41@" + chstore.StreamID(stream.CachedInfo().Created)}} {
 		b, _ := evs[exec].Snapshot(d)
 		if _, err := kv.Put(ctx, exec, b); err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
@@ -104,7 +105,7 @@ func TestAnnouncerCoalesces(t *testing.T) {
 
 // countingStore counts the Scores reads of each execution.
 type countingStore struct {
-	*rank.Store
+	*chstore.Store
 	mu    sync.Mutex
 	reads map[string]int
 }

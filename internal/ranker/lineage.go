@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/panics"
 	"github.com/podium-llm/podium/internal/refill"
 	"github.com/podium-llm/podium/internal/retry"
@@ -16,7 +17,7 @@ import (
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// The store is a view of the EVALUATIONS stream, and the ranker keeps it whole (pkg/rank/lineage.go
+// The store is a view of the EVALUATIONS stream, and the ranker keeps it whole (internal/chstore/lineage.go
 // says what a lineage is). At start, every checkEvery, and whenever an insert finds the table
 // missing, it compares the store's lineage with the stream:
 //   - no lineage (a new database, or a store of a Podium before lineages): an empty table while
@@ -61,10 +62,10 @@ func (r *ranker) asPublished(ctx context.Context) bool {
 		return false
 	}
 	lin, found, err := r.store.Lineage(ctx)
-	if err != nil || !found || !lin.Whole || lin.ID() != pub.ID() || lin.Stream != rank.StreamID(info.Created) {
+	if err != nil || !found || !lin.Whole || lin.ID() != pub.ID() || lin.Stream != chstore.StreamID(info.Created) {
 		return false
 	}
-	if lin.Anchor != (rank.RowKey{}) {
+	if lin.Anchor != (chstore.RowKey{}) {
 		if held, err := r.store.Holds(ctx, lin.Anchor); err != nil || !held {
 			return false
 		}
@@ -80,9 +81,9 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	streamID := rank.StreamID(info.Created)
+	streamID := chstore.StreamID(info.Created)
 	lin, found, err := r.store.Lineage(ctx)
-	if rank.FaultOf(err) == rank.Missing {
+	if chstore.FaultOf(err) == chstore.Missing {
 		return r.refill(ctx, refillPlan{why: "the store's tables are missing", repair: true})
 	}
 	if err != nil {
@@ -91,7 +92,7 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 	switch {
 	case !found:
 		newest, has, err := r.store.NewestRow(ctx)
-		if rank.FaultOf(err) == rank.Missing {
+		if chstore.FaultOf(err) == chstore.Missing {
 			return r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true})
 		}
 		if err != nil {
@@ -100,7 +101,7 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		if !has && info.State.Msgs > 0 {
 			return r.refill(ctx, refillPlan{why: fmt.Sprintf("the store is empty while %s holds %d messages", events.StreamEvaluations, info.State.Msgs)})
 		}
-		lin = rank.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: newest, Whole: true}
+		lin = chstore.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: newest, Whole: true}
 		if err := r.store.NoteLineage(ctx, lin); err != nil {
 			return err
 		}
@@ -109,9 +110,9 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		return r.refill(ctx, refillPlan{why: "another ranker refills the store", others: true, resume: lin})
 	case !lin.Whole:
 		return r.refill(ctx, refillPlan{why: "a refill of the store did not finish", resume: lin})
-	case lin.Anchor != rank.RowKey{}:
+	case lin.Anchor != chstore.RowKey{}:
 		held, err := r.store.Holds(ctx, lin.Anchor)
-		if rank.FaultOf(err) == rank.Missing {
+		if chstore.FaultOf(err) == chstore.Missing {
 			return r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true})
 		}
 		if err != nil {
@@ -126,7 +127,7 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		// the new stream. The rows stay (the old stream is gone; they are all that is left of it).
 		r.log.Warn("the EVALUATIONS stream was made again since the store was derived; a new lineage is noted and older snapshots are stale",
 			"was", lin.Stream, "now", streamID)
-		lin = rank.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: lin.Anchor, Whole: true}
+		lin = chstore.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: lin.Anchor, Whole: true}
 		if err := r.store.NoteLineage(ctx, lin); err != nil {
 			return err
 		}
@@ -174,12 +175,12 @@ func (r *ranker) refillStale() time.Duration {
 }
 
 // refillGrace is how long a refill waits between publishing that it runs and touching the table
-// (rank.RefillGrace; grace, where a test set one).
+// (chstore.RefillGrace; grace, where a test set one).
 func (r *ranker) refillGrace() time.Duration {
 	if r.grace > 0 {
 		return r.grace
 	}
-	return rank.RefillGrace
+	return chstore.RefillGrace
 }
 
 // errYielded is a refill that found another ranker's newer one running.
@@ -191,7 +192,7 @@ type refillPlan struct {
 	// repair recreates the tables first; others waits for another ranker's refill first.
 	repair, others bool
 	// resume is a refill that stopped and may go on after its Through (zero: from the start).
-	resume rank.Lineage
+	resume chstore.Lineage
 }
 
 // refill makes the store whole from the stream (see the top of this file). Commits are held by
@@ -241,7 +242,7 @@ func (r *ranker) refill(ctx context.Context, plan refillPlan) (err error) {
 		// (go on from what was noted).
 		repair = repair || errors.Is(err, sink.ErrTableLost)
 		if plan.resume = lin; repair {
-			plan.resume = rank.Lineage{}
+			plan.resume = chstore.Lineage{}
 		}
 		delay := retry.Redelivery().Backoff(attempt)
 		r.m.clickhouseErrors.WithLabelValues("refill").Inc()
@@ -274,7 +275,7 @@ func (r *ranker) awaitRefill(ctx context.Context) error {
 
 // refillOnce is one try of refill: what it wrote, and the lineage it noted last. It goes on from
 // resume where that is of the same stream and the table holds its anchor; else from the start.
-func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume rank.Lineage) (res refill.Result, lin rank.Lineage, err error) {
+func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume chstore.Lineage) (res refill.Result, lin chstore.Lineage, err error) {
 	// A driver that panics on a row must not crash the ranker, which would refill again at its
 	// start and crash again: the refill fails, and is tried again with the backoff.
 	if p := panics.Catch(func() { res, lin, err = r.refillSteps(ctx, why, repair, resume) }); p != nil {
@@ -285,12 +286,12 @@ func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume
 }
 
 // refillSteps is refillOnce without its recovery.
-func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resume rank.Lineage) (res refill.Result, lin rank.Lineage, err error) {
+func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resume chstore.Lineage) (res refill.Result, lin chstore.Lineage, err error) {
 	info, err := r.evaluationsInfo(ctx)
 	if err != nil {
 		return res, lin, err
 	}
-	lin = rank.Lineage{Epoch: r.epoch(), Stream: rank.StreamID(info.Created)}
+	lin = chstore.Lineage{Epoch: r.epoch(), Stream: chstore.StreamID(info.Created)}
 	after := info.State.FirstSeq
 	if after > 0 {
 		after-- // a stream that never held a message says 0
@@ -301,7 +302,7 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 	}
 	lin.Whole, lin.Noted = false, time.Time{}
 	// Composers hear of it before the table changes: from now on they wait, and a read that one
-	// started on an older probe has started before the table changes (rank.RefillGrace).
+	// started on an older probe has started before the table changes (chstore.RefillGrace).
 	if err := r.publishLineage(ctx, lin, why); err != nil {
 		return res, lin, err
 	}
@@ -329,8 +330,8 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 	}
 	last := time.Now()
 	res, err = refill.Run(ctx, refill.Options{JS: r.js, MaxEventBytes: r.maxBytes, Batch: max(r.batchSize, 1000), BatchBytes: r.batchBytes,
-		Written: func(ctx context.Context, seq uint64, stored rank.RowKey) error {
-			if stored != (rank.RowKey{}) {
+		Written: func(ctx context.Context, seq uint64, stored chstore.RowKey) error {
+			if stored != (chstore.RowKey{}) {
 				lin.Anchor, lin.Through = stored, seq // the progress the next note records
 			}
 			if time.Since(last) < refillBeat {
@@ -347,10 +348,10 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 	}
 	r.warnTrimmed(ctx)
 	lin.Whole = true
-	if res.Last != (rank.RowKey{}) {
+	if res.Last != (chstore.RowKey{}) {
 		lin.Anchor = res.Last
 	}
-	if lin.Anchor == (rank.RowKey{}) {
+	if lin.Anchor == (chstore.RowKey{}) {
 		// Nothing was stored (the stream held only invalid events): any row the table holds.
 		if lin.Anchor, _, err = r.store.NewestRow(ctx); err != nil {
 			return res, lin, errorOf(err)
@@ -364,8 +365,8 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 
 // resumable reports whether a refill that stopped may go on after its Through: of this stream,
 // with progress noted, and its last stored row still in the table.
-func (r *ranker) resumable(ctx context.Context, l rank.Lineage, stream string) bool {
-	if l.Epoch == 0 || l.Through == 0 || l.Stream != stream || l.Anchor == (rank.RowKey{}) {
+func (r *ranker) resumable(ctx context.Context, l chstore.Lineage, stream string) bool {
+	if l.Epoch == 0 || l.Through == 0 || l.Stream != stream || l.Anchor == (chstore.RowKey{}) {
 		return false
 	}
 	held, err := r.store.Holds(ctx, l.Anchor)
@@ -374,7 +375,7 @@ func (r *ranker) resumable(ctx context.Context, l rank.Lineage, stream string) b
 
 // errorOf marks a missing table as sink.ErrTableLost.
 func errorOf(err error) error {
-	if rank.FaultOf(err) == rank.Missing {
+	if chstore.FaultOf(err) == chstore.Missing {
 		return fmt.Errorf("%w: %v", sink.ErrTableLost, err)
 	}
 	return err
@@ -383,7 +384,7 @@ func errorOf(err error) error {
 // publishLineage tells composers, through the ranker consumer's metadata, the store's lineage and
 // whether a refill runs (why, or empty). The consumer's metadata is compared first: an unchanged
 // state costs one lookup.
-func (r *ranker) publishLineage(ctx context.Context, lin rank.Lineage, refilling string) error {
+func (r *ranker) publishLineage(ctx context.Context, lin chstore.Lineage, refilling string) error {
 	md := map[string]string{events.MetaStoreLineage: lin.ID()}
 	if refilling != "" {
 		md[events.MetaStoreRefilling] = refilling
@@ -401,11 +402,11 @@ func (r *ranker) publishLineage(ctx context.Context, lin rank.Lineage, refilling
 // a commit stored, so that losing the table from then on is seen.
 func (r *ranker) anchorAfter(ctx context.Context, recs []rank.Record) {
 	lin := r.lineage.Load()
-	if lin == nil || lin.Anchor != (rank.RowKey{}) || len(recs) == 0 {
+	if lin == nil || lin.Anchor != (chstore.RowKey{}) || len(recs) == 0 {
 		return
 	}
 	next := *lin
-	next.Anchor = rank.KeyOf(recs[0])
+	next.Anchor = chstore.KeyOf(recs[0])
 	if err := r.store.NoteLineage(ctx, next); err != nil {
 		r.log.Warn("store lineage anchor not noted; the next commit tries again", "error", err)
 		return

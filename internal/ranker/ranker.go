@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
@@ -33,13 +34,13 @@ type store interface {
 	History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error)
 	Ping(ctx context.Context) error
 	CheckTable(ctx context.Context) error
-	Lineage(ctx context.Context) (rank.Lineage, bool, error)
-	NoteLineage(ctx context.Context, l rank.Lineage) error
-	Holds(ctx context.Context, k rank.RowKey) (bool, error)
-	NewestRow(ctx context.Context) (rank.RowKey, bool, error)
+	Lineage(ctx context.Context) (chstore.Lineage, bool, error)
+	NoteLineage(ctx context.Context, l chstore.Lineage) error
+	Holds(ctx context.Context, k chstore.RowKey) (bool, error)
+	NewestRow(ctx context.Context) (chstore.RowKey, bool, error)
 }
 
-var _ store = (*rank.Store)(nil)
+var _ store = (*chstore.Store)(nil)
 
 // ranker turns batches of evaluation.completed messages into ClickHouse rows, acks them only
 // once the rows are committed, and announces the new leaderboards.
@@ -76,11 +77,11 @@ type ranker struct {
 	// boardsMu is read-held by an announcement's read of the store and held by a refill, so no
 	// leaderboard is read from a store being refilled.
 	boardsMu  sync.RWMutex
-	lineage   atomic.Pointer[rank.Lineage] // the store's lineage, as published
-	refilling atomic.Pointer[string]       // why, while a refill runs
+	lineage   atomic.Pointer[chstore.Lineage] // the store's lineage, as published
+	refilling atomic.Pointer[string]          // why, while a refill runs
 	// staleAfter replaces refillStale (lineage.go) in tests; 0 in the service.
 	staleAfter time.Duration
-	// grace replaces rank.RefillGrace in tests; 0 in the service.
+	// grace replaces chstore.RefillGrace in tests; 0 in the service.
 	grace time.Duration
 
 	// Readiness: writes ("clickhouse") is the writer's (write.go): inserts failing, waiting for a

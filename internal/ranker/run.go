@@ -14,12 +14,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 const summary = `ranker: stores evaluation.completed events in ClickHouse and serves exact leaderboards.
@@ -76,7 +76,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	base.StoreMetrics(st)
 	r.runtime = runtime
 	r.repair = func(ctx context.Context) error {
-		if err := rank.CreateDatabase(ctx, cfg.Store(log)); err != nil {
+		if err := chstore.CreateDatabase(ctx, cfg.Store(log)); err != nil {
 			return err
 		}
 		_, err := st.Repair(ctx)
@@ -109,7 +109,7 @@ func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handl
 }
 
 // newRanker wires the ranker to its NATS connection and store.
-func newRanker(base *service.Base, cfg *Config, st *rank.Store) *ranker {
+func newRanker(base *service.Base, cfg *Config, st *chstore.Store) *ranker {
 	writes, whole := newConditions(base.Health)
 	m := newMetrics(base.Reg)
 	return &ranker{

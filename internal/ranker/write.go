@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/sink"
@@ -73,7 +74,7 @@ func (r *ranker) write(ctx context.Context, recs []rank.Record) (map[string]erro
 // every evaluation stops the ranker. It returns sink.ErrTableLost when the table is missing.
 func (r *ranker) writeRows(ctx context.Context, recs []rank.Record) (map[string]error, error) {
 	refused, err := r.sink.Write(ctx, recs)
-	if errors.Is(err, rank.ErrTableMismatch) {
+	if errors.Is(err, chstore.ErrTableMismatch) {
 		fatal := fmt.Errorf("%w: it refuses every evaluation: %v; fix the table or recreate it with `ranker migrate`", errFatal, err)
 		r.log.ErrorContext(ctx, "clickhouse refuses every evaluation; stopping", "error", fatal)
 		r.stopWith(fatal)

@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
@@ -25,7 +26,7 @@ import (
 // get through are stored in a real ClickHouse, and the ones refused are refused with the errors
 // ClickHouse gives.
 type faulty struct {
-	*rank.Store
+	*chstore.Store
 	refuse    func(rank.Record) bool // rows ClickHouse refuses (a code-53 exception for the insert holding one)
 	transient atomic.Int32           // inserts still to fail as if the server went away
 	inserts   atomic.Int32
@@ -63,7 +64,7 @@ func newTestRanker(t *testing.T, st store, repair func(context.Context) error) (
 	return r, &stopped
 }
 
-func stored(t *testing.T, st *rank.Store, exec string) map[string]bool {
+func stored(t *testing.T, st *chstore.Store, exec string) map[string]bool {
 	t.Helper()
 	board, err := st.Leaderboard(t.Context(), exec, events.Desc, rank.Everything())
 	if err != nil {
@@ -149,7 +150,7 @@ func TestWriteRecreatesADroppedTable(t *testing.T) {
 	if got := stored(t, st, "dropped"); !got["a"] || !got["b"] || !got["x"] || !got["y"] || repairs != 1 {
 		t.Errorf("stored %v after %d repairs, want the batch (a, b) and the stream's evaluations (x, y)", got, repairs)
 	}
-	if lin, ok, err := st.Lineage(t.Context()); err != nil || !ok || !lin.Whole || lin.Anchor == (rank.RowKey{}) {
+	if lin, ok, err := st.Lineage(t.Context()); err != nil || !ok || !lin.Whole || lin.Anchor == (chstore.RowKey{}) {
 		t.Errorf("lineage after the refill: %+v (found %v, err %v), want a whole one with an anchor", lin, ok, err)
 	}
 	if stopped.Load() != nil {
@@ -194,7 +195,7 @@ func TestWriteRetriesTransientFaults(t *testing.T) {
 	}
 }
 
-func exec(t *testing.T, cfg rank.Config, q string) {
+func exec(t *testing.T, cfg chstore.Config, q string) {
 	t.Helper()
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: cfg.Addrs, Auth: clickhouse.Auth{Database: cfg.Database}})
 	if err != nil {
@@ -208,7 +209,7 @@ func exec(t *testing.T, cfg rank.Config, q string) {
 
 // rowCounter counts the rows inserted through it.
 type rowCounter struct {
-	*rank.Store
+	*chstore.Store
 	rows atomic.Int32
 }
 
@@ -243,7 +244,7 @@ func TestRefillGoesOnWhereItStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := rank.Lineage{Epoch: 5, Stream: rank.StreamID(stream.CachedInfo().Created), Anchor: rank.KeyOf(recs[2]), Through: 3}
+	stopped := chstore.Lineage{Epoch: 5, Stream: chstore.StreamID(stream.CachedInfo().Created), Anchor: chstore.KeyOf(recs[2]), Through: 3}
 	if err := st.NoteLineage(t.Context(), stopped); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +259,7 @@ func TestRefillGoesOnWhereItStopped(t *testing.T) {
 		t.Errorf("the refill wrote %d rows, want the 3 after sequence 3", n)
 	}
 	lin, _, err := st.Lineage(t.Context())
-	if err != nil || !lin.Whole || lin.Epoch != 5 || lin.Anchor != rank.KeyOf(recs[5]) {
+	if err != nil || !lin.Whole || lin.Epoch != 5 || lin.Anchor != chstore.KeyOf(recs[5]) {
 		t.Errorf("lineage after the refill: %+v (%v), want epoch 5 whole, anchored at x6", lin, err)
 	}
 	if got := stored(t, st, "resumed"); len(got) != 6 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -35,14 +36,14 @@ type Options struct {
 	Read func(seq uint64)
 	// Written, when set, hears after each write of the last sequence read so far (every
 	// evaluation up to it is stored) and of the last row stored, if any was.
-	Written func(ctx context.Context, seq uint64, last rank.RowKey) error
+	Written func(ctx context.Context, seq uint64, last chstore.RowKey) error
 }
 
 // Result is what a refill did.
 type Result struct {
 	Read, Written, Invalid int
 	// Last is the key of the last record stored; zero when none was.
-	Last rank.RowKey
+	Last chstore.RowKey
 	// Refused counts the records the table refused (the ranker dead-lettered them).
 	Refused int
 	// LastSeq is the last sequence read.
@@ -72,7 +73,7 @@ func Run(ctx context.Context, o Options, after uint64, write Write) (Result, err
 			res.Refused += len(refused)
 			for i := len(recs) - 1; i >= 0; i-- {
 				if refused[recs[i].EventID] == nil {
-					res.Last = rank.KeyOf(recs[i]) // the anchor must be a row the table holds
+					res.Last = chstore.KeyOf(recs[i]) // the anchor must be a row the table holds
 					break
 				}
 			}

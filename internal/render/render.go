@@ -7,6 +7,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -59,7 +60,7 @@ func Inputs(ctx context.Context, t *compose.Template, r Reader, requestID string
 }
 
 // Store reads the store directly, for callers that render one prompt at a time.
-type Store struct{ St *rank.Store }
+type Store struct{ St *chstore.Store }
 
 // Scores reads one execution's scores.
 func (s Store) Scores(ctx context.Context, executionID string, _ uint64) (*rank.Evaluations, error) {

@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // ClickHouse is where a service reads ClickHouse: the composer and the console read only.
@@ -61,11 +60,11 @@ func (c *ClickHouse) Validate(prefix string) error {
 }
 
 // Store returns where ClickHouse is and how it replicates; log hears of replicas failing over.
-func (c *ClickHouse) Store(log *slog.Logger) rank.Config {
-	return rank.Config{
+func (c *ClickHouse) Store(log *slog.Logger) chstore.Config {
+	return chstore.Config{
 		Addrs: c.ClickHouseAddr, Database: c.ClickHouseDatabase, User: c.ClickHouseUser, Password: c.ClickHousePassword,
 		ReadThreads: c.ClickHouseReadThreads,
-		Replication: rank.Replication{
+		Replication: chstore.Replication{
 			Enabled:       c.ClickHouseReplicated,
 			Cluster:       c.ClickHouseCluster,
 			ZooKeeperPath: c.ClickHouseZooKeeperPath,
@@ -98,7 +97,7 @@ func (c *ClickHouseWriter) Validate(prefix string) error {
 }
 
 // Store is the reader's, with the quorum of inserts.
-func (c *ClickHouseWriter) Store(log *slog.Logger) rank.Config {
+func (c *ClickHouseWriter) Store(log *slog.Logger) chstore.Config {
 	cfg := c.ClickHouse.Store(log)
 	cfg.Replication.InsertQuorum, cfg.Replication.InsertQuorumTimeout = c.ClickHouseInsertQuorum, c.ClickHouseInsertQuorumTimeout
 	return cfg
@@ -108,7 +107,7 @@ func (c *ClickHouseWriter) Store(log *slog.Logger) rank.Config {
 // <service>_store_replica_reads_total{replica}, reads each replica answered (a read asks a
 // quorum of them), and <service>_store_read_failovers_total{replica}, reads that failed on a
 // replica (down, cut off from ZooKeeper, table missing) and went to another.
-func (b *Base) StoreMetrics(st *rank.Store) {
+func (b *Base) StoreMetrics(st *chstore.Store) {
 	f := promauto.With(b.Reg)
 	for _, r := range st.ReplicaCounters() {
 		labels := prometheus.Labels{"replica": r.Addr}
@@ -124,11 +123,11 @@ func (b *Base) StoreMetrics(st *rank.Store) {
 // OpenStore creates the database if needed, connects to it and applies the migrations that are
 // missing, logging each: what the services that write ClickHouse (the ranker, the archiver) do
 // first. It returns the store and the names of the migrations applied.
-func OpenStore(ctx context.Context, cfg rank.Config, log *slog.Logger) (*rank.Store, []string, error) {
-	if err := rank.CreateDatabase(ctx, cfg); err != nil {
+func OpenStore(ctx context.Context, cfg chstore.Config, log *slog.Logger) (*chstore.Store, []string, error) {
+	if err := chstore.CreateDatabase(ctx, cfg); err != nil {
 		return nil, nil, err
 	}
-	st, err := rank.Open(ctx, cfg)
+	st, err := chstore.Open(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

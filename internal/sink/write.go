@@ -1,5 +1,5 @@
 // Package sink is how a service writes batches into a ClickHouse table that is a view of a stream
-// (the ranker's evaluations, the archiver's prompts), whatever ClickHouse says (rank.FaultOf sorts
+// (the ranker's evaluations, the archiver's prompts), whatever ClickHouse says (chstore.FaultOf sorts
 // its errors):
 //   - transient faults (down, busy, a lost quorum, no disk space) are retried with the shared
 //     backoff for as long as they last, the batch kept in progress by the runtime and the
@@ -21,9 +21,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // ErrTableLost is a write that found the database or the table missing.
@@ -60,7 +60,7 @@ type Writer[R any] struct {
 	Insert      func(ctx context.Context, rows []R) error
 	Refusals    Refusals
 	// CheckTable (Split) says whether the table is what the migrations made; an error wrapping
-	// rank.ErrTableMismatch when it is not.
+	// chstore.ErrTableMismatch when it is not.
 	CheckTable func(ctx context.Context) error
 	// Writes is the "clickhouse" condition: it fails while writes fail.
 	Writes  *health.Condition
@@ -85,7 +85,7 @@ func (e *refusal) Unwrap() error { return e.err }
 
 // Write stores rows. It returns nil once they are stored; with Split, the refused rows by index
 // with ClickHouse's error, once the others are stored; ErrTableLost when the table is missing; an
-// error wrapping rank.ErrTableMismatch when the table refuses every row (Split); ctx's error when
+// error wrapping chstore.ErrTableMismatch when the table refuses every row (Split); ctx's error when
 // ctx ends first.
 func (w *Writer[R]) Write(ctx context.Context, rows []R) (map[int]error, error) {
 	if len(rows) == 0 {
@@ -97,7 +97,7 @@ func (w *Writer[R]) Write(ctx context.Context, rows []R) (map[int]error, error) 
 		return nil, err
 	}
 	if err := w.CheckTable(ctx); err != nil {
-		if errors.Is(err, rank.ErrTableMismatch) {
+		if errors.Is(err, chstore.ErrTableMismatch) {
 			return nil, fmt.Errorf("%w (the insert said: %v)", err, ref.err)
 		}
 		return nil, fmt.Errorf("check the table after a refusal: %w", err) // ClickHouse went away: retry later
@@ -146,7 +146,7 @@ func (w *Writer[R]) insert(ctx context.Context, rows []R) error {
 	for attempt := uint64(1); ; attempt++ {
 		start := time.Now()
 		err := w.Insert(ctx, rows)
-		if rank.IsQuorumBusy(err) && (busySince.IsZero() || time.Since(busySince) < quorumBusyFor) {
+		if chstore.IsQuorumBusy(err) && (busySince.IsZero() || time.Since(busySince) < quorumBusyFor) {
 			// ClickHouse confirms one quorum insert at a time across the cluster, so writers
 			// writing together take turns: wait for the other's confirmation briefly (jittered,
 			// so two do not retry in step) instead of backing off for seconds.
@@ -171,22 +171,22 @@ func (w *Writer[R]) insert(ctx context.Context, rows []R) error {
 			}
 			return nil
 		}
-		fault := rank.FaultOf(err)
-		if fault == rank.Missing {
+		fault := chstore.FaultOf(err)
+		if fault == chstore.Missing {
 			return fmt.Errorf("%w: %v", ErrTableLost, err)
 		}
 		delay := retry.Redelivery().Backoff(attempt)
 		switch {
-		case fault == rank.Refused && w.Refusals == Split:
+		case fault == chstore.Refused && w.Refusals == Split:
 			w.Writes.Fail("inserts are failing")
 			w.Metrics.Errors.WithLabelValues("insert").Inc()
 			return &refusal{err}
-		case fault == rank.Refused:
+		case fault == chstore.Refused:
 			w.Writes.Fail("clickhouse refuses the %s (%s is not what the migrations made); they are held, not lost: %s", w.Rows, w.Table, strings.ReplaceAll(err.Error(), "\n", " "))
 			w.Metrics.Errors.WithLabelValues("refused").Inc()
 			w.Log.ErrorContext(ctx, "clickhouse refuses the "+w.Rows+": "+w.Table+" is not what the migrations made (fix it, or drop it: it is made again and filled from the stream); they are held",
 				"rows", len(rows), "attempt", attempt, "retry_in", delay.String(), "error", err)
-		case rank.IsQuorumError(err):
+		case chstore.IsQuorumError(err):
 			// The rows may already be on some replicas; they count once the quorum has them, and
 			// the retry is harmless (block deduplication, and reads collapse copies of an id).
 			w.Writes.Fail("inserts wait for a quorum of ClickHouse replicas; %s are held, not lost", w.Rows)
@@ -195,7 +195,7 @@ func (w *Writer[R]) insert(ctx context.Context, rows []R) error {
 				w.Metrics.QuorumFailures.Inc()
 			}
 			w.Log.WarnContext(ctx, "clickhouse replicas did not confirm the insert; holding the batch unacknowledged", "rows", len(rows), "attempt", attempt, "retry_in", delay.String(), "error", err)
-		case rank.NoSpace(err):
+		case chstore.NoSpace(err):
 			w.Writes.Fail("inserts into %s are failing: ClickHouse has no disk space left; %s are held, not lost", w.Table, w.Rows)
 			w.Metrics.Errors.WithLabelValues("insert").Inc()
 			w.Log.WarnContext(ctx, "clickhouse insert failed, will retry", "rows", len(rows), "attempt", attempt, "retry_in", delay.String(), "error", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/testenv"
@@ -24,7 +25,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // writer writes evaluations into a real store, with policy, and its condition and metrics.
-func writer(t *testing.T, st *rank.Store, policy sink.Refusals, insert func(context.Context, []rank.Record) error) (*sink.Writer[rank.Record], *health.Condition, *prometheus.CounterVec) {
+func writer(t *testing.T, st *chstore.Store, policy sink.Refusals, insert func(context.Context, []rank.Record) error) (*sink.Writer[rank.Record], *health.Condition, *prometheus.CounterVec) {
 	t.Helper()
 	writes := health.New(prometheus.NewRegistry(), "test").Condition("clickhouse", nil)
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "errors"}, []string{"kind"})
@@ -50,7 +51,7 @@ func refused(id string) error {
 
 // refusing is the store's insert with ClickHouse's refusal of the rows in bad put in front: the
 // rows that get through are stored in a real ClickHouse.
-func refusing(st *rank.Store, bad map[string]bool) func(context.Context, []rank.Record) error {
+func refusing(st *chstore.Store, bad map[string]bool) func(context.Context, []rank.Record) error {
 	return func(ctx context.Context, recs []rank.Record) error {
 		for _, r := range recs {
 			if bad[r.EventID] {
@@ -62,7 +63,7 @@ func refusing(st *rank.Store, bad map[string]bool) func(context.Context, []rank.
 }
 
 // exec runs q on the test's database.
-func exec(t *testing.T, cfg rank.Config, q string) {
+func exec(t *testing.T, cfg chstore.Config, q string) {
 	t.Helper()
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: cfg.Addrs, Auth: clickhouse.Auth{Database: cfg.Database}})
 	if err != nil {
@@ -146,7 +147,7 @@ func TestTableThatRefusesEverything(t *testing.T) {
 	exec(t, cfg, "ALTER TABLE evaluations DROP COLUMN feedback")
 	w, _, _ := writer(t, st, sink.Split, st.Insert)
 	_, err := w.Write(t.Context(), records(2))
-	if !errors.Is(err, rank.ErrTableMismatch) || !strings.Contains(err.Error(), "feedback") {
+	if !errors.Is(err, chstore.ErrTableMismatch) || !strings.Contains(err.Error(), "feedback") {
 		t.Errorf("Write into an altered table = %v, want the mismatch naming the column", err)
 	}
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/servers"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // shared is the package run's ClickHouse. It is the one piece of package state here: TestMain
@@ -105,12 +105,12 @@ func Database(t testing.TB) (addr, database string) {
 // Store opens the rank store on a fresh database of this test, migrated unless migrate is false
 // (a store whose reads fail: its table is missing), closed when the test ends. It returns the
 // store's configuration too, for tests that also talk to ClickHouse directly.
-func Store(t testing.TB, migrate bool) (*rank.Store, rank.Config) {
+func Store(t testing.TB, migrate bool) (*chstore.Store, chstore.Config) {
 	t.Helper()
 	addr, db := Database(t)
 	ctx := context.Background()
-	cfg := rank.Config{Addrs: []string{addr}, Database: db}
-	st, err := rank.Open(ctx, cfg)
+	cfg := chstore.Config{Addrs: []string{addr}, Database: db}
+	st, err := chstore.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}

@@ -218,7 +218,7 @@ func ConsumerConfig(durable string, o ConsumerOptions) (jetstream.ConsumerConfig
 
 // The ranker's consumer carries the state of the store in its metadata, which every composer's
 // commit probe reads with the ack floor (no extra call): which lineage the store's rows are of
-// (rank.Lineage.ID; score snapshots of another lineage are stale), and whether the ranker is
+// (chstore.Lineage.ID; score snapshots of another lineage are stale), and whether the ranker is
 // refilling the store from the stream (then nothing read from ClickHouse is whole, and requests
 // wait as they wait for a commit).
 const (
@@ -227,7 +227,7 @@ const (
 )
 
 // The archiver's consumer names the fill of the prompts archive that its ack floor speaks of
-// (rank.Store.NoteArchiveEpoch): readers take archived records from ClickHouse only while the
+// (chstore.Store.NoteArchiveEpoch): readers take archived records from ClickHouse only while the
 // table holds that epoch's marker, and read the stream alone otherwise.
 const MetaArchiveEpoch = "podium_archive_epoch"
 

@@ -21,6 +21,13 @@ type Evaluations struct {
 
 func newEvaluations() *Evaluations { return &Evaluations{reduced: map[Bound]*Reduction{}} }
 
+// NewEvaluations holds score rows as a read of the store returns them (every copy; Latest
+// decides which count), for the store's reads to fill with Append.
+func NewEvaluations() *Evaluations { return newEvaluations() }
+
+// Append adds a stored row; call it before the evaluations are read.
+func (ev *Evaluations) Append(r Stored) { ev.rows = append(ev.rows, r) }
+
 // Bytes approximates the memory the evaluations hold, for caches that bound it: the rows and
 // every reduction kept for later callers (each a copy of the rows it counts).
 func (ev *Evaluations) Bytes() int {
@@ -49,6 +56,17 @@ func newContent() *Content { return &Content{byEvent: map[string]firstCopy{}} }
 // Len is the number of evaluations the content holds.
 func (c *Content) Len() int { return len(c.byEvent) }
 
+// Has reports whether the content holds a copy of the event at or below seq: a later copy read
+// from the store then changes nothing, and need not be decoded.
+func (c *Content) Has(eventID string, seq uint64) bool {
+	have, ok := c.byEvent[eventID]
+	return ok && have.seq <= seq
+}
+
+// Keep keeps a stored copy of an event, as a read of the store returns it: the copy with the
+// lowest sequence wins.
+func (c *Content) Keep(eventID string, seq uint64, d events.TeamRound) { c.add(eventID, seq, d) }
+
 // add keeps the copy of an event with the lowest sequence.
 func (c *Content) add(eventID string, seq uint64, d events.TeamRound) {
 	if have, ok := c.byEvent[eventID]; ok && have.seq <= seq {
@@ -64,6 +82,10 @@ type Reduction struct {
 	firsts []uint64     // rounds[i]'s first stored copy: its EVALUATIONS sequence
 	seq    uint64
 }
+
+// Rounds are the counted evaluations of the reduction, by team then round: every cell of an
+// execution's rounds x teams grid that has a score. Callers must not modify them.
+func (r *Reduction) Rounds() []RoundScore { return r.rounds }
 
 // Reduce applies Latest within b. The result is shared by every caller asking for the same bound.
 func (ev *Evaluations) Reduce(b Bound) *Reduction {

@@ -1,4 +1,4 @@
-package rank
+package chstore
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // The evaluations table is a view of the EVALUATIONS stream, and the store says which one: its
@@ -158,4 +159,4 @@ func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
 }
 
 // KeyOf is the row key of a record.
-func KeyOf(r Record) RowKey { return RowKey{r.ExecutionID, r.TeamID, r.EventID} }
+func KeyOf(r rank.Record) RowKey { return RowKey{r.ExecutionID, r.TeamID, r.EventID} }

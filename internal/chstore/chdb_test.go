@@ -1,4 +1,4 @@
-package rank_test
+package chstore_test
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -38,9 +39,9 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	_, modErr := os.Stat(filepath.Join("chdb", "node_modules", "chdb"))
 	if err != nil || modErr != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("node or chdb missing (make test installs it: npm install --no-save --prefix pkg/rank/chdb): %v %v", err, modErr)
+			t.Fatalf("node or chdb missing (make test installs it: npm install --no-save --prefix internal/chstore/chdb): %v %v", err, modErr)
 		}
-		t.Skip("node or pkg/rank/chdb/node_modules missing: run `npm install --no-save --prefix pkg/rank/chdb`")
+		t.Skip("node or internal/chstore/chdb/node_modules missing: run `npm install --no-save --prefix internal/chstore/chdb`")
 	}
 	ctx := context.Background()
 	st, cfg := testenv.Store(t, true)
@@ -75,8 +76,8 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two lineages, the newer of them noted twice: the read takes the last of the newest.
-	for _, l := range []rank.Lineage{{Epoch: 1, Stream: "2026-11-21T09:00:00Z"}, {Epoch: 2, Stream: "2026-11-21T09:00:00Z"},
-		{Epoch: 2, Stream: "2026-11-21T09:00:00Z", Anchor: rank.RowKey{ExecutionID: "exec-1", TeamID: "team-2", EventID: "ev-019"}, Whole: true}} {
+	for _, l := range []chstore.Lineage{{Epoch: 1, Stream: "2026-11-21T09:00:00Z"}, {Epoch: 2, Stream: "2026-11-21T09:00:00Z"},
+		{Epoch: 2, Stream: "2026-11-21T09:00:00Z", Anchor: chstore.RowKey{ExecutionID: "exec-1", TeamID: "team-2", EventID: "ev-019"}, Whole: true}} {
 		if err := st.NoteLineage(ctx, l); err != nil {
 			t.Fatal(err)
 		}
@@ -93,11 +94,11 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 		Select bool   `json:"select"`
 	}
 	var script []statement
-	migs, err := rank.Migrations()
+	migs, err := chstore.Migrations()
 	if err != nil {
 		t.Fatal(err)
 	}
-	script = append(script, statement{SQL: rank.MigrationsTable})
+	script = append(script, statement{SQL: chstore.MigrationsTable})
 	for _, m := range migs {
 		for _, s := range m.Statements {
 			script = append(script, statement{SQL: s})
@@ -134,16 +135,16 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 		name string
 		sql  string
 	}{
-		{"scores", bind(rank.ScoresQuery, []string{"exec-0", "exec-2", "unknown"})},
-		{"team scores", bind(rank.TeamScoresQuery, "exec-1", "team-2")},
-		{"contents", bind(rank.ContentsQuery(2), "exec-0", "team-0", "exec-2", "team-3", uint32(0), rank.RoundLimit(3))},
-		{"contents, every round", bind(rank.ContentsQuery(1), "exec-0", "team-0", uint32(0), rank.RoundLimit(0))},
-		{"executions", rank.ExecutionsQuery},
-		{"status", rank.StatusQuery},
-		{"lineage", rank.LineageQuery},
-		{"anchor held", bind(rank.HoldsQuery, "exec-1", "team-2", "ev-019")},
-		{"anchor not held", bind(rank.HoldsQuery, "exec-1", "team-2", "no-such-event")},
-		{"newest row", rank.NewestRowQuery},
+		{"scores", bind(chstore.ScoresQuery, []string{"exec-0", "exec-2", "unknown"})},
+		{"team scores", bind(chstore.TeamScoresQuery, "exec-1", "team-2")},
+		{"contents", bind(chstore.ContentsQuery(2), "exec-0", "team-0", "exec-2", "team-3", uint32(0), chstore.RoundLimit(3))},
+		{"contents, every round", bind(chstore.ContentsQuery(1), "exec-0", "team-0", uint32(0), chstore.RoundLimit(0))},
+		{"executions", chstore.ExecutionsQuery},
+		{"status", chstore.StatusQuery},
+		{"lineage", chstore.LineageQuery},
+		{"anchor held", bind(chstore.HoldsQuery, "exec-1", "team-2", "ev-019")},
+		{"anchor not held", bind(chstore.HoldsQuery, "exec-1", "team-2", "no-such-event")},
+		{"newest row", chstore.NewestRowQuery},
 		{"the table's columns", "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = 'evaluations' ORDER BY name"},
 	}
 	for _, r := range reads {
@@ -282,14 +283,14 @@ func normalizeLines(t *testing.T, lines []string, kinds []reflect.Kind) []string
 func literal(v any) string {
 	switch x := v.(type) {
 	case string:
-		return rank.QuoteString(x)
+		return chstore.QuoteString(x)
 	case float64:
 		if math.IsInf(x, 0) || math.IsNaN(x) {
 			panic("not finite")
 		}
 		return strconv.FormatFloat(x, 'g', -1, 64)
 	case time.Time:
-		return rank.QuoteString(x.UTC().Format(time.DateTime))
+		return chstore.QuoteString(x.UTC().Format(time.DateTime))
 	}
 	return fmt.Sprint(v)
 }
@@ -306,7 +307,7 @@ func bind(q string, args ...any) string {
 		case []string:
 			var items []string
 			for _, s := range a {
-				items = append(items, rank.QuoteString(s))
+				items = append(items, chstore.QuoteString(s))
 			}
 			b.WriteString("(" + strings.Join(items, ", ") + ")")
 		default:

@@ -1,4 +1,4 @@
-package rank_test
+package chstore_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -22,12 +23,12 @@ func BenchmarkInsertQuorum(b *testing.B) {
 	}
 	cl := testenv.Cluster(b, 3)
 	ctx := context.Background()
-	open := func(db string, repl rank.Replication, addrs []string) *rank.Store {
-		cfg := rank.Config{Addrs: addrs, Database: db, Replication: repl}
-		if err := rank.CreateDatabase(ctx, cfg); err != nil {
+	open := func(db string, repl chstore.Replication, addrs []string) *chstore.Store {
+		cfg := chstore.Config{Addrs: addrs, Database: db, Replication: repl}
+		if err := chstore.CreateDatabase(ctx, cfg); err != nil {
 			b.Fatal(err)
 		}
-		st, err := rank.Open(ctx, cfg)
+		st, err := chstore.Open(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -37,8 +38,8 @@ func BenchmarkInsertQuorum(b *testing.B) {
 		}
 		return st
 	}
-	replicated := open("bench_quorum", rank.Replication{Enabled: true}, cl.Addrs())
-	single := open("bench_single", rank.Replication{}, cl.Addrs()[:1])
+	replicated := open("bench_quorum", chstore.Replication{Enabled: true}, cl.Addrs())
+	single := open("bench_single", chstore.Replication{}, cl.Addrs()[:1])
 	seq := uint64(0)
 	batch := func() []rank.Record {
 		recs := make([]rank.Record, 10)

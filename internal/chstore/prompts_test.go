@@ -1,4 +1,4 @@
-package rank_test
+package chstore_test
 
 import (
 	"fmt"
@@ -7,8 +7,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // TestArchivedPromptsOncePerEventID: every copy of a record is stored, and reads return one per
@@ -28,19 +28,19 @@ func TestArchivedPromptsOncePerEventID(t *testing.T) {
 		}
 	}
 	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	rec := func(team string, round int, seq uint64, body string) rank.ArchivedPrompt {
-		return rank.ArchivedPrompt{EventID: fmt.Sprintf("prompt-%s-%d", team, round), EventType: "prompt.composed", RequestID: fmt.Sprintf("req-%s-%d", team, round),
+	rec := func(team string, round int, seq uint64, body string) chstore.ArchivedPrompt {
+		return chstore.ArchivedPrompt{EventID: fmt.Sprintf("prompt-%s-%d", team, round), EventType: "prompt.composed", RequestID: fmt.Sprintf("req-%s-%d", team, round),
 			ExecutionID: "x", TeamID: team, Round: round, TemplateName: "team-round", TemplateVersion: 2, EvaluationsSeq: seq * 10,
 			Subject: "prompt.composed.x." + team, Body: []byte(body), StreamCreated: "2026-11-26T09:00:00Z", Seq: seq, Stored: at.Add(time.Duration(seq) * time.Millisecond)}
 	}
-	first := []rank.ArchivedPrompt{rec("a", 1, 1, "a1"), rec("b", 1, 2, "b1"), rec("a", 2, 3, "a2")}
+	first := []chstore.ArchivedPrompt{rec("a", 1, 1, "a1"), rec("b", 1, 2, "b1"), rec("a", 2, 3, "a2")}
 	if err := st.ArchivePrompts(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	// A redelivery stores the same record again at a later sequence (a copy past the duplicate
 	// window), and the marker of an epoch sits in the same table.
 	again := rec("a", 2, 9, "a2 stored again")
-	if err := st.ArchivePrompts(ctx, []rank.ArchivedPrompt{again, rec("b", 2, 4, "b2")}); err != nil {
+	if err := st.ArchivePrompts(ctx, []chstore.ArchivedPrompt{again, rec("b", 2, 4, "b2")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.NoteArchiveEpoch(ctx, "epoch-1", at); err != nil {
@@ -50,7 +50,7 @@ func TestArchivedPromptsOncePerEventID(t *testing.T) {
 		if merged {
 			exec("OPTIMIZE TABLE prompts FINAL")
 		}
-		got, err := st.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: "x"})
+		got, err := st.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: "x"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestArchivedPromptsOncePerEventID(t *testing.T) {
 			t.Errorf("merged %v: ArchivedCount = %d, %v; want 4", merged, n, err)
 		}
 	}
-	got, err := st.ArchivedPrompts(ctx, rank.PromptFilter{ExecutionID: "x", TeamID: "a", Rounds: []int{2, 7}})
+	got, err := st.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: "x", TeamID: "a", Rounds: []int{2, 7}})
 	if err != nil || len(got) != 1 || string(got[0].Body) != "a2" {
 		t.Errorf("team a round 2: %+v, %v", got, err)
 	}

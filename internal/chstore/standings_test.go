@@ -1,4 +1,4 @@
-package rank_test
+package chstore_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package rank
+package chstore
 
 import (
 	"cmp"
@@ -56,7 +56,3 @@ func (s *Store) Executions(ctx context.Context) ([]ExecutionSummary, error) {
 	})
 	return out, nil
 }
-
-// Rounds are the counted evaluations of the reduction, by team then round: every cell of an
-// execution's rounds x teams grid that has a score. Callers must not modify them.
-func (r *Reduction) Rounds() []RoundScore { return r.rounds }

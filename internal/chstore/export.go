@@ -1,4 +1,4 @@
-package rank
+package chstore
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // exportQuery reads every stored copy of an execution's evaluations, every column Insert writes.
@@ -18,10 +19,10 @@ submission, submission_format, evaluated_at, event_source, stream_seq FROM evalu
 // ExecutionRecords reads every stored copy of an execution's evaluations as the records they were
 // written from, by EVALUATIONS sequence: what FromRecords turns back into exactly the reads of the
 // store (an export bundle proves its prompts with them, offline).
-func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]Record, error) {
-	var out []Record
+func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]rank.Record, error) {
+	var out []rank.Record
 	err := s.query(ctx, exportQuery, []any{executionID}, func(rows driver.Rows) error {
-		var r Record
+		var r rank.Record
 		var round uint32
 		var metrics, at string
 		if err := rows.Scan(&r.ExecutionID, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Evaluation.OverallScore, &metrics,
@@ -43,7 +44,9 @@ func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]Rec
 		return nil, fmt.Errorf("rank: evaluations of %s: %w", executionID, err)
 	}
 	// On a cluster, or before a merge, a copy may be read twice: keep one of each (event, sequence).
-	slices.SortFunc(out, func(a, b Record) int { return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.EventID, b.EventID)) })
-	out = slices.CompactFunc(out, func(a, b Record) bool { return a.Seq == b.Seq && a.EventID == b.EventID })
+	slices.SortFunc(out, func(a, b rank.Record) int {
+		return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.EventID, b.EventID))
+	})
+	out = slices.CompactFunc(out, func(a, b rank.Record) bool { return a.Seq == b.Seq && a.EventID == b.EventID })
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package rank
+package chstore
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // Config says where the store lives.
@@ -150,17 +151,9 @@ func (s *Store) ReplicaCounters() []ReplicaCounter {
 	return out
 }
 
-// Record is one accepted evaluation with where it came from.
-type Record struct {
-	EventID string
-	Source  string
-	Seq     uint64 // EVALUATIONS stream sequence
-	events.EvaluationCompleted
-}
-
 // Insert writes records in one batch. Writing a record again is harmless: reads collapse rows by
 // event id, keeping the one with the lowest stream sequence.
-func (s *Store) Insert(ctx context.Context, recs []Record) error {
+func (s *Store) Insert(ctx context.Context, recs []rank.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package rank_test
+package chstore_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -126,7 +127,7 @@ func fill(b *testing.B, raw driver.Conn, from, to int) {
 // a 16-core server). b.N reads at each setting; it reports reads/s, ClickHouse CPU per read
 // (from /proc/<pid>/stat) and the p50 of a read alone.
 //
-// go test -run '^$' -bench ScoresReadThreads -benchtime 4000x ./pkg/rank
+// go test -run '^$' -bench ScoresReadThreads -benchtime 4000x ./internal/chstore
 func BenchmarkScoresReadThreads(b *testing.B) {
 	const executions, readers = 2000, 16
 	_, cfg := testenv.Store(b, true)
@@ -147,7 +148,7 @@ func BenchmarkScoresReadThreads(b *testing.B) {
 	for _, threads := range []int{0, 1, 2, 16} {
 		c := cfg
 		c.ReadThreads = threads
-		s, err := rank.Open(ctx, c)
+		s, err := chstore.Open(ctx, c)
 		if err != nil {
 			b.Fatal(err)
 		}

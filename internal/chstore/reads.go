@@ -1,4 +1,4 @@
-package rank
+package chstore
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // Reads fetch an execution's rows as stored, every copy of every event, and leave the choice of
@@ -19,29 +20,23 @@ import (
 // Rows of every round are read: a replayed event id keeps the round of its first copy, which a
 // WHERE on round_number could not see.
 
-// Board is a leaderboard with the highest EVALUATIONS sequence among the evaluations it reflects.
-type Board struct {
-	Rows []events.LeaderboardRow
-	Seq  uint64
-}
-
 // Leaderboard ranks an execution within b. An unknown execution has no rows.
-func (s *Store) Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, b Bound) (Board, error) {
+func (s *Store) Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, b rank.Bound) (rank.Board, error) {
 	boards, err := s.Leaderboards(ctx, []string{executionID}, order, b)
 	if err != nil {
-		return Board{}, err
+		return rank.Board{}, err
 	}
 	return boards[executionID], nil
 }
 
 // Leaderboards ranks several executions with one query, as the ranker does for every execution
 // a batch touched. Every requested execution has an entry, empty when it has no evaluations.
-func (s *Store) Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, b Bound) (map[string]Board, error) {
+func (s *Store) Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, b rank.Bound) (map[string]rank.Board, error) {
 	evs, err := s.Scores(ctx, executionIDs)
 	if err != nil {
 		return nil, fmt.Errorf("rank: leaderboards: %w", err)
 	}
-	boards := make(map[string]Board, len(executionIDs))
+	boards := make(map[string]rank.Board, len(executionIDs))
 	for _, id := range executionIDs {
 		boards[id] = evs[id].Reduce(b).Leaderboard(order)
 	}
@@ -69,26 +64,26 @@ AND round_number >= ? AND round_number < ?`
 
 // Scores reads the score rows of the executions, every team and copy, in one query. Every
 // requested execution has an entry, empty when it has no evaluations.
-func (s *Store) Scores(ctx context.Context, executionIDs []string) (map[string]*Evaluations, error) {
+func (s *Store) Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error) {
 	return s.scanScores(ctx, executionIDs, scoresQuery, inSet(executionIDs))
 }
 
-func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string, args ...any) (map[string]*Evaluations, error) {
-	out := make(map[string]*Evaluations, len(executionIDs))
+func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string, args ...any) (map[string]*rank.Evaluations, error) {
+	out := make(map[string]*rank.Evaluations, len(executionIDs))
 	for _, id := range executionIDs {
-		out[id] = newEvaluations()
+		out[id] = rank.NewEvaluations()
 	}
 	// On a cluster the rows of several replicas are gathered: Latest collapses copies of an id.
 	err := s.executionQuery(ctx, q, args, func(rows driver.Rows) error {
 		var exec string
-		var r Stored
+		var r rank.Stored
 		var round uint32
 		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
 			return err
 		}
 		r.Round = int(round)
 		if ev := out[exec]; ev != nil {
-			ev.rows = append(ev.rows, r)
+			ev.Append(r)
 		}
 		return nil
 	})
@@ -98,15 +93,12 @@ func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string,
 	return out, nil
 }
 
-// TeamKey names one team of one execution.
-type TeamKey struct{ ExecutionID, TeamID string }
-
 // Content reads what one team submitted and was told in rounds fromRound to beforeRound-1 (0:
 // no upper bound). Only the rows of that team are decoded: other teams' submissions and
 // feedback are never read, and a prompt reads no more rounds than its template prints.
-func (s *Store) Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*Content, error) {
-	key := TeamKey{executionID, teamID}
-	cs, err := s.Contents(ctx, []TeamKey{key}, fromRound, beforeRound)
+func (s *Store) Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error) {
+	key := rank.TeamKey{ExecutionID: executionID, TeamID: teamID}
+	cs, err := s.Contents(ctx, []rank.TeamKey{key}, fromRound, beforeRound)
 	if err != nil {
 		return nil, err
 	}
@@ -116,18 +108,18 @@ func (s *Store) Content(ctx context.Context, executionID, teamID string, fromRou
 // Contents reads the content of several teams in one query, as Content does for one: the rows
 // of those (execution, team) pairs only, in rounds fromRound to beforeRound-1. Every key has an
 // entry.
-func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeRound int) (map[TeamKey]*Content, error) {
-	out := make(map[TeamKey]*Content, len(keys))
+func (s *Store) Contents(ctx context.Context, keys []rank.TeamKey, fromRound, beforeRound int) (map[rank.TeamKey]*rank.Content, error) {
+	out := make(map[rank.TeamKey]*rank.Content, len(keys))
 	args := make([]any, 0, 2*len(keys)+2)
 	for _, k := range keys {
-		out[k] = newContent()
+		out[k] = rank.NewContent()
 		args = append(args, k.ExecutionID, k.TeamID)
 	}
 	args = append(args, uint32(max(fromRound, 0)), roundLimit(beforeRound))
 	q := contentsQuery(len(keys))
 	// On a cluster the rows of several replicas are gathered: add keeps one copy of an id.
 	err := s.executionQuery(ctx, q, args, func(rows driver.Rows) error {
-		var k TeamKey
+		var k rank.TeamKey
 		var d events.TeamRound
 		var round uint32
 		var seq uint64
@@ -140,14 +132,14 @@ func (s *Store) Contents(ctx context.Context, keys []TeamKey, fromRound, beforeR
 		if c == nil {
 			return nil // cannot happen: the filter names these keys only
 		}
-		if have, ok := c.byEvent[d.EvaluationID]; ok && have.seq <= seq {
+		if c.Has(d.EvaluationID, seq) {
 			return nil // a later copy of an event already read: not worth decoding its metrics
 		}
 		d.RoundNumber = int(round)
 		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
 			return fmt.Errorf("%s/%s: metrics of %s: %w", k.ExecutionID, k.TeamID, d.EvaluationID, err)
 		}
-		c.add(d.EvaluationID, seq, d)
+		c.Keep(d.EvaluationID, seq, d)
 		return nil
 	})
 	if err != nil {
@@ -201,7 +193,7 @@ func roundLimit(beforeRound int) uint32 {
 }
 
 // History returns a team's latest evaluation of each round within b, ascending, with content.
-func (s *Store) History(ctx context.Context, executionID, teamID string, b Bound) ([]events.TeamRound, error) {
+func (s *Store) History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error) {
 	evs, err := s.scanScores(ctx, []string{executionID},
 		teamScoresQuery, executionID, teamID)
 	if err != nil {

@@ -1,4 +1,4 @@
-package rank
+package chstore
 
 // What the external tests (package rank_test) need of the package's internals: the read queries
 // and the migrations table, which TestCurrentClickHouseAgrees runs on a second engine.
