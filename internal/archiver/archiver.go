@@ -189,16 +189,13 @@ func recordFields(body []byte) (rec chstore.ArchivedPrompt, err error) {
 		return err == nil
 	})
 	rec.Round = -1 // none: record refuses it
+	strs := map[string]*string{"request_id": &rec.RequestID, "execution_id": &rec.ExecutionID, "team_id": &rec.TeamID, "prompt_sha256": &rec.PromptSHA256}
 	data.ForEach(func(k, v gjson.Result) bool {
+		if to, ok := strs[k.Str]; ok {
+			str(v, "data."+k.Str, to)
+			return err == nil
+		}
 		switch k.Str {
-		case "request_id":
-			str(v, "data.request_id", &rec.RequestID)
-		case "execution_id":
-			str(v, "data.execution_id", &rec.ExecutionID)
-		case "team_id":
-			str(v, "data.team_id", &rec.TeamID)
-		case "prompt_sha256":
-			str(v, "data.prompt_sha256", &rec.PromptSHA256)
 		case "round_number":
 			if n := num(v, "data.round_number"); err == nil && n <= 1<<32-1 {
 				rec.Round = int(n)

@@ -146,21 +146,33 @@ func clickhouseCommand() (string, []string, error) {
 }
 
 func (c *ClickHouse) waitReady(ctx context.Context, limit time.Duration) error {
+	return c.proc.waitReady(ctx, limit, "clickhouse-server", c.Addr, filepath.Join(c.Dir, "clickhouse-server.err.log"), func(ctx context.Context) error {
+		if err := c.Ping(ctx); err != nil || !c.zookeeper {
+			return err
+		}
+		return c.pingZooKeeper(ctx)
+	})
+}
+
+// waitReady polls ready every 100 ms until it answers nil, the process exits (its log named), or
+// limit passes.
+func (p *process) waitReady(ctx context.Context, limit time.Duration, name, addr, log string, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var last error
 	for {
+		wait, stop := context.WithTimeout(ctx, 100*time.Millisecond)
 		select {
-		case <-c.proc.done:
-			return fmt.Errorf("servers: clickhouse-server exited at start (%v); see %s", c.proc.err, filepath.Join(c.Dir, "clickhouse-server.err.log"))
-		case <-ctx.Done():
-			return fmt.Errorf("servers: clickhouse-server at %s not ready after %s: %v", c.Addr, limit, last)
-		case <-time.After(100 * time.Millisecond):
+		case <-p.done:
+			stop()
+			return fmt.Errorf("servers: %s exited at start (%v); see %s", name, p.err, log)
+		case <-wait.Done():
+			stop()
 		}
-		if last = c.Ping(ctx); last == nil && c.zookeeper {
-			last = c.pingZooKeeper(ctx)
+		if ctx.Err() != nil {
+			return fmt.Errorf("servers: %s at %s not ready after %s: %v", name, addr, limit, last)
 		}
-		if last == nil {
+		if last = ready(ctx); last == nil {
 			return nil
 		}
 	}

@@ -102,21 +102,10 @@ func (z *ZooKeeper) start(ctx context.Context) error {
 // waitReady waits until srvr reports a mode: ruok answers imok while the server is still loading
 // its database and refusing sessions.
 func (z *ZooKeeper) waitReady(ctx context.Context, limit time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	var last error
-	for {
-		select {
-		case <-z.proc.done:
-			return fmt.Errorf("servers: zookeeper exited at start (%v); see %s", z.proc.err, filepath.Join(z.Dir, "zookeeper.log"))
-		case <-ctx.Done():
-			return fmt.Errorf("servers: zookeeper at %s not ready after %s: %v", z.Addr, limit, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if _, last = z.Mode(ctx); last == nil {
-			return nil
-		}
-	}
+	return z.proc.waitReady(ctx, limit, "zookeeper", z.Addr, filepath.Join(z.Dir, "zookeeper.log"), func(ctx context.Context) error {
+		_, err := z.Mode(ctx)
+		return err
+	})
 }
 
 // Mode asks the server with the four-letter command srvr and returns the mode it reports

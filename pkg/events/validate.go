@@ -55,28 +55,31 @@ const MaxRoundNumber = math.MaxInt32
 
 // ParseEvaluation validates an evaluation.completed body received on subject and returns it typed.
 func ParseEvaluation(subject string, body []byte, maxBytes int) (Evaluation, error) {
-	var c checker
-	meta, data := c.envelope(TypeEvaluationCompleted, subject, body, maxBytes)
-	var ev Evaluation
-	ev.Meta = meta
-	if data != nil {
-		ev.Data = c.evaluationCompleted(data, "data")
-		c.subjectAgrees(subject, TypeEvaluationCompleted, ev.Data.ExecutionID, ev.Data.TeamID)
-	}
-	return ev, c.err()
+	meta, data, err := parseTeamEvent(TypeEvaluationCompleted, subject, body, maxBytes, (*checker).evaluationCompleted,
+		func(d EvaluationCompleted) (string, string) { return d.ExecutionID, d.TeamID })
+	return Evaluation{Meta: meta, Data: data}, err
 }
 
 // ParseRoundRequest validates a round.requested body received on subject and returns it typed.
 func ParseRoundRequest(subject string, body []byte, maxBytes int) (RoundRequest, error) {
+	meta, data, err := parseTeamEvent(TypeRoundRequested, subject, body, maxBytes, (*checker).roundRequested,
+		func(d RoundRequested) (string, string) { return d.ExecutionID, d.TeamID })
+	return RoundRequest{Meta: meta, Data: data}, err
+}
+
+// parseTeamEvent validates an event of one team: its envelope, its data (read), and that the
+// subject names the data's execution and team (address). What was read is returned with the
+// error, so a caller can still name the event it refuses.
+func parseTeamEvent[D any](eventType, subject string, body []byte, maxBytes int, read func(*checker, map[string]any, string) D, address func(D) (exec, team string)) (Meta, D, error) {
 	var c checker
-	meta, data := c.envelope(TypeRoundRequested, subject, body, maxBytes)
-	var rr RoundRequest
-	rr.Meta = meta
-	if data != nil {
-		rr.Data = c.roundRequested(data, "data")
-		c.subjectAgrees(subject, TypeRoundRequested, rr.Data.ExecutionID, rr.Data.TeamID)
+	meta, m := c.envelope(eventType, subject, body, maxBytes)
+	var data D
+	if m != nil {
+		data = read(&c, m, "data")
+		exec, team := address(data)
+		c.subjectAgrees(subject, eventType, exec, team)
 	}
-	return rr, c.err()
+	return meta, data, c.err()
 }
 
 // RenderRequest is a validated body of POST /v1/render (docs/contract.md#http-and-nats-services).
