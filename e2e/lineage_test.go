@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -189,3 +190,56 @@ func TestTwoRankersRefillTogether(t *testing.T) {
 
 // checkEveryForTests is the ranker's lineage check period (cmd/ranker checkEvery).
 const checkEveryForTests = 5 * time.Second
+
+// TestOneEventIDForTwoTeamsCountsBoth: an orchestrator whose event ids are unique per team sends
+// one id for the evaluations of two teams, and they reach the ranker in one batch. An evaluation
+// is its id within its team, as the store and every read count it: both are stored and ranked,
+// and the store refilled from the stream after its table is dropped ranks them the same.
+func TestOneEventIDForTwoTeamsCountsBoth(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const exec = "shared-id"
+	want := []struct {
+		team  string
+		score float64
+	}{{"bravo", 97}, {"alpha", 95}} // the board, best first
+	if err := events.EnsureStreams(t.Context(), e.js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		body, err := events.Marshal("ev-shared", "orchestrator/test", events.TypeEvaluationCompleted, t0,
+			evaluation(exec, w.team, "Team "+w.team, 1, w.score, "the answer of "+w.team, t0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each its own message id: the stream keeps both, as it does beyond its duplicate window.
+		if _, err := e.js.Publish(t.Context(), events.EvaluationSubject(exec, w.team), body, jetstream.WithMsgID("ev-shared/"+w.team)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Started after both are stored: they come in one batch.
+	ranker := e.start("ranker")
+	check := func(when string) {
+		t.Helper()
+		testenv.WaitFor(t, 30*time.Second, "both teams ranked "+when, func() (bool, string) {
+			var lb leaderboard
+			if code := ranker.getJSON(t, "/v1/executions/"+exec+"/leaderboard", &lb); code != http.StatusOK || len(lb.Teams) != len(want) {
+				return false, fmt.Sprintf("%d: %+v", code, lb.Teams)
+			}
+			for i, w := range want {
+				if lb.Teams[i].TeamID != w.team || lb.Teams[i].BestScore != w.score || lb.Teams[i].Rounds != 1 {
+					return false, fmt.Sprintf("%+v", lb.Teams)
+				}
+			}
+			return true, ""
+		})
+	}
+	check("as committed")
+	e.storeExec("DROP TABLE evaluations")
+	testenv.WaitFor(t, 30*time.Second, "the ranker to refill its store", func() (bool, string) {
+		v := ranker.metric(t, "ranker_store_refills_total")
+		return v >= 1, fmt.Sprint(v, " refills")
+	})
+	waitReadiness(t, ranker, http.StatusOK, 30*time.Second)
+	check("after the refill")
+}

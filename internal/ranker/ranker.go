@@ -156,12 +156,12 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 }
 
 // batch is a parsed batch: the rows to write, the messages to ack once they are written (their
-// places in the batch, and their event ids), and the trace context of each evaluation that
-// carried one, which the batch's span links to.
+// places in the batch, and their evaluations' places in the rows), and the trace context of each
+// evaluation that carried one, which the batch's span links to.
 type batch struct {
 	recs  []rank.Record
 	keep  []int
-	ids   []string // the event id of each message of keep
+	recOf []int // the place in recs of each message of keep's evaluation
 	links []trace.Link
 }
 
@@ -182,11 +182,13 @@ func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announce
 	return res
 }
 
-// parse reads a batch; an invalid event's outcome is poison, and repeats of an id within the
-// batch are acked with it but written once.
+// parse reads a batch; an invalid event's outcome is poison, and repeats of an evaluation within
+// the batch are acked with it but written once. An evaluation is its event id within its team of
+// its execution, as the store's rows and every read count it (rank.Latest): one id sent for two
+// teams is two evaluations.
 func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg, outcomes []settle.Outcome) batch {
 	b := batch{recs: make([]rank.Record, 0, len(msgs)), keep: make([]int, 0, len(msgs))}
-	seen := make(map[string]bool, len(msgs))
+	seen := make(map[[3]string]int, len(msgs)) // an evaluation's place in b.recs
 	for i, msg := range msgs {
 		md, err := msg.Metadata()
 		if err != nil {
@@ -199,16 +201,19 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg, outcomes []set
 			outcomes[i] = settle.Reject(err.Error())
 			continue
 		}
-		b.keep, b.ids = append(b.keep, i), append(b.ids, ev.ID)
 		if sc := trace.SpanContextFromContext(r.trace.Extract(ctx, ev.Trace, msg.Headers())); sc.IsValid() {
 			b.links = append(b.links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("podium.evaluation_id", ev.ID)}})
 		}
-		if seen[ev.ID] {
+		key := [3]string{ev.Data.ExecutionID, ev.Data.TeamID, ev.ID}
+		j, repeat := seen[key]
+		if repeat {
 			r.m.events.WithLabelValues("duplicate").Inc()
-			continue
+		} else {
+			j = len(b.recs)
+			seen[key] = j
+			b.recs = append(b.recs, rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, EvaluationCompleted: ev.Data})
 		}
-		seen[ev.ID] = true
-		b.recs = append(b.recs, rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, EvaluationCompleted: ev.Data})
+		b.keep, b.recOf = append(b.keep, i), append(b.recOf, j)
 	}
 	return b
 }
@@ -242,7 +247,7 @@ func (r *ranker) commit(ctx context.Context, b batch, outcomes []settle.Outcome)
 
 // insertSpan writes recs as the span clickhouse.insert, ended however the write ends (a panic
 // included: the runtime's recovery goes on after it).
-func (r *ranker) insertSpan(ctx context.Context, recs []rank.Record) (refused map[string]error, err error) {
+func (r *ranker) insertSpan(ctx context.Context, recs []rank.Record) (refused map[int]error, err error) {
 	ictx, span := r.trace.Start(ctx, "clickhouse.insert", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.Int("db.rows", len(recs))))
 	defer func() { tracing.End(span, err) }()
 	return r.write(ictx, recs)

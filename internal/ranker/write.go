@@ -48,10 +48,10 @@ func (r *ranker) stopWith(err error) {
 }
 
 // write stores the recs of a commit (see the top of this file), refilling the table from the
-// stream when it is missing. It returns the evaluations ClickHouse refused, by event id with its
-// error, when the others are stored; an error when nothing was settled: ctx ended, or a fault
-// stopped the ranker.
-func (r *ranker) write(ctx context.Context, recs []rank.Record) (map[string]error, error) {
+// stream when it is missing. It returns the evaluations ClickHouse refused, by their place in
+// recs with its error, when the others are stored; an error when nothing was settled: ctx ended,
+// or a fault stopped the ranker.
+func (r *ranker) write(ctx context.Context, recs []rank.Record) (map[int]error, error) {
 	for repairs := 1; ; repairs++ {
 		refused, err := r.writeRows(ctx, recs)
 		if !errors.Is(err, sink.ErrTableLost) {
@@ -70,9 +70,10 @@ func (r *ranker) write(ctx context.Context, recs []rank.Record) (map[string]erro
 	}
 }
 
-// writeRows stores recs through the sink: the refused ones by event id. A table that refuses
-// every evaluation stops the ranker. It returns sink.ErrTableLost when the table is missing.
-func (r *ranker) writeRows(ctx context.Context, recs []rank.Record) (map[string]error, error) {
+// writeRows stores recs through the sink: the refused ones by their place in recs. A table that
+// refuses every evaluation stops the ranker. It returns sink.ErrTableLost when the table is
+// missing.
+func (r *ranker) writeRows(ctx context.Context, recs []rank.Record) (map[int]error, error) {
 	refused, err := r.sink.Write(ctx, recs)
 	if errors.Is(err, chstore.ErrTableMismatch) {
 		fatal := fmt.Errorf("%w: it refuses every evaluation: %v; fix the table or recreate it with `ranker migrate`", errFatal, err)
@@ -80,29 +81,27 @@ func (r *ranker) writeRows(ctx context.Context, recs []rank.Record) (map[string]
 		r.stopWith(fatal)
 		return nil, fatal
 	}
-	if err != nil || len(refused) == 0 {
+	if err != nil {
 		return nil, err
 	}
-	byID := make(map[string]error, len(refused))
-	for i, err := range refused {
-		byID[recs[i].EventID] = err
-	}
-	return byID, nil
+	return refused, nil
 }
 
-// deadLetterRefused dead-letters the messages of refused evaluations with what ClickHouse said,
-// and returns the batch without them.
-func (r *ranker) deadLetterRefused(b batch, refused map[string]error, outcomes []settle.Outcome) batch {
+// deadLetterRefused dead-letters the messages of refused evaluations (by their place in b.recs)
+// with what ClickHouse said, and returns the batch without them.
+func (r *ranker) deadLetterRefused(b batch, refused map[int]error, outcomes []settle.Outcome) batch {
 	kept := batch{recs: b.recs[:0:0], links: b.links}
-	for _, rec := range b.recs {
-		if refused[rec.EventID] == nil {
+	moved := make([]int, len(b.recs)) // a kept record's place in kept.recs
+	for j, rec := range b.recs {
+		if refused[j] == nil {
+			moved[j] = len(kept.recs)
 			kept.recs = append(kept.recs, rec)
 		}
 	}
 	for k, i := range b.keep {
-		err := refused[b.ids[k]]
+		err := refused[b.recOf[k]]
 		if err == nil {
-			kept.keep, kept.ids = append(kept.keep, i), append(kept.ids, b.ids[k])
+			kept.keep, kept.recOf = append(kept.keep, i), append(kept.recOf, moved[b.recOf[k]])
 			continue
 		}
 		r.m.events.WithLabelValues("dead_lettered").Inc()

@@ -89,15 +89,16 @@ func TestWriteDeadLettersOnlyWhatIsRefused(t *testing.T) {
 	bad := map[string]bool{"e03": true, "e17": true, "e39": true}
 	f := &faulty{Store: st, refuse: func(r rank.Record) bool { return bad[r.EventID] }}
 	r, stopped := newTestRanker(t, f, nil)
-	refused, err := r.write(t.Context(), records("split", ids...))
+	recs := records("split", ids...)
+	refused, err := r.write(t.Context(), recs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(refused) != len(bad) {
 		t.Fatalf("refused %v, want %v", refused, bad)
 	}
-	for id, e := range refused {
-		if !bad[id] || !strings.Contains(e.Error(), "Type mismatch") {
+	for i, e := range refused {
+		if id := recs[i].EventID; !bad[id] || !strings.Contains(e.Error(), "Type mismatch") {
 			t.Errorf("refused %s: %v", id, e)
 		}
 	}

@@ -18,12 +18,12 @@ import (
 )
 
 // Write stores a batch of records; it returns once they are stored, but for those the table
-// refuses (by event id), or with the error that stops the refill.
-type Write func(ctx context.Context, recs []rank.Record) (refused map[string]error, err error)
+// refuses (by their place in recs), or with the error that stops the refill.
+type Write func(ctx context.Context, recs []rank.Record) (refused map[int]error, err error)
 
 // Insert is the Write of a store that refuses nothing it is given.
 func Insert(insert func(context.Context, []rank.Record) error) Write {
-	return func(ctx context.Context, recs []rank.Record) (map[string]error, error) { return nil, insert(ctx, recs) }
+	return func(ctx context.Context, recs []rank.Record) (map[int]error, error) { return nil, insert(ctx, recs) }
 }
 
 // Options say how a refill reads and writes.
@@ -72,7 +72,7 @@ func Run(ctx context.Context, o Options, after uint64, write Write) (Result, err
 			res.Written += len(recs) - len(refused)
 			res.Refused += len(refused)
 			for i := len(recs) - 1; i >= 0; i-- {
-				if refused[recs[i].EventID] == nil {
+				if refused[i] == nil {
 					res.Last = chstore.KeyOf(recs[i]) // the anchor must be a row the table holds
 					break
 				}
