@@ -325,7 +325,6 @@ func (a *archiver) refill(ctx context.Context, why string) (err error) {
 		}
 		a.filled.Holds()
 	}()
-	a.m.refills.Inc()
 	start := time.Now()
 	a.log.WarnContext(ctx, "the prompts archive is not whole; making it again and filling it from PROMPTS", "reason", why)
 	return retry.Do(ctx, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
@@ -333,6 +332,8 @@ func (a *archiver) refill(ctx context.Context, why string) (err error) {
 	}, func(ctx context.Context, _ uint64) error {
 		n, err := a.refillOnce(ctx)
 		if err == nil {
+			// Counted once done, as its help says: the archive is whole again, its epoch published.
+			a.m.refills.Inc()
 			a.log.InfoContext(ctx, "prompts archive made again and filled from PROMPTS", "records", n, "epoch", *a.epoch.Load(),
 				"took", time.Since(start).Round(time.Millisecond).String())
 		}

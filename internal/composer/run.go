@@ -143,25 +143,8 @@ func newComposer(base *service.Base, cfg *Config, st *chstore.Store, lib *compos
 		renderTimeout: cfg.RenderTimeout,
 		maxDeliver:    cfg.MaxDeliver,
 		now:           time.Now,
-		answers:       &answerStore{remake: promptsMaker(base.JS, cfg), stored: base.Health.Condition("prompts", nil)},
+		answers:       &answerStore{remake: base.StreamMaker(events.StreamPrompts), stored: base.Health.Condition("prompts", nil)},
 	}, nil
-}
-
-// promptsMaker makes PROMPTS again when the composer manages its streams; nil otherwise.
-func promptsMaker(js jetstream.JetStream, cfg *Config) func(context.Context) error {
-	if !cfg.ManageStreams {
-		return nil
-	}
-	return func(ctx context.Context) error {
-		sc, err := events.StreamConfig(events.StreamPrompts, cfg.Streams.Options())
-		if err != nil {
-			return err
-		}
-		if _, err := js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return err
-		}
-		return nil
-	}
 }
 
 // templateRegistry opens the TEMPLATES bucket, creating it when the composer manages its

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/events"
@@ -32,8 +30,8 @@ type answerStore struct {
 	mu      sync.Mutex
 	waiting int
 	stored  *health.Condition
-	// remake makes PROMPTS again; nil when the operator owns the streams.
-	remake func(ctx context.Context) error
+	// remake makes PROMPTS again when it is missing; nil when the operator owns the streams.
+	remake func(ctx context.Context) (bool, error)
 }
 
 // failed notes that an answer is not stored, why, and whether it started waiting now.
@@ -98,12 +96,11 @@ func (c *composer) store(ctx context.Context, publish func(context.Context) erro
 
 // remakePrompts makes PROMPTS again when it is missing; an operator who made it meanwhile wins.
 func (c *composer) remakePrompts(ctx context.Context) {
-	if _, err := c.js.Stream(ctx, events.StreamPrompts); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return
-	}
-	if err := c.answers.remake(ctx); err != nil {
+	made, err := c.answers.remake(ctx)
+	switch {
+	case err != nil:
 		c.log.WarnContext(ctx, "PROMPTS is missing and could not be made again", "error", err)
-		return
+	case made:
+		c.log.WarnContext(ctx, "PROMPTS was missing; made it again with its configuration")
 	}
-	c.log.WarnContext(ctx, "PROMPTS was missing; made it again with its configuration")
 }

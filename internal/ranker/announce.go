@@ -87,18 +87,24 @@ func (a *announcer) take() (map[string]trace.SpanContext, bool) {
 // burst of batches costs ClickHouse one leaderboard read per execution per interval rather than
 // one per batch, and the inserts keep the server's CPU. An execution whose announcement failed
 // goes back to the next round (at least a second later): it is retried until published, or
-// superseded by a later board, which the next read returns anyway.
+// superseded by a later board, which the next read returns anyway. While announcements fail the
+// "leaderboards" condition fails naming why; LEADERBOARDS deleted is made again (MANAGE_STREAMS)
+// once the deletion has settled, a second after the first failure.
 func (r *ranker) announce(ctx context.Context, a *announcer) {
+	var failingSince time.Time
 	for {
 		<-a.wake
 		ids, open := a.take()
 		failed := map[string]trace.SpanContext{}
 		if len(ids) > 0 {
-			failed = r.publishBoards(ctx, ids)
+			var why error
+			failed, why = r.publishBoards(ctx, ids)
+			failingSince = r.noteAnnounced(ctx, why, failingSince)
 		}
 		if !open {
 			if ids, _ := a.take(); len(ids) > 0 {
-				maps.Copy(failed, r.publishBoards(ctx, ids))
+				more, _ := r.publishBoards(ctx, ids)
+				maps.Copy(failed, more)
 			}
 			if len(failed) > 0 {
 				r.log.Error("leaderboard.updated not published before stopping", "executions", slices.Sorted(maps.Keys(failed)))
@@ -116,16 +122,46 @@ func (r *ranker) announce(ctx context.Context, a *announcer) {
 	}
 }
 
-// publishBoards announces the executions' current leaderboards and returns those it could not.
-// Each announcement is a span, child of the batch that committed the execution last, and the
-// event carries its context.
-func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.SpanContext) (failed map[string]trace.SpanContext) {
+// noteAnnounced sets the "leaderboards" condition after a round of announcements that failed with
+// why (nil: none failed), and makes LEADERBOARDS again when it is missing and has been failing
+// since before deletionSettles. It returns since when announcements fail (zero: they do not).
+func (r *ranker) noteAnnounced(ctx context.Context, why error, since time.Time) time.Time {
+	if why == nil {
+		if r.boards.Holds() {
+			r.log.Info("leaderboard.updated published again")
+		}
+		return time.Time{}
+	}
+	r.boards.Fail("leaderboard.updated cannot be published: %v", why)
+	if since.IsZero() {
+		return time.Now()
+	}
+	if r.remakeBoards != nil && time.Since(since) >= deletionSettles {
+		made, err := r.remakeBoards(ctx)
+		switch {
+		case err != nil:
+			r.log.Warn("LEADERBOARDS is missing and could not be made again", "error", err)
+		case made:
+			r.log.Warn("LEADERBOARDS was missing; made it again with its configuration")
+		}
+	}
+	return since
+}
+
+// deletionSettles is how long a stream must have been missing before it is made again: one made
+// again while nats-server still moves the deleted one's files away loses its files.
+const deletionSettles = time.Second
+
+// publishBoards announces the executions' current leaderboards and returns those it could not,
+// with the last reason why. Each announcement is a span, child of the batch that committed the
+// execution last, and the event carries its context.
+func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.SpanContext) (failed map[string]trace.SpanContext, why error) {
 	ids := slices.Sorted(maps.Keys(batches))
 	failed = map[string]trace.SpanContext{}
 	// No board is read from a store being refilled (lineage.go): the executions wait for the
 	// next round. The snapshots name the lineage their rows were read from.
 	if !r.boardsMu.TryRLock() {
-		return batches
+		return batches, nil
 	}
 	lin := r.lineage.Load()
 	// Read after the ack floor: every evaluation up to it is committed, so the rows read next
@@ -141,7 +177,7 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 	if err != nil {
 		r.m.clickhouseErrors.WithLabelValues("query").Inc()
 		r.log.Warn("leaderboard read for leaderboard.updated failed; will retry", "executions", len(ids), "error", err)
-		return batches
+		return batches, nil // ClickHouse's: the clickhouse conditions say it
 	}
 	for _, id := range ids {
 		// The snapshot first: a request that the announcement prompts then finds it.
@@ -170,10 +206,10 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 		if err != nil {
 			r.m.announcements.WithLabelValues("failed").Inc()
 			r.log.WarnContext(sctx, "leaderboard.updated not published; will retry", "execution_id", id, "error", err)
-			failed[id] = batches[id]
+			failed[id], why = batches[id], err
 			continue
 		}
 		r.m.leaderboardsSent.Inc()
 	}
-	return failed
+	return failed, why
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
@@ -47,12 +49,16 @@ func TestAnnounceRetriesUntilPublished(t *testing.T) {
 	}
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, store: st, m: newMetrics(prometheus.NewRegistry()),
 		trace: tr, source: "ranker/test", announceInterval: 10 * time.Millisecond, now: time.Now}
+	_, _, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
 	ann := newAnnouncer()
 	done := make(chan struct{})
 	go func() { defer close(done); r.announce(context.Background(), ann) }()
 	ann.add(trace.SpanContext{}, recs)
 
 	time.Sleep(1500 * time.Millisecond) // at least one failed round
+	if err := r.boards.Err(); err == nil || !strings.Contains(err.Error(), "leaderboard.updated cannot be published") {
+		t.Errorf("leaderboards = %v while LEADERBOARDS is missing, want it failing", err)
+	}
 	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamLeaderboards); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +86,9 @@ func TestAnnounceRetriesUntilPublished(t *testing.T) {
 	if len(got.Leaderboard) != 1 || got.Leaderboard[0].BestScore != 42 || got.EvaluationsSeq != 1 {
 		t.Errorf("leaderboard.updated = %+v, want t1 with 42 at sequence 1", got)
 	}
+	testenv.WaitFor(t, 5*time.Second, "leaderboards to hold once published", func() (bool, string) {
+		return r.boards.Err() == nil, fmt.Sprint(r.boards.Err())
+	})
 	ann.close()
 	select {
 	case <-done:
@@ -149,6 +158,7 @@ func TestAnnouncementTooLargeIsNotRetried(t *testing.T) {
 	cs := &countingStore{Store: st, reads: map[string]int{}}
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, store: cs, m: newMetrics(prometheus.NewRegistry()),
 		trace: tr, source: "ranker/test", announceInterval: 10 * time.Millisecond, now: time.Now}
+	_, _, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
 	ann := newAnnouncer()
 	done := make(chan struct{})
 	go func() { defer close(done); r.announce(context.Background(), ann) }()

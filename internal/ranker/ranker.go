@@ -89,13 +89,17 @@ type ranker struct {
 	// (lineage.go): not checked against the stream yet, or being refilled.
 	writes *health.Condition
 	whole  *health.Condition
+	// boards ("leaderboards") is the announcer's: it fails while leaderboard.updated cannot be
+	// published (announce.go). remakeBoards makes LEADERBOARDS again (nil: the operator owns it).
+	boards       *health.Condition
+	remakeBoards func(ctx context.Context) (bool, error)
 	// sink writes batches of evaluations (write.go).
 	sink *sink.Writer[rank.Record]
 }
 
 // newConditions registers the ranker's readiness conditions.
-func newConditions(h *health.Health) (writes, whole *health.Condition) {
-	return h.Condition("clickhouse", nil), h.Condition("store", errUnchecked)
+func newConditions(h *health.Health) (writes, whole, boards *health.Condition) {
+	return h.Condition("clickhouse", nil), h.Condition("store", errUnchecked), h.Condition("leaderboards", nil)
 }
 
 // errUnchecked is the store before its first check.

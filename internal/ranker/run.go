@@ -110,7 +110,7 @@ func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handl
 
 // newRanker wires the ranker to its NATS connection and store.
 func newRanker(base *service.Base, cfg *Config, st *chstore.Store) *ranker {
-	writes, whole := newConditions(base.Health)
+	writes, whole, boards := newConditions(base.Health)
 	m := newMetrics(base.Reg)
 	return &ranker{
 		log:       base.Log,
@@ -133,6 +133,8 @@ func newRanker(base *service.Base, cfg *Config, st *chstore.Store) *ranker {
 		now:              time.Now,
 		writes:           writes,
 		whole:            whole,
+		boards:           boards,
+		remakeBoards:     base.StreamMaker(events.StreamLeaderboards),
 		sink:             newSink(st, m, writes, base.Log),
 	}
 }

@@ -59,7 +59,7 @@ func newTestRanker(t *testing.T, st store, repair func(context.Context) error) (
 	var stopped atomic.Value
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), store: st, m: newMetrics(prometheus.NewRegistry()),
 		now: time.Now, repair: repair, fail: func(err error) { stopped.Store(err) }}
-	r.writes, r.whole = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
+	r.writes, r.whole, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
 	r.sink = newSink(st, r.m, r.writes, r.log)
 	return r, &stopped
 }

@@ -113,6 +113,30 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 	return b, nil
 }
 
+// StreamMaker makes a stream the service publishes to again when it is missing (an operator
+// deleted it), with its configuration, and says whether it made it; an operator who made it
+// meanwhile wins. Nil when the operator owns the streams (MANAGE_STREAMS=false). Call it only once
+// the deletion has settled (a second after the first failure): a stream made again while
+// nats-server still moves the deleted one's files away loses its files (internal/consume).
+func (b *Base) StreamMaker(name string) func(ctx context.Context) (bool, error) {
+	if !b.common.ManageStreams {
+		return nil
+	}
+	return func(ctx context.Context) (bool, error) {
+		if _, err := b.JS.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return false, nil
+		}
+		sc, err := events.StreamConfig(name, b.common.Streams.Options())
+		if err != nil {
+			return false, err
+		}
+		if _, err := b.JS.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return false, fmt.Errorf("make %s again: %w", name, err)
+		}
+		return true, nil
+	}
+}
+
 // Close releases the connection of a service that stops before Run.
 func (b *Base) Close() { b.NC.Close() }
 
