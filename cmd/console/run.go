@@ -11,6 +11,7 @@ import (
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/console"
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/registry"
@@ -149,9 +150,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Started:         []any{"url", url, "clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase, "auth", cfg.AuthToken != "" || cfg.BasicUser != ""},
 		Consume: func(stop, _ context.Context) error {
 			// Nothing is consumed: "consuming" is the live subscriptions, up until the stop.
-			base.Consuming(true)
+			base.Consuming(nil)
 			<-stop.Done()
-			base.Consuming(false)
+			base.Consuming(consume.ErrNotConsuming)
 			con.Close() // ends every live response, so the HTTP shutdown does not wait for viewers
 			return nil
 		},

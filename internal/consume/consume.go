@@ -100,8 +100,9 @@ type Runtime struct {
 	Log    *slog.Logger
 	// Buffer bounds what the runtime holds ahead of the loop (pull.go).
 	Buffer Buffer
-	// Consuming reports whether messages are being consumed (the service's readiness).
-	Consuming func(bool)
+	// Consuming hears whether messages are being consumed (nil) or why not (the service's
+	// readiness): the loop runs, and its fetches succeed.
+	Consuming func(error)
 	// RecoverFor is how long the runtime tries to get a lost consumer back before it gives up.
 	RecoverFor time.Duration
 	// Recoveries counts consumers made again after a fault (may be nil).
@@ -228,6 +229,9 @@ func (rt *Runtime) config() jetstream.ConsumerConfig {
 	return cfg
 }
 
+// ErrNotConsuming is the state of a runtime whose loop does not run.
+var ErrNotConsuming = errors.New("not consuming")
+
 // watchEvery is how often a running consumer is looked up by name. nats.go tells a pull that the
 // consumer was deleted only while the pull waits on the server; a service whose buffer is full
 // (a batch held behind a slow insert) has no pull waiting, and its later pulls are refused
@@ -288,8 +292,8 @@ const retryEvery = 500 * time.Millisecond
 func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop Loop) error {
 	for {
 		started := time.Now()
-		it := newPull(cons, rt.Buffer, rt.keepEvery(), rt.Log)
-		rt.Consuming(true)
+		it := newPull(cons, rt.Buffer, rt.keepEvery(), rt.Log, rt.Consuming)
+		rt.Consuming(nil)
 		stream := rt.streamCreated(stop)
 		if info := cons.CachedInfo(); info != nil {
 			rt.noteFloor(stream, info.AckFloor.Stream) // known from the start, not only after a lookup
@@ -299,7 +303,7 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		if cause := lost(); cause != nil {
 			err = cause
 		}
-		rt.Consuming(false)
+		rt.Consuming(ErrNotConsuming)
 		it.Stop()
 		if stop.Err() != nil {
 			return nil

@@ -16,7 +16,7 @@ func TestMetadataOfADeletedConsumerWaitsForItsRemake(t *testing.T) {
 	js, cons, _ := recoverEnv(t)
 	ctx := t.Context()
 	rt := &Runtime{Source: Source{JS: js, Stream: events.StreamRounds, Consumer: cons.CachedInfo().Config},
-		Log: slog.New(slog.DiscardHandler), Consuming: func(bool) {}, RecoverFor: 10 * time.Second}
+		Log: slog.New(slog.DiscardHandler), Consuming: func(error) {}, RecoverFor: 10 * time.Second}
 	if err := js.DeleteConsumer(ctx, events.StreamRounds, events.ConsumerComposer); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package consume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -52,6 +53,10 @@ type pull struct {
 
 	ctx    context.Context // ends at Stop: the fetch in flight is abandoned
 	cancel context.CancelFunc
+	// consuming hears of fetches that fail other than for a lost consumer (permissions revoked,
+	// JetStream away, a stream without quorum: nothing is consumed, though nothing is lost), and
+	// of the first that succeeds again (nil).
+	consuming func(error)
 
 	mu       sync.Mutex
 	queue    []jetstream.Msg
@@ -65,9 +70,9 @@ type pull struct {
 
 // newPull starts fetching from cons into a buffer bounded by buf; keepEvery is how often what it
 // holds is kept alive (a third of the consumer's AckWait).
-func newPull(cons jetstream.Consumer, buf Buffer, keepEvery time.Duration, log *slog.Logger) *pull {
+func newPull(cons jetstream.Consumer, buf Buffer, keepEvery time.Duration, log *slog.Logger, consuming func(error)) *pull {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pull{cons: cons, buf: buf, keepEvery: keepEvery, log: log, ctx: ctx, cancel: cancel,
+	p := &pull{cons: cons, buf: buf, keepEvery: keepEvery, log: log, ctx: ctx, cancel: cancel, consuming: consuming,
 		changed: make(chan struct{})}
 	p.buf.Messages = max(p.buf.Messages, 1)
 	go p.fetch()
@@ -171,7 +176,7 @@ func (p *pull) fetch() {
 		p.signal()
 		p.mu.Unlock()
 	}()
-	empty := false
+	empty, failing := false, false
 	for {
 		n, b, ok := p.room(empty)
 		if !ok {
@@ -197,9 +202,15 @@ func (p *pull) fetch() {
 			return
 		case err != nil:
 			p.log.Warn("fetch failed", "error", err)
+			failing = true
+			p.consuming(fmt.Errorf("fetches from the consumer fail: %w", err))
 			if retry.Sleep(p.ctx, retryEvery) != nil {
 				return
 			}
+		case failing:
+			failing = false
+			p.log.Info("fetches from the consumer succeed again")
+			p.consuming(nil)
 		}
 		empty = got == 0
 	}

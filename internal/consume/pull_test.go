@@ -69,7 +69,7 @@ func TestBufferedMessagesAreKeptAlive(t *testing.T) {
 	}
 	stop, cancel := context.WithCancel(t.Context())
 	rt := &Runtime{Source: Source{JS: js, Stream: events.StreamRounds, Consumer: cons.CachedInfo().Config},
-		Log: slog.New(slog.DiscardHandler), Buffer: Buffer{Messages: 3}, Consuming: func(bool) {}, RecoverFor: time.Second}
+		Log: slog.New(slog.DiscardHandler), Buffer: Buffer{Messages: 3}, Consuming: func(error) {}, RecoverFor: time.Second}
 	done := make(chan error, 1)
 	go func() {
 		done <- rt.Run(stop, t.Context(), cons, Workers(1, Stage{Handler: Each(h), Settler: settler, KeepAlive: 300 * time.Millisecond}, func(string, ...any) {}))
@@ -112,7 +112,7 @@ func TestBufferIsBoundedByBytes(t *testing.T) {
 	}
 	stop, cancel := context.WithCancel(t.Context())
 	rt := &Runtime{Source: Source{JS: js, Stream: events.StreamRounds, Consumer: cons.CachedInfo().Config},
-		Log: slog.New(slog.DiscardHandler), Buffer: Buffer{Messages: 100, Bytes: 400}, Consuming: func(bool) {}, RecoverFor: time.Second}
+		Log: slog.New(slog.DiscardHandler), Buffer: Buffer{Messages: 100, Bytes: 400}, Consuming: func(error) {}, RecoverFor: time.Second}
 	done := make(chan error, 1)
 	go func() {
 		done <- rt.Run(stop, t.Context(), cons, Workers(1, Stage{Handler: Each(h), Settler: settler}, func(string, ...any) {}))

@@ -50,7 +50,7 @@ func consumeAll(t *testing.T, js jetstream.JetStream, cons jetstream.Consumer, l
 	t.Helper()
 	stop, cancel := context.WithCancel(t.Context())
 	rt := &Runtime{Source: Source{JS: js, Stream: events.StreamRounds, Consumer: cons.CachedInfo().Config},
-		Log: slog.New(slog.DiscardHandler), Consuming: func(bool) {}, RecoverFor: time.Second}
+		Log: slog.New(slog.DiscardHandler), Consuming: func(error) {}, RecoverFor: time.Second}
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(stop, t.Context(), cons, loop) }()
 	testenv.WaitFor(t, 10*time.Second, "every message settled", func() (bool, string) {

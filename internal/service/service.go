@@ -109,7 +109,7 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 	b := &Base{Name: name, Source: name + "/" + host, Log: log, Reg: reg, NC: nc, JS: js, Trace: tr, common: c,
 		Health: health.New(reg, name)}
 	b.Health.Probe("nats", NATSConnected(nc))
-	b.consuming = b.Health.Condition("consuming", errNotConsuming)
+	b.consuming = b.Health.Condition("consuming", consume.ErrNotConsuming)
 	return b, nil
 }
 
@@ -172,17 +172,9 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 	return rt, cons, nil
 }
 
-// errNotConsuming is the "consuming" condition while nothing is consumed.
-var errNotConsuming = errors.New("not consuming")
-
-// Consuming marks whether the consumer loop runs (the "consuming" condition).
-func (b *Base) Consuming(on bool) {
-	if on {
-		b.consuming.Holds()
-		return
-	}
-	b.consuming.Set(errNotConsuming)
-}
+// Consuming sets the "consuming" condition: nil while messages are consumed, else why not
+// (consume.ErrNotConsuming while the loop does not run, a fetch's error while fetches fail).
+func (b *Base) Consuming(err error) { b.consuming.Set(err) }
 
 // Serving is how Run serves a started service.
 type Serving struct {
