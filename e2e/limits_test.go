@@ -303,4 +303,25 @@ func TestTeamsPerExecutionBounded(t *testing.T) {
 	}
 	waitMetricAtLeast(t, ranker, `ranker_leaderboard_updates_unpublished_total{reason="too_large"}`, 1, 30*time.Second)
 	waitReadiness(t, ranker, http.StatusOK, 10*time.Second)
+	// The board too large for one message is announced all the same: its top rows, saying what
+	// was cut, so the execution's last announcement is never a stale board that looks whole.
+	var lu events.LeaderboardUpdated
+	testenv.WaitFor(t, 30*time.Second, "the whole 12,000-team board announced", func() (bool, string) {
+		var ok bool
+		lu, ok = lastBoard(t, e, "teams-12k")
+		return ok && lu.Truncated != nil && lu.Truncated.Teams == 12000, fmt.Sprintf("%v %+v", ok, lu.Truncated)
+	})
+	if lu.Truncated.Shown != len(lu.Leaderboard) || lu.Truncated.Shown < 1000 || lu.Truncated.Shown >= 12000 {
+		t.Fatalf("the 12,000-team board's announcement: truncated %+v, %d rows", lu.Truncated, len(lu.Leaderboard))
+	}
+	var whole leaderboard
+	if code := ranker.getJSON(t, "/v1/executions/teams-12k/leaderboard", &whole); code != http.StatusOK || len(whole.Teams) != 12000 {
+		t.Fatalf("the API's board: %d, %d teams", code, len(whole.Teams))
+	}
+	for i, row := range lu.Leaderboard {
+		if row != whole.Teams[i] {
+			t.Fatalf("announced row %d is %+v, the board's is %+v: want the board's top rows", i, row, whole.Teams[i])
+		}
+	}
+	t.Logf("12,000 teams: the announcement carries the top %d rows, marked truncated", lu.Truncated.Shown)
 }

@@ -148,6 +148,37 @@ func (r *ranker) noteAnnounced(ctx context.Context, why error, since time.Time) 
 	return since
 }
 
+// topThatFits is data with the most rows of its board that fit in one message (fits), marked
+// truncated, and its body. The rows that fit are found by halving: a board too large is rare,
+// and a few marshals of it cost less than a wrong guess.
+func topThatFits(data events.LeaderboardUpdated, marshal func(events.LeaderboardUpdated) ([]byte, error), fits func([]byte) error) (events.LeaderboardUpdated, []byte, error) {
+	rows := data.Leaderboard
+	cut := func(n int) (events.LeaderboardUpdated, []byte, error) {
+		c := data
+		c.Leaderboard, c.Truncated = rows[:n], &events.BoardTruncation{Teams: len(rows), Shown: n}
+		body, err := marshal(c)
+		if err == nil {
+			err = fits(body)
+		}
+		return c, body, err
+	}
+	lo, hi := 0, len(rows) // none of the rows fits (or nothing will); all of them do not
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		_, _, err := cut(mid)
+		var tooLarge *events.TooLargeError
+		switch {
+		case err == nil:
+			lo = mid
+		case errors.As(err, &tooLarge):
+			hi = mid
+		default:
+			return data, nil, err
+		}
+	}
+	return cut(lo)
+}
+
 // deletionSettles is how long a stream must have been missing before it is made again: one made
 // again while nats-server still moves the deleted one's files away loses its files.
 const deletionSettles = time.Second
@@ -188,21 +219,28 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 		data := events.LeaderboardUpdated{ExecutionID: id, Leaderboard: b.Rows, EvaluationsSeq: b.Seq}
 		evID := events.DerivedID("leaderboard", id, fmt.Sprint(b.Seq))
 		tc := r.trace.Inject(sctx)
-		body, err := events.MarshalTraced(evID, r.source, events.TypeLeaderboardUpdated, r.now(), data, tc)
+		subject := events.LeaderboardSubject(id)
+		at := r.now()
+		marshal := func(data events.LeaderboardUpdated) ([]byte, error) {
+			return events.MarshalTraced(evID, r.source, events.TypeLeaderboardUpdated, at, data, tc)
+		}
+		body, err := marshal(data)
+		var tooLarge *events.TooLargeError
 		if err == nil {
-			_, err = events.PublishTraced(sctx, r.js, events.LeaderboardSubject(id), evID, body, tc)
+			if err = events.Fits(r.js, subject, evID, body, tc); errors.As(err, &tooLarge) {
+				// The whole board can never be published: its top rows are, saying what was
+				// cut, so the last announcement of the execution is never a stale board that
+				// looks whole. The API serves the whole board (docs/reliability.md#limits).
+				r.m.announcements.WithLabelValues("too_large").Inc()
+				data, body, err = topThatFits(data, marshal, func(b []byte) error { return events.Fits(r.js, subject, evID, b, tc) })
+				r.log.ErrorContext(sctx, "leaderboard.updated of the whole board is over the server's max payload; its top rows are announced, marked truncated (GET /v1/executions/{id}/leaderboard serves it whole)",
+					"execution_id", id, "teams", len(b.Rows), "shown", len(data.Leaderboard), "bytes", tooLarge.Size, "limit", tooLarge.Limit)
+			}
+		}
+		if err == nil {
+			_, err = events.PublishTraced(sctx, r.js, subject, evID, body, tc)
 		}
 		tracing.End(span, err)
-		var tooLarge *events.TooLargeError
-		if errors.As(err, &tooLarge) {
-			// It can never be published as it is: retrying would read the execution again every
-			// second for ever and hold up every other announcement. It is announced again when a
-			// commit changes it; the API serves its board meanwhile (docs/reliability.md#limits).
-			r.m.announcements.WithLabelValues("too_large").Inc()
-			r.log.ErrorContext(sctx, "leaderboard.updated is over the server's max payload; not announced (GET /v1/executions/{id}/leaderboard serves it)",
-				"execution_id", id, "teams", len(b.Rows), "bytes", tooLarge.Size, "limit", tooLarge.Limit)
-			continue
-		}
 		if err != nil {
 			r.m.announcements.WithLabelValues("failed").Inc()
 			r.log.WarnContext(sctx, "leaderboard.updated not published; will retry", "execution_id", id, "error", err)

@@ -76,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		announcements: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ranker_leaderboard_updates_unpublished_total",
-			Help: "leaderboard.updated not published, by reason: failed (retried a second later at least) or too_large (over the server's max payload: not retried until a commit changes the execution).",
+			Help: "leaderboard.updated not published whole, by reason: failed (retried a second later at least) or too_large (the whole board is over the server's max payload: its top rows are published instead, marked truncated).",
 		}, []string{"reason"}),
 		pending: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ranker_consumer_pending",

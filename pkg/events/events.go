@@ -294,4 +294,13 @@ type LeaderboardUpdated struct {
 	ExecutionID    string           `json:"execution_id"`
 	Leaderboard    []LeaderboardRow `json:"leaderboard"`
 	EvaluationsSeq uint64           `json:"evaluations_seq"`
+	// Truncated is set (a compatible addition) when the whole board would not fit in one message:
+	// Leaderboard holds its first Shown rows of Teams. The ranker's API serves the whole board.
+	Truncated *BoardTruncation `json:"truncated,omitempty"`
+}
+
+// BoardTruncation says how much of a board an announcement could carry.
+type BoardTruncation struct {
+	Teams int `json:"teams"` // rows of the whole board
+	Shown int `json:"shown"` // the first rows, in board order, that the announcement carries
 }

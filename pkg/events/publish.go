@@ -119,6 +119,19 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, id string, bo
 
 // PublishTraced is Publish with trace context in the headers too (the body carries it already).
 func PublishTraced(ctx context.Context, js jetstream.JetStream, subject, id string, body []byte, tc TraceContext) (*jetstream.PubAck, error) {
+	msg := eventMsg(subject, id, body, tc)
+	if err := checkSize(js, msg); err != nil {
+		return nil, err
+	}
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("events: publish %s: %w", subject, err)
+	}
+	return ack, nil
+}
+
+// eventMsg is the message PublishTraced sends.
+func eventMsg(subject, id string, body []byte, tc TraceContext) *nats.Msg {
 	msg := nats.NewMsg(subject)
 	msg.Data = body
 	msg.Header.Set("Content-Type", ContentType)
@@ -129,14 +142,13 @@ func PublishTraced(ctx context.Context, js jetstream.JetStream, subject, id stri
 			msg.Header[HeaderTraceState] = []string{tc.State}
 		}
 	}
-	if err := checkSize(js, msg); err != nil {
-		return nil, err
-	}
-	ack, err := js.PublishMsg(ctx, msg)
-	if err != nil {
-		return nil, fmt.Errorf("events: publish %s: %w", subject, err)
-	}
-	return ack, nil
+	return msg
+}
+
+// Fits is nil when PublishTraced would send the event, a *TooLargeError when the server would
+// refuse it as too large.
+func Fits(js jetstream.JetStream, subject, id string, body []byte, tc TraceContext) error {
+	return checkSize(js, eventMsg(subject, id, body, tc))
 }
 
 // DeadLetter copies msg byte for byte to deadletter.<subject> with the reason and its origin.
