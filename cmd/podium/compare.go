@@ -41,7 +41,7 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 			*f.into = t
 		}
-		st, err := e.rank(ctx)
+		st, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}

@@ -31,7 +31,7 @@ func export(fs *flag.FlagSet) func(context.Context, *env) error {
 		if path == "" {
 			path = *execution + ".podium.json.gz"
 		}
-		st, err := e.rank(ctx)
+		st, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}

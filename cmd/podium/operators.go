@@ -35,7 +35,7 @@ func leaderboard(fs *flag.FlagSet) func(context.Context, *env) error {
 		if *asc {
 			order = events.Asc
 		}
-		st, err := e.rank(ctx)
+		st, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}
@@ -62,7 +62,7 @@ func history(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(e.args) != 2 || !events.ValidIdentifier(e.args[0]) || !events.ValidIdentifier(e.args[1]) {
 			return usagef("want an execution id and a team id")
 		}
-		st, err := e.rank(ctx)
+		st, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}

@@ -135,7 +135,7 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(recs) == 0 {
 			return &checkError{fmt.Sprintf("no prompt.composed of %s", what)}
 		}
-		st, err := e.rank(ctx)
+		st, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/internal/storeview"
 )
 
 // config is what podium reads from the environment: the services' shared settings, and ClickHouse
@@ -69,7 +70,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	e := &env{cfg: &cfg, out: stdout, stderr: stderr, args: fs.Args(), templates: library.FromEnv(os.Getenv)}
 	defer e.done()
-	return parse(ctx, e)
+	if err := parse(ctx, e); err != nil {
+		return err
+	}
+	if e.view != nil {
+		// A refill that touched the store while the command read it: what it printed or wrote
+		// may be partial, and the exit status says so.
+		if err := e.view.End(ctx); err != nil {
+			return fmt.Errorf("%w (what podium printed or wrote above may be partial)", err)
+		}
+	}
+	return nil
 }
 
 // interleave moves flags before positional arguments, so `verify EXEC TEAM 2 --json` parses.
@@ -110,6 +121,9 @@ type env struct {
 	js    jetstream.JetStream
 	close []func()
 	store *chstore.Store
+	// view is the read of the ranker's store a command made (evaluations: reads), checked again
+	// when the command is done.
+	view *storeview.Read
 }
 
 func (e *env) jetstream() (jetstream.JetStream, error) {
@@ -151,6 +165,22 @@ func (e *env) rank(ctx context.Context) (*chstore.Store, error) {
 	e.close = append(e.close, func() { st.Close() })
 	e.store = st
 	return st, nil
+}
+
+// reads opens the store for a command that reads the ranker's evaluations (boards, histories,
+// inputs to render again, exports): refused while the ranker refills it, and checked again when
+// the command is done (internal/storeview).
+func (e *env) reads(ctx context.Context) (*chstore.Store, error) {
+	if e.view == nil {
+		js, err := e.jetstream()
+		if err != nil {
+			return nil, err
+		}
+		if e.view, err = storeview.Begin(ctx, js); err != nil {
+			return nil, err
+		}
+	}
+	return e.rank(ctx)
 }
 
 // permitted runs publish, which writes to NATS, and ends it as soon as the server refuses this

@@ -45,7 +45,7 @@ func templatesTry(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(recs) == 0 {
 			return &checkError{"no recorded prompt.composed to try the candidate on"}
 		}
-		st, err := e.rank(ctx)
+		st, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/storeview"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -147,12 +148,21 @@ func (c *Console) Ready(context.Context) error {
 // pageFunc builds a page's data; an error is answered as the error page.
 type pageFunc func(r *http.Request) (any, error)
 
-// page wraps a page's data function with the template, timing and the error page.
+// page wraps a page's data function with the template, timing and the error page. A page is
+// built only from a whole store: not while the ranker refills it, and not when a refill touched
+// it while the page read it (internal/storeview); the error page says so instead.
 func (c *Console) page(name string, data pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		defer func() { c.m.pageSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
-		v, err := data(r)
+		view, err := storeview.Begin(r.Context(), c.d.JS)
+		var v any
+		if err == nil {
+			v, err = data(r)
+		}
+		if err == nil {
+			err = view.End(r.Context())
+		}
 		if err != nil {
 			c.fail(w, r, name, err)
 			return
