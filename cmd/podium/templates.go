@@ -32,11 +32,16 @@ func (e *env) registryKV(ctx context.Context, create bool) (jetstream.KeyValue, 
 	if err != nil {
 		return nil, err
 	}
-	if create {
-		return js.CreateOrUpdateKeyValue(ctx, registry.Config(e.cfg.StreamReplicas))
-	}
 	kv, err := js.KeyValue(ctx, registry.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound) && create:
+		// Made, never updated: a bucket that exists keeps the configuration its owner gave it,
+		// and an author needs no right to change it (deploy/nats/nats.conf).
+		kv, err = js.CreateKeyValue(ctx, registry.Config(e.cfg.StreamReplicas))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, registry.Bucket) // made meanwhile by another
+		}
+	case errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, &checkError{"the template registry is empty: nothing was pushed yet"}
 	}
 	return kv, err

@@ -46,6 +46,15 @@ func ConnectNATS(c *NATS, name string, log *slog.Logger) (*nats.Conn, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 		}),
+		// The server's refusals (a permission this user lacks) and slow consumers come back
+		// asynchronously: said, not dropped, so a denied subject is named in the log.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Error("nats refused or dropped something", "error", err, "subscription", subject)
+		}),
 	}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))

@@ -1,0 +1,243 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/servers"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// natsRoles are the users of deploy/nats/nats.conf.
+var natsRoles = []string{"orchestrator", "ranker", "composer", "archiver", "console", "auditor", "author", "release", "operator"}
+
+// shippedNATS starts an in-process server from deploy/nats/nats.conf as shipped, with each role's
+// password in the environment (PODIUM_<ROLE>_PASSWORD = <role>-pw); only what a test machine
+// needs is changed: the addresses (loopback, a free port, no monitoring port) and the store.
+func shippedNATS(t *testing.T) *server.Server {
+	t.Helper()
+	// The server reads them from the process's environment (t.Setenv refuses a parallel test);
+	// nothing else of the suite reads these names.
+	for _, role := range natsRoles {
+		if err := os.Setenv("PODIUM_"+strings.ToUpper(role)+"_PASSWORD", role+"-pw"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join("..", "deploy", "nats", "nats.conf"))
+	if err != nil {
+		t.Fatalf("deploy/nats/nats.conf: %v", err)
+	}
+	opts.Host, opts.Port, opts.HTTPPort, opts.StoreDir = "127.0.0.1", -1, 0, t.TempDir()
+	opts.NoLog, opts.NoSigs = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the server from deploy/nats/nats.conf did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// connectAs connects as role; denied hears the server refuse one of its publishes.
+func connectAs(t *testing.T, ns *server.Server, role string) (nc *nats.Conn, denied chan error) {
+	t.Helper()
+	denied = make(chan error, 16)
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(role, role+"-pw"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case denied <- err:
+			default:
+			}
+		}
+	}))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", role, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, denied
+}
+
+// refused checks that the server refuses role's publish to subject.
+func refused(t *testing.T, ns *server.Server, role, subject string) {
+	t.Helper()
+	nc, denied := connectAs(t, ns, role)
+	if err := nc.Publish(subject, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-denied:
+		if !strings.Contains(err.Error(), subject) {
+			t.Errorf("%s publishing to %s: refused for %v", role, subject, err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("%s may publish to %s, want it refused", role, subject)
+	}
+}
+
+// shippedClickHouse starts a private clickhouse-server with deploy/clickhouse/users.d/podium.xml
+// as shipped, each user's password in the environment (PODIUM_CH_<USER>_PASSWORD = <user>-pw).
+func shippedClickHouse(t *testing.T) *servers.ClickHouse {
+	t.Helper()
+	for _, user := range []string{"ranker", "archiver", "composer", "console", "auditor"} {
+		if err := os.Setenv("PODIUM_CH_"+strings.ToUpper(user)+"_PASSWORD", user+"-pw"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	users, err := os.ReadFile(filepath.Join("..", "deploy", "clickhouse", "users.d", "podium.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "users.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users.d", "podium.xml"), users, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	ch, err := servers.StartClickHouse(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Stop() })
+	return ch
+}
+
+// chAs runs q on ch as user; its error.
+func chAs(t *testing.T, ch *servers.ClickHouse, user, q string) error {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr}, Auth: clickhouse.Auth{Username: user, Password: user + "-pw"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.Exec(t.Context(), q)
+}
+
+// TestShippedUsers: the NATS server and the ClickHouse users of deploy/ are secure by default.
+// An anonymous NATS client is refused; the pipeline runs with each service under its own NATS and
+// ClickHouse users (an evaluation ranked, a request answered, the answer archived, the console's
+// page read, an auditor's verify); and each role is refused what is not its job: an orchestrator
+// cannot answer requests, manage streams or take the services' consumers; the services cannot
+// publish each other's events; the console and auditors publish nothing; an author may move a
+// label but not production, which the release user may; the composer's, the console's and the
+// auditors' ClickHouse users cannot write.
+func TestShippedUsers(t *testing.T) {
+	t.Parallel()
+	ns := shippedNATS(t)
+	if nc, err := nats.Connect(ns.ClientURL()); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Fatalf("an anonymous client: %v, want refused", err)
+	}
+
+	ch := shippedClickHouse(t)
+	orch, _ := connectAs(t, ns, "orchestrator")
+	js, err := jetstream.New(orch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ns: ns, nc: orch, js: js, chAddr: ch.Addr, database: "secure"}
+	// Each role's NATS user, and its ClickHouse user where it has one.
+	as := func(role string) []string {
+		env := []string{"NATS_USER=" + role, "NATS_PASSWORD=" + role + "-pw"}
+		switch role {
+		case "ranker", "archiver", "composer", "console", "auditor":
+			env = append(env, "CLICKHOUSE_USER="+role, "CLICKHOUSE_PASSWORD="+role+"-pw")
+		}
+		return env
+	}
+	procs := []*proc{e.start("ranker", as("ranker")...), e.start("composer", as("composer")...), e.start("archiver", as("archiver")...)}
+	console := e.start("console", as("console")...)
+	procs = append(procs, console)
+
+	const exec = "secure"
+	e.publishEvaluation("sec-1", evaluation(exec, "t1", "Team t1", 1, 70, "the first answer", t0))
+	e.requestRound("sec-req", events.RoundRequested{ExecutionID: exec, TeamID: "t1", TeamName: "Team t1", RoundNumber: 2, UserPrompt: "Again."}, t0.Add(time.Hour))
+	a := e.answers("prompt.*."+exec+".*", 1, 30*time.Second)["sec-req"]
+	if !a.ok() || !strings.Contains(a.composed.Prompt, "the first answer") {
+		t.Fatalf("the request under the shipped users: %s %+v\n%s", a.subject, a.failed, a.composed.Prompt)
+	}
+	e.checkArchive(exec, 1)
+	for _, user := range []string{"composer", "console", "auditor"} {
+		for _, q := range []string{"INSERT INTO secure.evaluations (event_id) VALUES ('forged')", "DROP TABLE secure.prompts", "CREATE DATABASE forged"} {
+			if err := chAs(t, ch, user, q); err == nil || !strings.Contains(strings.ToLower(err.Error()), "readonly") {
+				t.Errorf("ClickHouse user %s: %s: %v, want refused as read-only", user, q, err)
+			}
+		}
+	}
+	if status, page := getPage(t, "http://"+console.addr+"/executions/"+exec); status != http.StatusOK || !strings.Contains(page, "t1") {
+		t.Errorf("the console's page under its user: %d\n%.1000s", status, page)
+	}
+	if out, code := e.podium(t, as("auditor"), "prompts", "verify", "--all", "--execution", exec); code != 0 {
+		t.Errorf("an auditor's verify: exit %d\n%s", code, out)
+	}
+
+	for _, c := range []struct{ role, subject string }{
+		{"orchestrator", events.PromptComposedSubject(exec, "t1")},
+		{"orchestrator", "$JS.API.STREAM.DELETE." + events.StreamEvaluations},
+		{"orchestrator", "$JS.API.CONSUMER.DELETE." + events.StreamRounds + "." + events.ConsumerComposer},
+		{"orchestrator", "$JS.API.CONSUMER.MSG.NEXT." + events.StreamEvaluations + "." + events.ConsumerRanker},
+		{"orchestrator", "$KV.TEMPLATES.greet.label.production"},
+		{"ranker", events.PromptComposedSubject(exec, "t1")},
+		{"ranker", events.RoundSubject(exec, "t1")},
+		{"composer", events.EvaluationSubject(exec, "t1")},
+		{"composer", "$JS.API.STREAM.DELETE." + events.StreamEvaluations},
+		{"archiver", events.PromptComposedSubject(exec, "t1")},
+		{"archiver", "$JS.API.STREAM.DELETE." + events.StreamPrompts},
+		{"console", events.RoundSubject(exec, "t1")},
+		{"console", "$JS.API.CONSUMER.DELETE." + events.StreamEvaluations + "." + events.ConsumerRanker},
+		{"auditor", "$JS.API.STREAM.PURGE." + events.StreamPrompts},
+		{"author", "$KV.TEMPLATES.greet.label.production"},
+		{"author", events.EvaluationSubject(exec, "t1")},
+	} {
+		refused(t, ns, c.role, c.subject)
+	}
+
+	for _, v := range []string{"V1", "V2"} {
+		if out, code := e.podium(t, as("author"), "templates", "push", greetVersion(t, v)); code != 0 {
+			t.Fatalf("the author's push of %s: exit %d\n%s", v, code, out)
+		}
+	}
+	if out, code := e.podium(t, as("author"), "templates", "label", "greet", "2", "staging"); code != 0 {
+		t.Errorf("the author's move of staging: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, as("author"), "templates", "label", "greet", "2", "production"); code != 1 || !strings.Contains(out, "not permitted") {
+		t.Errorf("the author's move of production: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, as("release"), "templates", "label", "greet", "2", "production"); code != 0 {
+		t.Errorf("the release user's move of production: exit %d\n%s", code, out)
+	}
+	// The services were refused nothing they asked.
+	for _, p := range procs {
+		if strings.Contains(p.logs.String(), "Permissions Violation") {
+			t.Errorf("%s was refused something under its user:\n%s", p.name, p.logs)
+		}
+	}
+	// Nothing above took a service's consumer or a stream away.
+	for _, c := range [][2]string{{events.StreamEvaluations, events.ConsumerRanker}, {events.StreamRounds, events.ConsumerComposer}, {events.StreamPrompts, events.ConsumerArchiver}} {
+		if _, err := consumerInfo(t.Context(), e.js, c[0], c[1]); err != nil {
+			t.Errorf("consumer %s on %s: %v", c[1], c[0], err)
+		}
+	}
+	t.Logf("deploy/: anonymous NATS refused, %d NATS roles and 5 ClickHouse users each doing its job and refused the rest", len(natsRoles))
+}
