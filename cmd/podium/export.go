@@ -67,6 +67,11 @@ func export(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err := b.Write(&buf, strings.HasSuffix(path, ".gz")); err != nil {
 			return err
 		}
+		// A refill that touched the store while it was read would make a short bundle: none is
+		// written then.
+		if err := e.view.End(ctx); err != nil {
+			return fmt.Errorf("%w (no bundle written)", err)
+		}
 		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 			return &usageError{err.Error()}
 		}

@@ -113,9 +113,7 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		}
 		recs, kept = append(recs, rec), append(kept, i)
 	}
-	a.mu.Lock()
-	err = a.write(ctx, recs)
-	a.mu.Unlock()
+	err = a.writeLocked(ctx, recs)
 	if err != nil {
 		// Stopped past the shutdown timeout: given back, for whoever runs next.
 		for _, i := range kept {
@@ -165,12 +163,18 @@ func recordFields(body []byte) (rec chstore.ArchivedPrompt, err error) {
 	}
 	var data gjson.Result
 	str := func(v gjson.Result, name string, to *string) {
+		if v.Type == gjson.Null {
+			return // missing or null: left empty
+		}
 		if v.Type != gjson.String {
 			err = fmt.Errorf("%s is %s, not a string", name, v.Type)
 		}
 		*to = v.Str
 	}
 	num := func(v gjson.Result, name string) uint64 {
+		if v.Type == gjson.Null {
+			return 0 // missing or null: left zero
+		}
 		if v.Type != gjson.Number || v.Num < 0 || v.Num != float64(int64(v.Num)) {
 			err = fmt.Errorf("%s is %s, not a whole number", name, v.Raw)
 			return 0
@@ -249,6 +253,14 @@ func whyNotARecord(body []byte, err error) error {
 		return fmt.Errorf("not a CloudEvent: %w", jerr)
 	}
 	return fmt.Errorf("%s data: %w", env.Type, err)
+}
+
+// writeLocked is write under a.mu, released however write ends (a panic of the driver included:
+// the runtime's recovery then writes the batch's records again one at a time).
+func (a *archiver) writeLocked(ctx context.Context, recs []chstore.ArchivedPrompt) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.write(ctx, recs)
 }
 
 // write stores recs (see the top of this file), in the archive the consumer's metadata names:

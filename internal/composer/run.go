@@ -103,7 +103,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			handle := consume.Chain(consume.Each(c.handle), consume.Trace(c.trace, "composer.request"), consume.Recover(c.log, runtime.Panics))
 			// Waiting and rendering may take long: the stage keeps the request in progress, so
 			// the broker does not hand it to another replica meanwhile.
-			stage := consume.Stage{Handler: handle, Settler: c.settler, KeepAlive: cfg.AckWait / 3}
+			stage := consume.Stage{Handler: handle, Settler: c.settler, KeepAlive: cfg.AckWait / 3, Log: c.log}
 			return runtime.Run(stop, work, cons, consume.Workers(cfg.Workers, stage, c.log.Warn))
 		},
 	})

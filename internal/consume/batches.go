@@ -50,71 +50,93 @@ func (b Batching) Validate(prefix string, maxEventBytes int) error {
 // message while more arrive within Linger, or, while the stage is busy, until Flush passed; at
 // most Size messages or Bytes bytes. So an idle pipeline handles a message as soon as it is
 // pulled, and a loaded one batches. A stop drains what the client holds in batches of what is
-// already there, and returns once the stage has settled every one.
+// already there, and the loop returns once the stage has settled every one.
 //
 // With Overlap the stage's goroutine outlives a lost consumer: the runtime makes the consumer
 // again and runs the loop again while the stage still finishes the batch it holds (its acks may
-// wait on the consumer made again), and the loop hands it the next batches as before.
+// wait on the consumer made again), and the loop hands it the next batches as before. Close ends
+// it, once every batch handed over is settled.
 func Batches(b Batching, stage Stage, warn func(msg string, args ...any)) Loop {
-	var busy atomic.Bool
-	var overlap struct {
-		once    sync.Once
-		batches chan []jetstream.Msg
-		handled chan struct{}
+	return &batchLoop{b: b, stage: stage, warn: warn}
+}
+
+type batchLoop struct {
+	b     Batching
+	stage Stage
+	warn  func(msg string, args ...any)
+
+	busy    atomic.Bool
+	once    sync.Once
+	batches chan []jetstream.Msg // to the overlapping stage; nil until the first Run
+	handled chan struct{}        // closed once the overlapping stage has ended
+	closed  sync.Once
+}
+
+// overlap starts the overlapping stage once, under work (the same for every Run).
+func (l *batchLoop) overlap(work context.Context) {
+	l.once.Do(func() {
+		// Unbuffered: a filled batch waits in hand-over, kept in progress, until the stage
+		// takes it, so filling and handling overlap by one batch and none sits unattended.
+		l.batches, l.handled = make(chan []jetstream.Msg), make(chan struct{})
+		go func() {
+			defer close(l.handled)
+			for msgs := range l.batches {
+				l.busy.Store(true)
+				l.stage.run(work, msgs)
+				l.busy.Store(false)
+			}
+		}()
+	})
+}
+
+// Close ends the overlapping stage once it has settled every batch handed over.
+func (l *batchLoop) Close() {
+	l.closed.Do(func() {
+		if l.batches != nil {
+			close(l.batches)
+			<-l.handled
+		}
+	})
+}
+
+func (l *batchLoop) Run(stop, work context.Context, it Messages) error {
+	hand := func(msgs []jetstream.Msg) { l.stage.run(work, msgs) }
+	if l.b.Overlap {
+		l.overlap(work)
+		hand = func(msgs []jetstream.Msg) {
+			defer l.stage.keepAlive(msgs)()
+			l.batches <- msgs
+		}
+		defer func() {
+			if stop.Err() != nil {
+				l.Close() // stopping: what was handed over is settled before Run returns
+			}
+		}()
 	}
-	return func(stop, work context.Context, it Messages) error {
-		hand := func(msgs []jetstream.Msg) { stage.run(work, msgs) }
-		if b.Overlap {
-			overlap.once.Do(func() {
-				// Unbuffered: a filled batch waits in hand-over, kept in progress, until the
-				// stage takes it, so filling and handling overlap by one batch and none sits
-				// unattended.
-				overlap.batches, overlap.handled = make(chan []jetstream.Msg), make(chan struct{})
-				go func() {
-					defer close(overlap.handled)
-					for msgs := range overlap.batches {
-						busy.Store(true)
-						stage.run(work, msgs)
-						busy.Store(false)
-					}
-				}()
-			})
-			defer func() {
-				if stop.Err() != nil { // the service stops: every batch handed over is settled first
-					close(overlap.batches)
-					<-overlap.handled
-				}
-			}()
-			hand = func(msgs []jetstream.Msg) {
-				defer stage.keepAlive(msgs)()
-				overlap.batches <- msgs
-			}
+	draining := false
+	for {
+		next := stop
+		if draining {
+			next = context.Background() // Drain closes it once empty
 		}
-		draining := false
-		for {
-			next := stop
-			if draining {
-				next = context.Background() // Drain closes it once empty
-			}
-			first, err := it.Next(next)
-			switch {
-			case err == nil:
-			case closed(err):
-				return nil
-			case stop.Err() != nil && !draining:
-				// Stop pulling; what the server already sent is still ours to finish.
-				it.Drain()
-				draining = true
-				continue
-			case lostConsumer(err):
-				it.Stop()
-				return err
-			default:
-				warn("fetch failed", "error", err)
-				continue
-			}
-			hand(fill(stop, it, first, b, draining, busy.Load))
+		first, err := it.Next(next)
+		switch {
+		case err == nil:
+		case closed(err):
+			return nil
+		case stop.Err() != nil && !draining:
+			// Stop pulling; what the server already sent is still ours to finish.
+			it.Drain()
+			draining = true
+			continue
+		case lostConsumer(err):
+			it.Stop()
+			return err
+		default:
+			l.warn("fetch failed", "error", err)
+			continue
 		}
+		hand(fill(stop, it, first, l.b, draining, l.busy.Load))
 	}
 }
 

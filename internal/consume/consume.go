@@ -89,10 +89,25 @@ func (s Source) remakeStream(ctx context.Context) error {
 	return nil
 }
 
-// Loop consumes from one iterator until it closes: when stop ends (it then drains the iterator
-// and finishes what it holds, under work) or by itself. It returns the last error the iterator
-// gave, which says why it closed by itself.
-type Loop func(stop, work context.Context, it Messages) error
+// Loop consumes: Run from one iterator until it closes, when stop ends (it then drains the
+// iterator and finishes what it holds, under work) or by itself, returning the last error the
+// iterator gave, which says why it closed by itself; Run again on the next iterator after a lost
+// consumer is made again. Close ends what a loop keeps from one Run to the next (an overlapping
+// stage, Batching.Overlap) once all it was handed is settled: Runtime.Run calls it when it
+// returns, however it returns.
+type Loop interface {
+	Run(stop, work context.Context, it Messages) error
+	Close()
+}
+
+// LoopFunc is a Loop that keeps nothing between runs.
+type LoopFunc func(stop, work context.Context, it Messages) error
+
+// Run runs f.
+func (f LoopFunc) Run(stop, work context.Context, it Messages) error { return f(stop, work, it) }
+
+// Close does nothing.
+func (LoopFunc) Close() {}
 
 // Runtime runs a Loop on a Source.
 type Runtime struct {
@@ -290,6 +305,7 @@ const retryEvery = 500 * time.Millisecond
 // Run consumes with loop until stop ends, then returns nil once the loop has finished what it
 // held; or returns an error when the consumer was lost and could not be had back.
 func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop Loop) error {
+	defer loop.Close()
 	for {
 		started := time.Now()
 		it := newPull(cons, rt.Buffer, rt.keepEvery(), rt.Log, rt.Consuming)
@@ -299,7 +315,7 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 			rt.noteFloor(stream, info.AckFloor.Stream) // known from the start, not only after a lookup
 		}
 		lost := watch(stop, cons, it, func(floor uint64) { rt.noteFloor(stream, floor) })
-		err := loop(stop, work, it)
+		err := loop.Run(stop, work, it)
 		if cause := lost(); cause != nil {
 			err = cause
 		}

@@ -3,10 +3,12 @@ package consume
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/panics"
 	"github.com/podium-llm/podium/internal/settle"
 )
 
@@ -50,18 +52,18 @@ func Each(h func(ctx context.Context, msg jetstream.Msg) (context.Context, settl
 	}
 }
 
-// join is the Result of handling a batch's messages one by one: parts[i] is message i's.
+// join is the Result of handling a batch's messages one by one: parts[i] is message i's, and
+// gives it exactly one outcome (a part without one is given back for redelivery).
 func join(parts []Result) Result {
-	res := Result{Outcomes: make([]settle.Outcome, 0, len(parts)), Logs: make([]context.Context, 0, len(parts))}
+	res := Result{Outcomes: make([]settle.Outcome, len(parts)), Logs: make([]context.Context, len(parts))}
 	var afters []func(context.Context)
-	for _, p := range parts {
-		res.Outcomes = append(res.Outcomes, p.Outcomes...)
-		for i := range p.Outcomes {
-			var log context.Context
-			if i < len(p.Logs) {
-				log = p.Logs[i]
-			}
-			res.Logs = append(res.Logs, log)
+	for i, p := range parts {
+		res.Outcomes[i] = settle.RetryLater(fmt.Errorf("the handler gave %d outcomes for one message", len(p.Outcomes)))
+		if len(p.Outcomes) == 1 {
+			res.Outcomes[i] = p.Outcomes[0]
+		}
+		if len(p.Logs) > 0 {
+			res.Logs[i] = p.Logs[0]
 		}
 		if p.After != nil {
 			afters = append(afters, p.After)
@@ -105,6 +107,8 @@ type Stage struct {
 	// Serial, when set, runs each handling and its settling inside it (the ranker holds its commit
 	// lock over both, so no ack moves its ack floor while its store is checked or refilled).
 	Serial func(func())
+	// Log hears of a panic while settling or in After (nil: not logged).
+	Log *slog.Logger
 }
 
 // keepAlive keeps msgs in progress until the returned stop is called.
@@ -120,9 +124,16 @@ func (s Stage) run(work context.Context, msgs []jetstream.Msg) {
 	defer s.keepAlive(msgs)()
 	step := func() {
 		res := s.Handler(work, msgs)
-		s.settle(work, msgs, res)
-		if res.After != nil {
-			res.After(work)
+		// The handler's panics are Recover's; one while settling or after (the driver noting a
+		// lineage, an ack) costs the batch's settling at worst: what is not settled is delivered
+		// again after AckWait, and every sink is idempotent.
+		if p := panics.Catch(func() {
+			s.settle(work, msgs, res)
+			if res.After != nil {
+				res.After(work)
+			}
+		}); p != nil && s.Log != nil {
+			s.Log.Error("settling a batch panicked", "messages", len(msgs), "panic", fmt.Sprint(p.Value), "stack", p.Stack)
 		}
 	}
 	if s.Serial != nil {

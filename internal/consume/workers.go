@@ -9,7 +9,7 @@ import (
 
 // Workers is a Loop of n goroutines, each handing one message at a time to the stage.
 func Workers(n int, stage Stage, warn func(msg string, args ...any)) Loop {
-	return func(stop, work context.Context, it Messages) error {
+	return LoopFunc(func(stop, work context.Context, it Messages) error {
 		var mu sync.Mutex
 		var last error
 		var wg sync.WaitGroup
@@ -47,5 +47,5 @@ func Workers(n int, stage Stage, warn func(msg string, args ...any)) Loop {
 		mu.Lock()
 		defer mu.Unlock()
 		return last
-	}
+	})
 }

@@ -98,12 +98,15 @@ func (r *ranker) announce(ctx context.Context, a *announcer) {
 		failed := map[string]trace.SpanContext{}
 		if len(ids) > 0 {
 			var why error
-			failed, why = r.publishBoards(ctx, ids)
-			failingSince = r.noteAnnounced(ctx, why, failingSince)
+			var tried bool
+			failed, tried, why = r.publishBoards(ctx, ids)
+			if tried { // a round that published nothing (a refill, a read that failed) says nothing of LEADERBOARDS
+				failingSince = r.noteAnnounced(ctx, why, failingSince)
+			}
 		}
 		if !open {
 			if ids, _ := a.take(); len(ids) > 0 {
-				more, _ := r.publishBoards(ctx, ids)
+				more, _, _ := r.publishBoards(ctx, ids)
 				maps.Copy(failed, more)
 			}
 			if len(failed) > 0 {
@@ -184,15 +187,16 @@ func topThatFits(data events.LeaderboardUpdated, marshal func(events.Leaderboard
 const deletionSettles = time.Second
 
 // publishBoards announces the executions' current leaderboards and returns those it could not,
-// with the last reason why. Each announcement is a span, child of the batch that committed the
+// whether it tried to publish at all, and the last reason why one failed (not while the store is
+// refilled or cannot be read). Each announcement is a span, child of the batch that committed the
 // execution last, and the event carries its context.
-func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.SpanContext) (failed map[string]trace.SpanContext, why error) {
+func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.SpanContext) (failed map[string]trace.SpanContext, tried bool, why error) {
 	ids := slices.Sorted(maps.Keys(batches))
 	failed = map[string]trace.SpanContext{}
 	// No board is read from a store being refilled (lineage.go): the executions wait for the
 	// next round. The snapshots name the lineage their rows were read from.
 	if !r.boardsMu.TryRLock() {
-		return batches, nil
+		return batches, false, nil
 	}
 	lin := r.lineage.Load()
 	// Read after the ack floor: every evaluation up to it is committed, so the rows read next
@@ -208,7 +212,7 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 	if err != nil {
 		r.m.clickhouseErrors.WithLabelValues("query").Inc()
 		r.log.Warn("leaderboard read for leaderboard.updated failed; will retry", "executions", len(ids), "error", err)
-		return batches, nil // ClickHouse's: the clickhouse conditions say it
+		return batches, false, nil // ClickHouse's: the clickhouse conditions say it
 	}
 	for _, id := range ids {
 		// The snapshot first: a request that the announcement prompts then finds it.
@@ -249,5 +253,5 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 		}
 		r.m.leaderboardsSent.Inc()
 	}
-	return failed, why
+	return failed, true, why
 }

@@ -142,6 +142,7 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		Handler: consume.Chain(func(ctx context.Context, msgs []jetstream.Msg) consume.Result { return r.handle(ctx, msgs, ann) },
 			consume.Recover(r.log, rt.Panics)),
 		Settler:   r.settler,
+		Log:       r.log,
 		KeepAlive: r.ackWait / 3,
 		// The acks are confirmed (sent again when a NATS restart lost them), so that when
 		// composers hear of the commit (After), the ranker's ack floor already shows it: they

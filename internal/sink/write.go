@@ -110,6 +110,9 @@ func (w *Writer[R]) Write(ctx context.Context, rows []R) (map[int]error, error) 
 	if err := w.split(ctx, rows, idx, ref.err, refused); err != nil {
 		return nil, err
 	}
+	// Every row is settled: stored, or found refused (the caller's to dead-letter). The table
+	// takes what it can, though a batch of refused rows alone inserted nothing.
+	w.Writes.Holds()
 	return refused, nil
 }
 
