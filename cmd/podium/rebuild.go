@@ -90,7 +90,11 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 				return err
 			}
 		}
-		if err := st.NoteLineage(ctx, chstore.Lineage{Epoch: uint64(time.Now().UnixNano()), Stream: chstore.StreamID(stream.CachedInfo().Created), Anchor: anchor, Whole: true}); err != nil {
+		epoch, err := st.NextEpoch(ctx, time.Now())
+		if err != nil {
+			return err
+		}
+		if err := st.NoteLineage(ctx, chstore.Lineage{Epoch: epoch, Stream: chstore.StreamID(stream.CachedInfo().Created), Anchor: anchor, Whole: true}); err != nil {
 			return err
 		}
 		return report(ctx, e.out, st, *show)

@@ -34,9 +34,10 @@ type RowKey struct{ ExecutionID, TeamID, EventID string }
 
 // Lineage is what the evaluations table was derived from.
 type Lineage struct {
-	// Epoch is when the current derivation began (Unix nanoseconds): a refill's or a rebuild's
-	// start, or the ranker adopting a table it found. It only names the derivation; nothing
-	// rendered or ranked reads it.
+	// Epoch names the current derivation: a refill's or a rebuild's start, or the ranker adopting
+	// a table it found (NextEpoch: after every epoch the store holds, so the newest derivation is
+	// the one started last, whatever the clocks of the hosts that started them). Nothing rendered
+	// or ranked reads it.
 	Epoch uint64
 	// Stream is the EVALUATIONS stream's identity: its creation time (StreamID).
 	Stream string
@@ -47,8 +48,10 @@ type Lineage struct {
 	Through uint64
 	// Whole is set once every evaluation the stream held when the derivation began is stored.
 	Whole bool
-	// Noted is when this was noted (read back; NoteLineage notes the time of the call): a refill
-	// notes its lineage again every few seconds, so one whose note is old has stopped.
+	// Noted is its note's version (read back; NoteLineage notes the time of the call, or just
+	// after the newest note of the epoch): a refill notes its lineage again every few seconds, so
+	// one whose note stops changing has stopped. It orders notes; it is never compared with a
+	// clock.
 	Noted time.Time
 }
 
@@ -101,20 +104,41 @@ func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
 	return l, found, nil
 }
 
-// NoteLineage records l as the store's lineage.
+// NextEpoch is the epoch of a new derivation: after every lineage the store holds, whoever noted
+// it and whatever that host's clock said (a rebuild from a machine an hour fast must not outrank
+// every refill after it): the caller's clock reading when it is later, else one past the newest.
+func (s *Store) NextEpoch(ctx context.Context, now time.Time) (uint64, error) {
+	newest, found, err := s.Lineage(ctx)
+	if err != nil && FaultOf(err) != Missing {
+		return 0, err
+	}
+	epoch := uint64(max(now.UnixNano(), 1))
+	if found && newest.Epoch >= epoch {
+		epoch = newest.Epoch + 1
+	}
+	return epoch, nil
+}
+
+// NoteLineage records l as the store's lineage. Within one epoch its notes are ordered by what
+// the store holds too: each comes after the newest noted of that epoch, whichever ranker noted it
+// (one that takes a stopped refill over goes on with its epoch, its clock perhaps behind).
 func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 	whole := uint8(0)
 	if l.Whole {
 		whole = 1
 	}
 	now := time.Now()
+	version := uint64(now.UnixNano())
+	if newest, found, err := s.Lineage(ctx); err == nil && found && newest.Epoch == l.Epoch && uint64(newest.Noted.UnixNano()) >= version {
+		version = uint64(newest.Noted.UnixNano()) + 1
+	}
 	err := s.rs.write(ctx, func(conn driver.Conn) error {
 		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole, noted_at)")
 		if err != nil {
 			return err
 		}
 		defer batch.Abort()
-		if err := batch.Append(l.Epoch, uint64(now.UnixNano()), l.Stream, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Through, whole, now); err != nil {
+		if err := batch.Append(l.Epoch, version, l.Stream, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Through, whole, now); err != nil {
 			return err
 		}
 		return batch.Send()

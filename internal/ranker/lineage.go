@@ -101,15 +101,19 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		if !has && info.State.Msgs > 0 {
 			return r.refill(ctx, refillPlan{why: fmt.Sprintf("the store is empty while %s holds %d messages", events.StreamEvaluations, info.State.Msgs)})
 		}
-		lin = chstore.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: newest, Whole: true}
+		epoch, err := r.store.NextEpoch(ctx, r.now())
+		if err != nil {
+			return err
+		}
+		lin = chstore.Lineage{Epoch: epoch, Stream: streamID, Anchor: newest, Whole: true}
 		if err := r.store.NoteLineage(ctx, lin); err != nil {
 			return err
 		}
 		r.log.Info("store lineage noted: the table is taken as it is", "lineage", lin.ID(), "rows", has)
-	case !lin.Whole && time.Since(lin.Noted) <= r.refillStale():
-		return r.refill(ctx, refillPlan{why: "another ranker refills the store", others: true, resume: lin})
 	case !lin.Whole:
-		return r.refill(ctx, refillPlan{why: "a refill of the store did not finish", resume: lin})
+		// Another ranker's refill, or one that stopped: whether its notes still move decides,
+		// watched here (awaitRefill), never its notes' times against this host's clock.
+		return r.refill(ctx, refillPlan{why: "a refill of the store is not finished", others: true, resume: lin})
 	case lin.Anchor != chstore.RowKey{}:
 		held, err := r.store.Holds(ctx, lin.Anchor)
 		if chstore.FaultOf(err) == chstore.Missing {
@@ -127,7 +131,11 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		// the new stream. The rows stay (the old stream is gone; they are all that is left of it).
 		r.log.Warn("the EVALUATIONS stream was made again since the store was derived; a new lineage is noted and older snapshots are stale",
 			"was", lin.Stream, "now", streamID)
-		lin = chstore.Lineage{Epoch: r.epoch(), Stream: streamID, Anchor: lin.Anchor, Whole: true}
+		epoch, err := r.store.NextEpoch(ctx, r.now())
+		if err != nil {
+			return err
+		}
+		lin = chstore.Lineage{Epoch: epoch, Stream: streamID, Anchor: lin.Anchor, Whole: true}
 		if err := r.store.NoteLineage(ctx, lin); err != nil {
 			return err
 		}
@@ -152,17 +160,18 @@ func (r *ranker) evaluationsInfo(ctx context.Context) (*jetstream.StreamInfo, er
 	return st.CachedInfo(), nil
 }
 
-// epoch names a new derivation of the store; nothing ranked or rendered reads it.
-func (r *ranker) epoch() uint64 { return uint64(r.now().UnixNano()) }
-
 // Rankers share the store. One refills it at a time: a refill notes its lineage again every
-// refillBeat; a ranker that finds the newest lineage unfinished and noted within refillStale
-// waits for it (holding its own commits, unready) instead of refilling too, and takes the refill
-// over only once its notes stop. Two that start together both note a lineage; the one whose epoch
-// is not the newest yields at its next note.
+// refillBeat; a ranker that finds the newest lineage unfinished waits for it (holding its own
+// commits, unready) instead of refilling too, and takes the refill over once it has seen its
+// notes stand still for refillStale, on its own clock: no decision compares two hosts' clocks.
+// Two that start together both note a lineage; the one whose epoch is not the newest (epochs
+// are ordered by the store: chstore.NextEpoch) yields at its next note.
 const (
-	refillBeat  = 2 * time.Second
-	refillStale = 30 * time.Second // hosts' clocks may differ by a few seconds
+	refillBeat = 2 * time.Second
+	// refillStale covers the RefillGrace a refill waits before its first note, and a slow
+	// insert between two notes; taking a live refill over is harmless (rows are idempotent, and
+	// the later epoch wins), just work done twice.
+	refillStale = 15 * time.Second
 )
 
 // refillStale is how long another ranker's refill may go without a note before it is taken over
@@ -253,9 +262,12 @@ func (r *ranker) refill(ctx context.Context, plan refillPlan) (err error) {
 	}
 }
 
-// awaitRefill waits until another ranker's refill is done (nil), or has stopped noting its
-// lineage for refillStale (an error).
+// awaitRefill waits until another ranker's refill is done (nil), or its notes have stood still
+// for refillStale as this ranker watches them (an error). Only whether a note changed is read,
+// never when it was noted: the noter's clock may be anything.
 func (r *ranker) awaitRefill(ctx context.Context) error {
+	var seen chstore.Lineage
+	still := time.Now() // when the note seen last was first seen (this host's monotonic clock)
 	for {
 		lin, found, err := r.store.Lineage(ctx)
 		switch {
@@ -264,10 +276,14 @@ func (r *ranker) awaitRefill(ctx context.Context) error {
 		case found && lin.Whole:
 			r.lineage.Store(&lin)
 			return nil
-		case !found || time.Since(lin.Noted) > r.refillStale():
+		case !found:
+			return errors.New("the refill's lineage is gone")
+		case lin != seen:
+			seen, still = lin, time.Now()
+		case time.Since(still) > r.refillStale():
 			return errors.New("the refill stopped noting its progress")
 		}
-		if retry.Sleep(ctx, refillBeat/2) != nil {
+		if retry.Sleep(ctx, min(refillBeat/2, r.refillStale())) != nil {
 			return ctx.Err()
 		}
 	}
@@ -291,7 +307,11 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 	if err != nil {
 		return res, lin, err
 	}
-	lin = chstore.Lineage{Epoch: r.epoch(), Stream: chstore.StreamID(info.Created)}
+	epoch, err := r.store.NextEpoch(ctx, r.now())
+	if err != nil {
+		return res, lin, errorOf(err)
+	}
+	lin = chstore.Lineage{Epoch: epoch, Stream: chstore.StreamID(info.Created)}
 	after := info.State.FirstSeq
 	if after > 0 {
 		after-- // a stream that never held a message says 0

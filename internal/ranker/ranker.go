@@ -36,6 +36,7 @@ type store interface {
 	CheckTable(ctx context.Context) error
 	Lineage(ctx context.Context) (chstore.Lineage, bool, error)
 	NoteLineage(ctx context.Context, l chstore.Lineage) error
+	NextEpoch(ctx context.Context, now time.Time) (uint64, error)
 	Holds(ctx context.Context, k chstore.RowKey) (bool, error)
 	NewestRow(ctx context.Context) (chstore.RowKey, bool, error)
 }

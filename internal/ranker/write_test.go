@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/podium-llm/podium/internal/chstore"
@@ -265,5 +266,107 @@ func TestRefillGoesOnWhereItStopped(t *testing.T) {
 	}
 	if got := stored(t, st, "resumed"); len(got) != 6 {
 		t.Errorf("stored %v, want x1 to x6", got)
+	}
+}
+
+// publishRecords stores recs in a real EVALUATIONS, as the orchestrator would.
+func publishRecords(t *testing.T, js jetstream.JetStream, recs []rank.Record) {
+	t.Helper()
+	if err := events.EnsureStreams(t.Context(), js, events.StreamOptions{}, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		body, err := events.Marshal(rec.EventID, "test", events.TypeEvaluationCompleted, rec.EvaluatedAt, rec.EvaluationCompleted)
+		if err == nil {
+			_, err = js.Publish(t.Context(), events.EvaluationSubject(rec.ExecutionID, rec.TeamID), body)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRefillAfterARebuildFromAFastClock: `podium store rebuild` ran on a machine an hour fast, so
+// its lineage's epoch reads an hour ahead; then the table lost its rows. The refill that follows
+// takes an epoch after it (epochs are ordered by the store, not by clocks) and fills the table:
+// it neither yields to the finished rebuild nor takes the empty table for whole.
+func TestRefillAfterARebuildFromAFastClock(t *testing.T) {
+	st, cfg := testenv.Store(t, true)
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	recs := records("fast", "f1", "f2", "f3")
+	publishRecords(t, js, recs)
+	stream, err := js.Stream(t.Context(), events.StreamEvaluations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	future := uint64(time.Now().Add(time.Hour).UnixNano())
+	if err := st.NoteLineage(t.Context(), chstore.Lineage{Epoch: future, Stream: chstore.StreamID(stream.CachedInfo().Created),
+		Anchor: chstore.KeyOf(recs[2]), Through: 3, Whole: true}); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, cfg, "TRUNCATE TABLE evaluations") // the rows the rebuild wrote are gone
+	r, _ := newTestRanker(t, st, nil)
+	r.js, r.maxBytes, r.batchSize, r.staleAfter, r.grace = js, 1<<20, 10, time.Millisecond, time.Millisecond
+	if err := r.checkStore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, st, "fast"); len(got) != len(recs) {
+		t.Errorf("the store holds %d of the %d evaluations after the refill", len(got), len(recs))
+	}
+	if lin, _, err := st.Lineage(t.Context()); err != nil || !lin.Whole || lin.Epoch <= future {
+		t.Errorf("lineage after the refill: %+v (%v), want whole, after the rebuild's epoch %d", lin, err, future)
+	}
+}
+
+// TestStoppedRefillNotedByAFastClockIsTakenOver: a ranker on a machine an hour fast stopped in the
+// middle of a refill; its last note reads an hour ahead. Another ranker takes the refill over
+// once it has watched the note stand still (its own clock, never the note's time), and the store
+// ends whole.
+func TestStoppedRefillNotedByAFastClockIsTakenOver(t *testing.T) {
+	st, cfg := testenv.Store(t, true)
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	recs := records("stopped", "s1", "s2", "s3", "s4")
+	publishRecords(t, js, recs)
+	stream, err := js.Stream(t.Context(), events.StreamEvaluations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Insert(t.Context(), recs[:2]); err != nil {
+		t.Fatal(err)
+	}
+	// Its note, as that ranker wrote it: version and time an hour ahead.
+	ahead := time.Now().Add(time.Hour)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: cfg.Addrs, Auth: clickhouse.Auth{Database: cfg.Database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	batch, err := conn.PrepareBatch(t.Context(), "INSERT INTO store_lineage (epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole, noted_at)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Append(uint64(ahead.UnixNano()), uint64(ahead.UnixNano()), chstore.StreamID(stream.CachedInfo().Created), "stopped", "team-s2", "s2", uint64(2), uint8(0), ahead); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Send(); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := newTestRanker(t, st, nil)
+	r.js, r.maxBytes, r.batchSize, r.staleAfter, r.grace = js, 1<<20, 10, 50*time.Millisecond, time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- r.checkStore(t.Context()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refill noted an hour ahead was never taken over")
+	}
+	if got := stored(t, st, "stopped"); len(got) != len(recs) {
+		t.Errorf("the store holds %d of the %d evaluations after the takeover", len(got), len(recs))
+	}
+	if lin, _, err := st.Lineage(t.Context()); err != nil || !lin.Whole {
+		t.Errorf("lineage after the takeover: %+v (%v), want whole", lin, err)
 	}
 }
