@@ -39,11 +39,6 @@ type Source struct {
 	StreamConfig *jetstream.StreamConfig
 }
 
-// Ensure creates or updates the consumer, and the stream first when it is missing and managed.
-func (s Source) Ensure(ctx context.Context) (jetstream.Consumer, error) {
-	return s.ensure(ctx, s.Consumer)
-}
-
 // ensure creates the consumer with cfg, or updates the one there. Where it starts and its
 // metadata are the existing consumer's to keep: one made again after a loss starts after what was
 // handled (Runtime.resumeAt), a later update with the configuration's DeliverAll would be
