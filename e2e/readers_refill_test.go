@@ -41,7 +41,8 @@ func setRefilling(t *testing.T, e *env, why string) {
 // none. The readers outside the services refuse to read it then, naming why, rather than print a
 // short board, export a short bundle and exit 0, or report false differences: `podium
 // leaderboard`, `history`, `export`, `prompts verify` and `templates compare` exit non-zero, and
-// the console answers 503. Once the refill is done they read as before.
+// the console answers 503. Once the refill is done they read as before. Without the ranker's
+// consumer, whether a refill runs is unknown, and they refuse too.
 func TestReadersRefuseAStoreBeingRefilled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -89,7 +90,14 @@ func TestReadersRefuseAStoreBeingRefilled(t *testing.T) {
 	if status, page := getPage(t, "http://"+console.addr+"/executions/"+exec); status != http.StatusOK {
 		t.Errorf("console after the refill: %d\n%.2000s", status, page)
 	}
-	t.Logf("%d evaluations; every reader refused the store while the ranker refilled it, and read it after", n)
+	// Without the ranker's consumer nothing says whether a refill runs: unknown, refused.
+	if err := e.js.DeleteConsumer(t.Context(), events.StreamEvaluations, events.ConsumerRanker); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.podium(t, nil, "leaderboard", exec); code == 0 || !strings.Contains(out, "consumer on EVALUATIONS is missing") {
+		t.Errorf("podium leaderboard without the ranker's consumer: exit %d, want refused naming it\n%s", code, out)
+	}
+	t.Logf("%d evaluations; every reader refused the store while the ranker refilled it (or its state was unknown), and read it after", n)
 }
 
 // getPage is an HTTP GET's status and body.

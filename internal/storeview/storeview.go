@@ -27,8 +27,17 @@ type state struct {
 
 func read(ctx context.Context, js jetstream.JetStream) (state, error) {
 	cons, err := js.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		return state{}, nil // no ranker has run: nothing is refilled either
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return state{}, nil // no evaluation to read
+	}
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// Without the consumer nothing says whether a refill runs (a ranker makes it again, with
+		// its state, only after a loss): unknown, unless no evaluation was ever accepted.
+		st, serr := js.Stream(ctx, events.StreamEvaluations)
+		if serr == nil && st.CachedInfo().State.Msgs == 0 {
+			return state{}, nil
+		}
+		return state{}, errors.New("the ranker's consumer on " + events.StreamEvaluations + " is missing, so whether it refills its store is unknown: start the ranker (it makes the consumer again), then read")
 	}
 	if err != nil {
 		return state{}, fmt.Errorf("the ranker's state of its store (its consumer on %s): %w", events.StreamEvaluations, err)
