@@ -129,10 +129,14 @@ func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 	}
 	now := time.Now()
 	version := uint64(now.UnixNano())
-	if newest, found, err := s.Lineage(ctx); err == nil && found && newest.Epoch == l.Epoch && uint64(newest.Noted.UnixNano()) >= version {
+	newest, found, err := s.Lineage(ctx)
+	if err != nil && FaultOf(err) != Missing {
+		return fmt.Errorf("rank: note lineage: %w", err) // unread, a note could land before the newest and go unseen: tried again
+	}
+	if found && newest.Epoch == l.Epoch && uint64(newest.Noted.UnixNano()) >= version {
 		version = uint64(newest.Noted.UnixNano()) + 1
 	}
-	err := s.rs.write(ctx, func(conn driver.Conn) error {
+	err = s.rs.write(ctx, func(conn driver.Conn) error {
 		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole, noted_at)")
 		if err != nil {
 			return err
