@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,6 +166,49 @@ func TestRenderBoundedInTime(t *testing.T) {
 		"user_prompt": rr.UserPrompt, "limits": map[string]any{"max_prompt_tokens": huge}, "time": t0.Format(time.RFC3339)})
 	if status != http.StatusUnprocessableEntity || !strings.Contains(string(body), want) {
 		t.Errorf("render: %d %.200s, want 422 %q", status, body, want)
+	}
+}
+
+// TestRenderBoundedInWork: a pushed template of eight nested {{#history}} sections is valid
+// Mustache and 20^8 iterations over 20 rounds. The request answers budget_exceeded naming the bound
+// after a bounded amount of the composer's CPU, and the composer stays ready and composes the next.
+func TestRenderBoundedInWork(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	dir := filepath.Join(t.TempDir(), "bomb")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bomb := "Round {{round_number}}:" + strings.Repeat("{{#history}}", 8) + "{{round_number}}" + strings.Repeat("{{/history}}", 8) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "prompt.mustache"), []byte(bomb), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 || !strings.Contains(out, "pushed bomb@1") {
+		t.Fatalf("push: exit %d\n%s", code, out)
+	}
+	for r := 1; r <= 20; r++ {
+		e.publishEvaluation(fmt.Sprintf("bomb-ev-%d", r), evaluation("bomb", "t1", "One", r, float64(r), fmt.Sprintf("answer %d", r), t0))
+	}
+	waitCommitted(t, e, 20)
+	composer := e.start("composer")
+	cpu := cpuSince(composer.cmd.Process.Pid)
+	rounds := 20
+	e.requestRound("bomb-21", events.RoundRequested{ExecutionID: "bomb", TeamID: "t1", TeamName: "One", RoundNumber: 21, UserPrompt: "Go.",
+		Template: "bomb:latest", Limits: events.Limits{HistoryRounds: &rounds}}, t0)
+	a := e.answers("prompt.*.bomb.t1", 1, 60*time.Second)["bomb-21"]
+	if a.ok() || a.failed.Code != events.CodeBudgetExceeded || !strings.Contains(a.failed.Message, "more than 4000000 steps") {
+		t.Fatalf("answer %s %+v, want budget_exceeded naming the steps", a.subject, a.failed)
+	}
+	used := cpu()[0]
+	t.Logf("composer CPU for the request: %.2f s", used)
+	if used > 10 {
+		t.Errorf("the composer spent %.1f s of CPU on one bounded render", used)
+	}
+	composer.waitOK(t, "http://"+composer.addr+"/readyz")
+	e.requestRound("bomb-21b", events.RoundRequested{ExecutionID: "bomb", TeamID: "t1", TeamName: "One", RoundNumber: 21, UserPrompt: "Go."}, t0)
+	if b := e.answers("prompt.*.bomb.t1", 2, 60*time.Second)["bomb-21b"]; !b.ok() || len(b.composed.Inputs.HistoryRounds) == 0 {
+		t.Errorf("the next request: %s %+v", b.subject, b.failed)
 	}
 }
 

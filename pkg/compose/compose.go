@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"time"
 
@@ -116,17 +117,28 @@ type rendered struct {
 	cuts     cuts
 }
 
-// renderPart renders one part. A panic of the mustache library on a template it mishandles is a
-// template_error of this request, answered like any other, not a crash of every composer the
-// request is redelivered to.
-func renderPart(name string, p part, vals map[string]any) (text string, err error) {
-	if pv := panics.Catch(func() { text, err = p.tmpl.Render(vals) }); pv != nil {
+// renderPart renders one part, bounded (bound.go): past MaxRenderSteps or MaxRenderBytes it is a
+// budget_exceeded Failure, and when ctx ends, ctx's error. A panic of the mustache library on a
+// template it mishandles is a template_error of this request, answered like any other, not a
+// crash of every composer the request is redelivered to.
+func renderPart(ctx context.Context, name string, p part, vals map[string]any) (string, error) {
+	if err := renderWork(ctx, name, p.tags, vals); err != nil {
+		return "", err
+	}
+	out := boundedWriter{ctx: ctx}
+	var err error
+	if pv := panics.Catch(func() { err = p.tmpl.FRender(&out, vals) }); pv != nil {
 		return "", events.Failf(events.CodeTemplateError, "template %q: rendering panicked: %v", name, pv.Value)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(out.err, errRenderTooLarge):
+		return "", events.Failf(events.CodeBudgetExceeded, "template %q: the prompt would be larger than %d bytes, the largest message NATS takes", name, MaxRenderBytes)
+	case out.err != nil:
+		return "", out.err // ctx's
+	case err != nil:
 		return "", events.Failf(events.CodeTemplateError, "template %q: %v", name, err)
 	}
-	return text, nil
+	return out.buf.String(), nil
 }
 
 // render renders parts with the context of in under c. A part without a role is the user's.
@@ -142,7 +154,7 @@ func (l *Library) render(ctx context.Context, name string, parts []part, format 
 				return rendered{}, events.Failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
 			}
 		}
-		text, err := renderPart(name, p, vals)
+		text, err := renderPart(ctx, name, p, vals)
 		if err != nil {
 			return rendered{}, err
 		}

@@ -68,6 +68,7 @@ type part struct {
 	src  string // after partial expansion
 	tmpl *mustache.Template
 	uses map[string]bool // first segment of every tag name, at any depth
+	tags []tagNode       // tmpl's tags, read once (renderWork walks them on every render)
 }
 
 // tagNames adds the first segment of every tag name under tags to into.
@@ -467,7 +468,7 @@ func parsePart(name, role, text string, schema *node) (part, error) {
 	}
 	uses := map[string]bool{}
 	tagNames(tmpl.Tags(), uses)
-	return part{role: role, src: text, tmpl: tmpl, uses: uses}, nil
+	return part{role: role, src: text, tmpl: tmpl, uses: uses, tags: tagTree(tmpl.Tags())}, nil
 }
 
 // loadVariants builds the manifest's variants, each with its own parts where the folder has
