@@ -21,9 +21,10 @@ import (
 //
 // Two bounds together end every render:
 //   - renderWork walks the tags with the values the render will see, as mustache does, and counts
-//     each tag visited, each iteration of a section and each byte a variable prints, stopping at
-//     MaxRenderSteps. It sees what no writer can: iterations that write nothing. Its own cost is
-//     bounded by the same count.
+//     each tag visited and each iteration of a section, stopping at MaxRenderSteps, and the bytes
+//     the variables print, stopping at MaxRenderBytes. It sees what no writer can: iterations
+//     that write nothing, and variables (mustache ignores their failed writes). Its own cost is
+//     bounded by the same counts.
 //   - boundedWriter takes at most MaxRenderBytes and ends with ctx. mustache stops a render on a
 //     failed write of the template's text, so a render that writes ends soon after either.
 const (
@@ -54,12 +55,21 @@ func renderWork(ctx context.Context, name string, tags []tagNode, vals map[strin
 		return events.Failf(events.CodeBudgetExceeded,
 			"template %q: rendering would take more than %d steps (sections nested over lists multiply their iterations)", name, MaxRenderSteps)
 	}
+	if w.bytes > MaxRenderBytes {
+		return tooLarge(name)
+	}
 	return nil
+}
+
+// tooLarge is the answer to a render past MaxRenderBytes, found by the walk or by the writer.
+func tooLarge(name string) error {
+	return events.Failf(events.CodeBudgetExceeded, "template %q: the prompt would be larger than %d bytes, the largest message NATS takes", name, MaxRenderBytes)
 }
 
 type work struct {
 	ctx   context.Context
 	steps int
+	bytes int   // what the variables print
 	err   error // ctx's, once it ended
 }
 
@@ -107,8 +117,13 @@ func (w *work) walk(tags []tagNode, chain []any) bool {
 		v, ok := lookupValue(chain, tag.name)
 		switch tag.typ {
 		case mustache.Variable:
-			if ok && !w.add(printedSize(v)) {
-				return false
+			// Bytes are counted apart from steps: a long submission printed once is no work to
+			// speak of, but printed in every iteration it is, and the writer cannot see it
+			// (mustache ignores a variable's failed write).
+			if ok {
+				if w.bytes += printedSize(v); w.bytes > MaxRenderBytes {
+					return false
+				}
 			}
 		case mustache.Section:
 			if !ok || isEmpty(v) {
@@ -159,9 +174,9 @@ func iterated(v any) ([]any, bool) {
 	return items, true
 }
 
-// printedSize is about how many bytes a variable prints: exact for the scalars a context holds,
-// and for a list or a map (only a request's vars can print one) one per element at least, so its
-// formatting is charged too.
+// printedSize is about how many bytes a variable prints: exact for the strings and numbers a
+// context holds, and for a list or a map (only a request's vars can print one) at least one per
+// element.
 func printedSize(v any) int {
 	switch x := v.(type) {
 	case string:

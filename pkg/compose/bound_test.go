@@ -53,13 +53,36 @@ func TestRenderBoundedInSize(t *testing.T) {
 	if failureCode(err) != events.CodeBudgetExceeded || !strings.Contains(err.Error(), "larger than 67108864 bytes") {
 		t.Fatalf("Compose = %v, want budget_exceeded naming the size", err)
 	}
+	// Variables alone: 8,000 iterations printing a 10 KB task are 80 MB, refused by the walk
+	// before anything is rendered (mustache would ignore the writer's refusals of variables).
+	l, err = loadFS(t, map[string]string{"vars.mustache": nested(3, "{{user_prompt}}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := manyRounds("vars")
+	in.Request.UserPrompt = strings.Repeat("task ", 2000)
+	_, err = l.Compose(context.Background(), in)
+	if failureCode(err) != events.CodeBudgetExceeded || !strings.Contains(err.Error(), "larger than 67108864 bytes") {
+		t.Fatalf("Compose = %v, want budget_exceeded naming the size", err)
+	}
+	// A long text printed once is not work: 4.5 MB of task, past MaxRenderSteps in bytes.
+	l, err = loadFS(t, map[string]string{"once.mustache": "{{user_prompt}}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in = manyRounds("once")
+	none := 0 // no token budget
+	in.Request.Limits.MaxPromptTokens = &none
+	in.Request.UserPrompt = strings.Repeat("task\n", 900_000)
+	if out, err := l.Compose(context.Background(), in); err != nil || len(out.Prompt) != 4_500_000 {
+		t.Fatalf("Compose = %d bytes, %v; want the 4.5 MB task whole", len(out.Prompt), err)
+	}
 	// Three levels, 8,000 iterations and 8 MB: composed whole.
 	l, err = loadFS(t, map[string]string{"wide.mustache": nested(3, strings.Repeat("k", 1000))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := manyRounds("wide")
-	none := 0
+	in = manyRounds("wide")
 	in.Request.Limits.MaxPromptTokens = &none
 	out, err := l.Compose(context.Background(), in)
 	if err != nil || strings.Count(out.Prompt, "k") != 8000*1000 {

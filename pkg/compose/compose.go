@@ -132,7 +132,7 @@ func renderPart(ctx context.Context, name string, p part, vals map[string]any) (
 	}
 	switch {
 	case errors.Is(out.err, errRenderTooLarge):
-		return "", events.Failf(events.CodeBudgetExceeded, "template %q: the prompt would be larger than %d bytes, the largest message NATS takes", name, MaxRenderBytes)
+		return "", tooLarge(name)
 	case out.err != nil:
 		return "", out.err // ctx's
 	case err != nil:
