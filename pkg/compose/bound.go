@@ -44,12 +44,17 @@ var errRenderTooLarge = errors.New("render too large")
 const workCheckEvery = 4096
 
 // renderWork counts the work of rendering tags with vals, up to MaxRenderSteps. It answers a
-// budget_exceeded Failure past the bound, and ctx's error when ctx ends first.
-func renderWork(ctx context.Context, name string, tags []tagNode, vals map[string]any) error {
-	w := work{ctx: ctx}
+// budget_exceeded Failure past the bound, and ctx's error when ctx ends first. With checkVars it
+// also finds the first variable that would render as nothing (absent) or as "<nil>" (null): a
+// template_error. The same walk does both, so finding a missing variable is bounded too.
+func renderWork(ctx context.Context, name string, tags []tagNode, vals map[string]any, checkVars bool) error {
+	w := work{ctx: ctx, checkVars: checkVars}
 	w.walk(tags, []any{vals})
 	if w.err != nil {
 		return w.err
+	}
+	if w.missing != "" {
+		return events.Failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, w.missing)
 	}
 	if w.steps > MaxRenderSteps {
 		return events.Failf(events.CodeBudgetExceeded,
@@ -67,20 +72,20 @@ func tooLarge(name string) error {
 }
 
 type work struct {
-	ctx   context.Context
-	steps int
-	bytes int   // what the variables print
-	err   error // ctx's, once it ended
+	ctx       context.Context
+	checkVars bool
+	steps     int
+	bytes     int    // what the variables print
+	missing   string // the first variable with no value, under checkVars
+	err       error  // ctx's, once it ended
 }
 
-// add charges n steps; false once the walk must stop.
-func (w *work) add(n int) bool {
-	before := w.steps
-	w.steps += n
-	if w.steps > MaxRenderSteps {
+// step charges one step; false once the walk must stop.
+func (w *work) step() bool {
+	if w.steps++; w.steps > MaxRenderSteps {
 		return false
 	}
-	if before/workCheckEvery != w.steps/workCheckEvery {
+	if w.steps%workCheckEvery == 0 {
 		if err := w.ctx.Err(); err != nil {
 			w.err = err
 			return false
@@ -108,10 +113,12 @@ func tagTree(tags []mustache.Tag) []tagNode {
 	return out
 }
 
-// walk visits tags as mustache renders them (see missingVariable for the lookup rules).
+// walk visits tags as mustache renders them: a name is looked up from the innermost context out
+// (lookupValue), a list's section renders once per item, another non-empty value's once with it
+// pushed, an inverted section once when its value is empty.
 func (w *work) walk(tags []tagNode, chain []any) bool {
 	for _, tag := range tags {
-		if !w.add(1) {
+		if !w.step() {
 			return false
 		}
 		v, ok := lookupValue(chain, tag.name)
@@ -120,6 +127,10 @@ func (w *work) walk(tags []tagNode, chain []any) bool {
 			// Bytes are counted apart from steps: a long submission printed once is no work to
 			// speak of, but printed in every iteration it is, and the writer cannot see it
 			// (mustache ignores a variable's failed write).
+			if w.checkVars && (!ok || v == nil) {
+				w.missing = tag.name
+				return false
+			}
 			if ok {
 				if w.bytes += printedSize(v); w.bytes > MaxRenderBytes {
 					return false
@@ -142,7 +153,7 @@ func (w *work) walk(tags []tagNode, chain []any) bool {
 			}
 			for _, it := range items {
 				inner[0] = it
-				if !w.add(1) || !w.walk(tag.children, inner) {
+				if !w.step() || !w.walk(tag.children, inner) {
 					return false
 				}
 			}

@@ -40,6 +40,20 @@ func TestRenderBoundedInWork(t *testing.T) {
 	if failureCode(err) != events.CodeBudgetExceeded || !strings.Contains(err.Error(), "more than 4000000 steps") {
 		t.Fatalf("Compose = %v, want budget_exceeded naming the steps", err)
 	}
+	// Naming vars, the same walk finds a missing variable: bounded too, and the first one found.
+	l, err = loadFS(t, map[string]string{"bomb.mustache": nested(8, "{{vars.x}}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := manyRounds("bomb")
+	in.Request.Vars = map[string]any{"x": "given"}
+	if _, err = l.Compose(context.Background(), in); failureCode(err) != events.CodeBudgetExceeded {
+		t.Fatalf("Compose with vars = %v, want budget_exceeded", err)
+	}
+	in.Request.Vars = nil
+	if _, err = l.Compose(context.Background(), in); failureCode(err) != events.CodeTemplateError || !strings.Contains(err.Error(), `"vars.x"`) {
+		t.Fatalf("Compose without vars = %v, want template_error naming vars.x", err)
+	}
 }
 
 // TestRenderBoundedInSize: four nested sections over 20 rounds writing 1 KB each time are 160,000

@@ -118,11 +118,12 @@ type rendered struct {
 }
 
 // renderPart renders one part, bounded (bound.go): past MaxRenderSteps or MaxRenderBytes it is a
-// budget_exceeded Failure, and when ctx ends, ctx's error. A panic of the mustache library on a
+// budget_exceeded Failure, and when ctx ends, ctx's error. With checkVars, a variable the render
+// would print as nothing is a template_error. A panic of the mustache library on a
 // template it mishandles is a template_error of this request, answered like any other, not a
 // crash of every composer the request is redelivered to.
-func renderPart(ctx context.Context, name string, p part, vals map[string]any) (string, error) {
-	if err := renderWork(ctx, name, p.tags, vals); err != nil {
+func renderPart(ctx context.Context, name string, p part, vals map[string]any, checkVars bool) (string, error) {
+	if err := renderWork(ctx, name, p.tags, vals, checkVars); err != nil {
 		return "", err
 	}
 	out := boundedWriter{ctx: ctx}
@@ -149,12 +150,7 @@ func (l *Library) render(ctx context.Context, name string, parts []part, format 
 	checkVars := anyUses(parts, "vars")
 	msgs := make([]events.Message, 0, len(parts))
 	for _, p := range parts {
-		if checkVars {
-			if v := missingVariable(p.tmpl.Tags(), []any{vals}); v != "" {
-				return rendered{}, events.Failf(events.CodeTemplateError, "template %q uses %q, which this request does not provide", name, v)
-			}
-		}
-		text, err := renderPart(ctx, name, p, vals)
+		text, err := renderPart(ctx, name, p, vals, checkVars)
 		if err != nil {
 			return rendered{}, err
 		}

@@ -162,44 +162,6 @@ func tagLine(src, name string) int {
 	}
 }
 
-// missingVariable walks tags with the values a render would see, as mustache does, and returns the
-// first variable that would render as nothing (absent) or as "<nil>" (null). Only names under
-// vars can be missing once a template passed checkTags, but the walk does not assume it.
-func missingVariable(tags []mustache.Tag, chain []any) string {
-	for _, tag := range tags {
-		v, ok := lookupValue(chain, tag.Name())
-		switch tag.Type() {
-		case mustache.Variable:
-			if !ok || v == nil {
-				return tag.Name()
-			}
-		case mustache.Section:
-			if !ok || isEmpty(v) {
-				continue
-			}
-			if items, isList := v.([]any); isList {
-				for _, it := range items {
-					if m := missingVariable(tag.Tags(), append([]any{it}, chain...)); m != "" {
-						return m
-					}
-				}
-				continue
-			}
-			if m := missingVariable(tag.Tags(), append([]any{v}, chain...)); m != "" {
-				return m
-			}
-		case mustache.InvertedSection:
-			if ok && !isEmpty(v) {
-				continue
-			}
-			if m := missingVariable(tag.Tags(), chain); m != "" {
-				return m
-			}
-		}
-	}
-	return ""
-}
-
 // lookupValue resolves a possibly dotted name against a chain of values, innermost first.
 func lookupValue(chain []any, name string) (any, bool) {
 	if name == "." {
