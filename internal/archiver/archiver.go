@@ -19,7 +19,6 @@ import (
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/sink"
-	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -75,8 +74,10 @@ type archiver struct {
 	// filled again from the stream.
 	writes *health.Condition
 	filled *health.Condition
-	// sink writes batches of records (internal/sink, holding what the table refuses).
+	// sink writes batches of records (internal/sink, holding what the table refuses); view fills
+	// the table again from PROMPTS.
 	sink *sink.Writer[chstore.ArchivedPrompt]
+	view *sink.View
 }
 
 // newSink is how the archiver writes records.
@@ -84,6 +85,14 @@ func newSink(st archiveStore, m *metrics, writes *health.Condition, log *slog.Lo
 	return &sink.Writer[chstore.ArchivedPrompt]{Rows: "records", Table: "the prompts table", Insert: st.ArchivePrompts, Refusals: sink.Hold,
 		Writes: writes, Log: log, Metrics: sink.Metrics{BatchSize: m.batchSize, Errors: m.clickhouseErrors,
 			InsertDuration: func(_ context.Context, s float64) { m.insertDuration.Observe(s) }}}
+}
+
+// newView is how the archiver fills its table again (internal/sink).
+func newView(m *metrics, filled *health.Condition, log *slog.Logger) *sink.View {
+	return &sink.View{What: "the prompts archive", Stream: events.StreamPrompts, Whole: filled, Log: log,
+		Begin:   "the prompts archive is not whole; making it again and filling it from PROMPTS",
+		Done:    "prompts archive made again and filled from PROMPTS",
+		Metrics: sink.ViewMetrics{Refills: m.refills, Refilling: m.refilling, Errors: m.clickhouseErrors}}
 }
 
 // newConditions registers the archiver's readiness conditions.
@@ -327,29 +336,15 @@ func (a *archiver) whole(ctx context.Context) error {
 // refill makes the database and table again and archives what PROMPTS holds, from its first
 // record, then notes a new epoch in the table and publishes it: the batch in hand is written
 // after it. Rows are idempotent, so a refill that stops half way (a stop, a kill) is simply done
-// again, by whoever finds the marker missing next.
-func (a *archiver) refill(ctx context.Context, why string) (err error) {
-	a.filled.Fail("filling the prompts archive again from PROMPTS: %s", why)
-	defer func() {
-		if err != nil {
-			a.filled.Fail("a fill of the prompts archive from PROMPTS stopped (%s): %v", why, err)
-			return
-		}
-		a.filled.Holds()
-	}()
-	start := time.Now()
-	a.log.WarnContext(ctx, "the prompts archive is not whole; making it again and filling it from PROMPTS", "reason", why)
-	return retry.Do(ctx, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
-		a.log.WarnContext(ctx, "prompts archive refill failed; starting over", "attempt", try, "retry_in", pause.String(), "error", err)
-	}, func(ctx context.Context, _ uint64) error {
+// again, by whoever finds the marker missing next. a.view tries it (internal/sink: the condition,
+// the backoff, the metrics).
+func (a *archiver) refill(ctx context.Context, why string) error {
+	return a.view.Refill(ctx, why, func(ctx context.Context, _ uint64) (sink.Tried, error) {
 		n, err := a.refillOnce(ctx)
-		if err == nil {
-			// Counted once done, as its help says: the archive is whole again, its epoch published.
-			a.m.refills.Inc()
-			a.log.InfoContext(ctx, "prompts archive made again and filled from PROMPTS", "records", n, "epoch", *a.epoch.Load(),
-				"took", time.Since(start).Round(time.Millisecond).String())
+		if err != nil {
+			return sink.Tried{}, err
 		}
-		return err
+		return sink.Tried{Attrs: []any{"records", n, "epoch", *a.epoch.Load()}}, nil
 	})
 }
 
@@ -372,37 +367,19 @@ func (a *archiver) refillOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var chunk []chstore.ArchivedPrompt
-	size, total := 0, 0
-	flush := func() error {
-		if _, err := a.sink.Write(ctx, chunk); err != nil {
-			return err
-		}
-		total += len(chunk)
-		chunk, size = chunk[:0], 0
-		return nil
-	}
-	_, err = streamscan.Scan(ctx, a.js, events.StreamPrompts, ">", 0, func(msg jetstream.Msg) error {
-		rec, err := record(msg, created)
-		if err != nil {
-			return nil // dead-lettered when it was consumed
-		}
-		chunk, size = append(chunk, rec), size+len(rec.Body)
-		if len(chunk) >= a.batchSize || size >= a.batchBytes {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
+	src := sink.Source[chstore.ArchivedPrompt]{JS: a.js, Stream: events.StreamPrompts, Filter: ">", Batch: a.batchSize, BatchBytes: a.batchBytes,
+		Row: func(msg jetstream.Msg) (chstore.ArchivedPrompt, bool) {
+			rec, err := record(msg, created)
+			return rec, err == nil // not a record: dead-lettered when it was consumed
+		}}
+	done, err := sink.FillFrom(ctx, src, 0, a.sink.Write, nil)
 	if err != nil {
-		return total, err
+		return done.Written, err
 	}
 	if holds, err := a.store.HoldsArchiveEpoch(ctx, fill); err != nil || !holds {
-		return total, fmt.Errorf("the prompts table was made again while it was filled (marker %s gone: %v)", fill, err)
+		return done.Written, fmt.Errorf("the prompts table was made again while it was filled (marker %s gone: %v)", fill, err)
 	}
-	return total, a.newEpoch(ctx)
+	return done.Written, a.newEpoch(ctx)
 }
 
 // newEpoch notes a new epoch in the table, then publishes it: from then on the table is the

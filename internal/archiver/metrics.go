@@ -13,6 +13,7 @@ type metrics struct {
 	insertDuration   prometheus.Histogram
 	clickhouseErrors *prometheus.CounterVec
 	refills          prometheus.Counter
+	refilling        prometheus.Gauge
 	lag              prometheus.Histogram
 	pending          prometheus.Gauge
 	oldest           prometheus.Gauge
@@ -37,11 +38,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		clickhouseErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "archiver_clickhouse_errors_total",
-			Help: "ClickHouse failures by kind: insert (retried), refused (a record the table refused, dead-lettered).",
+			Help: "ClickHouse failures by kind: insert (retried), refused (a record the table refused: held until it takes it), refill (a try of a refill of the table that failed and starts over).",
 		}, []string{"kind"}),
 		refills: f.NewCounter(prometheus.CounterOpts{
 			Name: "archiver_refills_total",
-			Help: "Times the prompts table was found missing, made again and filled from the PROMPTS stream.",
+			Help: "Times the prompts table was found missing, made again and filled from the PROMPTS stream (counted once filled).",
+		}),
+		refilling: f.NewGauge(prometheus.GaugeOpts{
+			Name: "archiver_refilling",
+			Help: "1 while the archiver fills the prompts table again from PROMPTS (it is unready meanwhile), else 0.",
 		}),
 		lag: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "archiver_lag_seconds",

@@ -52,6 +52,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		writes:  writes,
 		filled:  filled,
 		sink:    newSink(st, m, writes, log),
+		view:    newView(m, filled, log),
 		log:     log,
 		js:      base.JS,
 		store:   st,

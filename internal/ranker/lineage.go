@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/chstore"
-	"github.com/podium-llm/podium/internal/panics"
+	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/refill"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/sink"
@@ -204,48 +205,40 @@ type refillPlan struct {
 	resume chstore.Lineage
 }
 
-// refill makes the store whole from the stream (see the top of this file). Commits are held by
-// the caller. It returns only once the store is whole, or with ctx's error.
-func (r *ranker) refill(ctx context.Context, plan refillPlan) (err error) {
-	why, repair, others := plan.why, plan.repair, plan.others
-	start := time.Now()
+// newView is how the ranker refills its store (internal/sink: the condition, the backoff, the
+// metrics).
+func newView(m *metrics, whole *health.Condition, log *slog.Logger) *sink.View {
+	return &sink.View{What: "the store", Stream: events.StreamEvaluations, Whole: whole, Log: log,
+		Begin:   "refilling the store from EVALUATIONS; unready until it is whole",
+		Done:    "store refilled from EVALUATIONS; ready",
+		Metrics: sink.ViewMetrics{Refills: m.refills, Refilling: m.refilling, Errors: m.clickhouseErrors}}
+}
+
+// refill makes the store whole from the stream (see the top of this file), tried with r.view
+// (internal/sink: the condition, the backoff, the metrics). Commits are held by the caller. It
+// returns only once the store is whole, or with ctx's error.
+func (r *ranker) refill(ctx context.Context, plan refillPlan) error {
 	r.boardsMu.Lock()
 	defer r.boardsMu.Unlock()
-	r.refilling.Store(&why)
-	r.whole.Fail("refilling the store from EVALUATIONS: %s", why)
-	defer func() {
-		r.refilling.Store(nil)
-		if err != nil {
-			r.whole.Fail("a refill of the store from EVALUATIONS stopped (%s): %v", why, err)
-			return
-		}
-		r.whole.Holds() // refilled: whole
-	}()
-	r.m.refilling.Set(1)
-	defer r.m.refilling.Set(0)
-	r.log.Warn("refilling the store from EVALUATIONS; unready until it is whole", "reason", why)
-	for attempt := uint64(1); ; attempt++ {
+	r.refilling.Store(&plan.why)
+	defer r.refilling.Store(nil)
+	repair, others := plan.repair, plan.others
+	return r.view.Refill(ctx, plan.why, func(ctx context.Context, _ uint64) (sink.Tried, error) {
 		if others {
 			if err := r.awaitRefill(ctx); err == nil || ctx.Err() != nil {
-				return ctx.Err()
+				return sink.Tried{Adopted: true}, ctx.Err()
 			}
 			r.log.Warn("the other ranker's refill stopped; taking it over")
 			if l, found, err := r.store.Lineage(ctx); err == nil && found && !l.Whole {
 				plan.resume = l // its progress as it last noted it
 			}
 		}
-		r.m.refills.Inc()
-		res, lin, err := r.refillOnce(ctx, why, repair, plan.resume)
+		res, lin, err := r.refillSteps(ctx, plan.why, repair, plan.resume)
 		if err == nil {
-			r.log.Info("store refilled from EVALUATIONS; ready", "lineage", lin.ID(), "messages", res.Read, "written", res.Written,
-				"refused", res.Refused, "invalid", res.Invalid, "took", time.Since(start).Round(time.Millisecond).String())
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+			return sink.Tried{Attrs: []any{"lineage", lin.ID(), "messages", res.Read, "written", res.Written, "refused", res.Refused, "invalid", res.Invalid}}, nil
 		}
 		if others = errors.Is(err, errYielded); others {
-			continue
+			return sink.Tried{}, fmt.Errorf("%w: %v", sink.ErrAgain, err)
 		}
 		// The table may be gone again (start over, repairing), or ClickHouse or the stream away
 		// (go on from what was noted).
@@ -253,13 +246,8 @@ func (r *ranker) refill(ctx context.Context, plan refillPlan) (err error) {
 		if plan.resume = lin; repair {
 			plan.resume = chstore.Lineage{}
 		}
-		delay := retry.Redelivery().Backoff(attempt)
-		r.m.clickhouseErrors.WithLabelValues("refill").Inc()
-		r.log.Warn("store refill failed; starting over", "reason", why, "attempt", attempt, "retry_in", delay.String(), "error", err)
-		if retry.Sleep(ctx, delay) != nil {
-			return ctx.Err()
-		}
-	}
+		return sink.Tried{}, err
+	})
 }
 
 // awaitRefill waits until another ranker's refill is done (nil), or its notes have stood still
@@ -289,19 +277,8 @@ func (r *ranker) awaitRefill(ctx context.Context) error {
 	}
 }
 
-// refillOnce is one try of refill: what it wrote, and the lineage it noted last. It goes on from
+// refillSteps is one try of refill: what it wrote, and the lineage it noted last. It goes on from
 // resume where that is of the same stream and the table holds its anchor; else from the start.
-func (r *ranker) refillOnce(ctx context.Context, why string, repair bool, resume chstore.Lineage) (res refill.Result, lin chstore.Lineage, err error) {
-	// A driver that panics on a row must not crash the ranker, which would refill again at its
-	// start and crash again: the refill fails, and is tried again with the backoff.
-	if p := panics.Catch(func() { res, lin, err = r.refillSteps(ctx, why, repair, resume) }); p != nil {
-		r.log.Error("store refill panicked", "panic", fmt.Sprint(p.Value), "stack", p.Stack)
-		return res, lin, fmt.Errorf("the refill panicked: %v", p.Value)
-	}
-	return res, lin, err
-}
-
-// refillSteps is refillOnce without its recovery.
 func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resume chstore.Lineage) (res refill.Result, lin chstore.Lineage, err error) {
 	info, err := r.evaluationsInfo(ctx)
 	if err != nil {

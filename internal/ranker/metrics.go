@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		refills: f.NewCounter(prometheus.CounterOpts{
 			Name: "ranker_store_refills_total",
-			Help: "Times the ranker began to refill its store from the EVALUATIONS stream because it found the store not whole (a table missing or recreated, a new database, a refill that did not finish).",
+			Help: "Refills of the ranker's store from the EVALUATIONS stream, counted once the store is whole again: it was found not whole (a table missing or recreated, a new database, a refill that did not finish). A refill another ranker did is not counted here.",
 		}),
 		refilling: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ranker_store_refilling",

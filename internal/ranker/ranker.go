@@ -94,8 +94,9 @@ type ranker struct {
 	// published (announce.go). remakeBoards makes LEADERBOARDS again (nil: the operator owns it).
 	boards       *health.Condition
 	remakeBoards func(ctx context.Context) (bool, error)
-	// sink writes batches of evaluations (write.go).
+	// sink writes batches of evaluations (write.go); view refills the store (lineage.go).
 	sink *sink.Writer[rank.Record]
+	view *sink.View
 }
 
 // newConditions registers the ranker's readiness conditions.

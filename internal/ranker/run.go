@@ -136,6 +136,7 @@ func newRanker(base *service.Base, cfg *Config, st *chstore.Store) *ranker {
 		boards:           boards,
 		remakeBoards:     base.StreamMaker(events.StreamLeaderboards),
 		sink:             newSink(st, m, writes, base.Log),
+		view:             newView(m, whole, base.Log),
 	}
 }
 

@@ -61,7 +61,7 @@ func newTestRanker(t *testing.T, st store, repair func(context.Context) error) (
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), store: st, m: newMetrics(prometheus.NewRegistry()),
 		now: time.Now, repair: repair, fail: func(err error) { stopped.Store(err) }}
 	r.writes, r.whole, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
-	r.sink = newSink(st, r.m, r.writes, r.log)
+	r.sink, r.view = newSink(st, r.m, r.writes, r.log), newView(r.m, r.whole, r.log)
 	return r, &stopped
 }
 

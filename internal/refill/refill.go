@@ -1,9 +1,9 @@
 // Package refill writes the EVALUATIONS stream into the store again: the stream is the log, the
-// evaluations table a view of it. The ranker refills its table by itself when it finds it lost
-// (internal/ranker/lineage.go); `podium store rebuild` does the same on an operator's word. Every
-// message is parsed as the ranker parses it (the invalid ones, which the ranker dead-lettered,
-// are skipped) and written with its stream sequence, so the rows are the ones the ranker wrote;
-// writing a row again is harmless (reads collapse copies of an id).
+// evaluations table a view of it (internal/sink fills it). The ranker refills its table by itself
+// when it finds it lost (internal/ranker/lineage.go); `podium store rebuild` does the same on an
+// operator's word. Every message is parsed as the ranker parses it (the invalid ones, which the
+// ranker dead-lettered, are skipped) and written with its stream sequence, so the rows are the
+// ones the ranker wrote; writing a row again is harmless (reads collapse copies of an id).
 package refill
 
 import (
@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/chstore"
-	"github.com/podium-llm/podium/internal/streamscan"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -53,60 +53,33 @@ type Result struct {
 // Run writes every evaluation of the stream after sequence after, up to what it held when the
 // refill began.
 func Run(ctx context.Context, o Options, after uint64, write Write) (Result, error) {
-	batchSize, batchBytes := o.Batch, o.BatchBytes
-	if batchSize <= 0 {
-		batchSize = 1000
-	}
-	if batchBytes <= 0 {
-		batchBytes = 8 << 20
-	}
-	var res Result
-	var recs []rank.Record
-	size := 0
-	flush := func() error {
-		if len(recs) > 0 {
-			refused, err := write(ctx, recs)
+	src := sink.Source[rank.Record]{JS: o.JS, Stream: events.StreamEvaluations, Filter: events.TypeEvaluationCompleted + ".>",
+		Batch: o.Batch, BatchBytes: o.BatchBytes, Read: o.Read,
+		Row: func(msg jetstream.Msg) (rank.Record, bool) {
+			md, err := msg.Metadata()
 			if err != nil {
-				return err
+				return rank.Record{}, false
 			}
-			res.Written += len(recs) - len(refused)
-			res.Refused += len(refused)
-			for i := len(recs) - 1; i >= 0; i-- {
-				if refused[i] == nil {
-					res.Last = chstore.KeyOf(recs[i]) // the anchor must be a row the table holds
-					break
-				}
+			ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), o.MaxEventBytes)
+			if err != nil {
+				return rank.Record{}, false
 			}
+			return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, EvaluationCompleted: ev.Data}, true
+		}}
+	var progress func(context.Context, sink.Filled[rank.Record]) error
+	if o.Written != nil {
+		progress = func(ctx context.Context, f sink.Filled[rank.Record]) error {
+			return o.Written(ctx, f.LastSeq, lastKey(f))
 		}
-		recs, size = recs[:0], 0
-		if o.Written != nil {
-			return o.Written(ctx, res.LastSeq, res.Last)
-		}
-		return nil
 	}
-	_, err := streamscan.Scan(ctx, o.JS, events.StreamEvaluations, events.TypeEvaluationCompleted+".>", after, func(msg jetstream.Msg) error {
-		md, err := msg.Metadata()
-		if err != nil {
-			return err
-		}
-		res.LastSeq = md.Sequence.Stream
-		res.Read++
-		if o.Read != nil {
-			o.Read(res.LastSeq)
-		}
-		ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), o.MaxEventBytes)
-		if err != nil {
-			res.Invalid++
-			return nil
-		}
-		recs = append(recs, rank.Record{EventID: ev.ID, Source: ev.Source, Seq: res.LastSeq, EvaluationCompleted: ev.Data})
-		if size += len(msg.Data()); len(recs) >= batchSize || size >= batchBytes {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return res, err
+	f, err := sink.FillFrom(ctx, src, after, write, progress)
+	return Result{Read: f.Read, Written: f.Written, Invalid: f.Skipped, Last: lastKey(f), Refused: f.Refused, LastSeq: f.LastSeq}, err
+}
+
+// lastKey is the key of the last record a fill stored; zero when none was.
+func lastKey(f sink.Filled[rank.Record]) chstore.RowKey {
+	if !f.HasLast {
+		return chstore.RowKey{}
 	}
-	return res, flush()
+	return chstore.KeyOf(f.Last)
 }
