@@ -582,7 +582,7 @@ func (s *soak) check() {
 			}
 		}
 		evs, _ := rank.FromRecords(upTo)
-		want := evs.ForPrompt(pc.TeamID, pc.RoundNumber, seq, pc.Request.Data.Standings, events.Desc, nil).Board.Rows
+		want := evs.ForPrompt(pc.TeamID, pc.RoundNumber, rank.Pos{Seq: seq}, pc.Request.Data.Standings, events.Desc, nil).Board.Rows
 		if diff := gocmp.Diff(want, pc.Inputs.Leaderboard, gocmp.Comparer(func(a, b []events.LeaderboardRow) bool { return gocmp.Equal(a, b) || len(a) == 0 && len(b) == 0 })); diff != "" {
 			t.Errorf("the prompt of %s (evaluations_seq %d) carries another board than the stream gives (-stream +prompt):\n%s", pc.RequestID, seq, diff)
 		}

@@ -68,12 +68,20 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 		if state.FirstSeq > 1 {
 			fmt.Fprintf(e.out, "note: the stream no longer holds sequences 1-%d (its retention removed them); what they held cannot be rebuilt\n", state.FirstSeq-1)
 		}
+		// The rows are of the stream's era: the store's newest lineage's when it names this
+		// stream, else the next one (the stream was made again since: rank.Pos).
+		streamID := chstore.StreamID(stream.CachedInfo().Created)
+		newest, _, err := st.Lineage(ctx)
+		if err != nil {
+			return err
+		}
+		era := newest.EraOf(streamID)
 		r := rebuilder{out: e.out, plain: *noBar}
 		var res refill.Result
 		if start <= state.LastSeq {
 			r.start, r.total = start, state.LastSeq-start+1
 			r.bar = newBar(e.out, int64(r.total), *noBar)
-			res, err = refill.Run(ctx, refill.Options{JS: js, MaxEventBytes: e.cfg.MaxEventBytes, Batch: *batchSize, Read: r.progress,
+			res, err = refill.Run(ctx, refill.Options{JS: js, MaxEventBytes: e.cfg.MaxEventBytes, Era: era, Batch: *batchSize, Read: r.progress,
 				Written: func(ctx context.Context, seq uint64, _ chstore.RowKey) error { return st.NoteRebuilt(ctx, seq) }}, start-1, refill.Insert(st.Insert))
 			_ = r.bar.Finish()
 			if err != nil {
@@ -94,7 +102,7 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		if err := st.NoteLineage(ctx, chstore.Lineage{Epoch: epoch, Stream: chstore.StreamID(stream.CachedInfo().Created), Anchor: anchor, Whole: true}); err != nil {
+		if err := st.NoteLineage(ctx, chstore.Lineage{Epoch: epoch, Stream: streamID, Era: era, Anchor: anchor, Whole: true}); err != nil {
 			return err
 		}
 		return report(ctx, e.out, st, *show)

@@ -360,7 +360,7 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return &checkError{err.Error()}
 		}
-		in, err := render.Inputs(ctx, t, render.Memory{Evs: evs, Contents: contents}, "render", req.Data, when.Truncate(time.Microsecond), uint64(len(recs)))
+		in, err := render.Inputs(ctx, t, render.Memory{Evs: evs, Contents: contents}, "render", req.Data, when.Truncate(time.Microsecond), rank.Pos{Seq: uint64(len(recs))})
 		if err != nil {
 			return err
 		}

@@ -63,7 +63,7 @@ func (v *Verifier) Try(ctx context.Context, r Record, ref string) (Trial, error)
 	t.Candidate = events.TemplateRef{Name: cand.Name, Version: cand.Version, SHA256: cand.SHA256}
 	req := d.Request.Data
 	req.Template = fmt.Sprintf("%s@%d", cand.Name, cand.Version)
-	in, err := render.Inputs(ctx, cand, v.reader, d.RequestID, req, at, d.Inputs.EvaluationsSeq)
+	in, err := render.Inputs(ctx, cand, v.reader, d.RequestID, req, at, render.AsOf(d.Inputs))
 	if err != nil {
 		if f, ok := events.AsFailure(err); ok {
 			t.Failure, t.FailureMessage = f.Code, f.Message

@@ -99,7 +99,7 @@ func (v *Verifier) Verify(ctx context.Context, r Record) error {
 	}
 	req := d.Request.Data
 	req.Template = ref // the version the composer resolved, whatever the request named
-	in, err := render.Inputs(ctx, t, v.reader, d.RequestID, req, at, d.Inputs.EvaluationsSeq)
+	in, err := render.Inputs(ctx, t, v.reader, d.RequestID, req, at, render.AsOf(d.Inputs))
 	if err != nil {
 		return err
 	}

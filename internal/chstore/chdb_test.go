@@ -137,8 +137,11 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	}{
 		{"scores", bind(chstore.ScoresQuery, []string{"exec-0", "exec-2", "unknown"})},
 		{"team scores", bind(chstore.TeamScoresQuery, "exec-1", "team-2")},
-		{"contents", bind(chstore.ContentsQuery(2), "exec-0", "team-0", "exec-2", "team-3", uint32(0), chstore.RoundLimit(3))},
-		{"contents, every round", bind(chstore.ContentsQuery(1), "exec-0", "team-0", uint32(0), chstore.RoundLimit(0))},
+		{"scores, anchored", bind(chstore.AnchoredScores, []string{"exec-0", "exec-2"}, "exec-1", "team-2", "ev-019")},
+		{"scores, anchor lost", bind(chstore.AnchoredScores, []string{"exec-0"}, "exec-1", "team-2", "no-such-event")},
+		{"contents", bind(chstore.ContentsQuery(2, false), "exec-0", "team-0", "exec-2", "team-3", uint32(0), chstore.RoundLimit(3))},
+		{"contents, every round", bind(chstore.ContentsQuery(1, false), "exec-0", "team-0", uint32(0), chstore.RoundLimit(0))},
+		{"contents, anchored", bind(chstore.ContentsQuery(1, true), "exec-0", "team-0", uint32(0), chstore.RoundLimit(2), "exec-1", "team-2", "ev-019")},
 		{"executions", chstore.ExecutionsQuery},
 		{"status", chstore.StatusQuery},
 		{"lineage", chstore.LineageQuery},
@@ -168,7 +171,9 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	}
 	for i, st := range script[:len(script)-len(reads)] {
 		var e struct{ Error string }
-		if json.Unmarshal(got.Results[i], &e) == nil && e.Error != "" {
+		// A column a later migration adds to tables made before it is there already: as the
+		// store does (execDDL), that is done.
+		if json.Unmarshal(got.Results[i], &e) == nil && e.Error != "" && !(chstore.AddsColumn(st.SQL) && strings.Contains(e.Error, "already exists")) {
 			t.Fatalf("chDB %s refused %.200s: %s", got.Version, st.SQL, e.Error)
 		}
 	}

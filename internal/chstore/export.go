@@ -14,7 +14,7 @@ import (
 
 // exportQuery reads every stored copy of an execution's evaluations, every column Insert writes.
 const exportQuery = `SELECT execution_id, team_id, event_id, round_number, team_name, overall_score, metrics, feedback,
-submission, submission_format, evaluated_at, event_source, stream_seq FROM evaluations WHERE execution_id = ?`
+submission, submission_format, evaluated_at, event_source, stream_seq, stream_era FROM evaluations WHERE execution_id = ?`
 
 // ExecutionRecords reads every stored copy of an execution's evaluations as the records they were
 // written from, by EVALUATIONS sequence: what FromRecords turns back into exactly the reads of the
@@ -26,7 +26,7 @@ func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]ran
 		var round uint32
 		var metrics, at string
 		if err := rows.Scan(&r.ExecutionID, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Evaluation.OverallScore, &metrics,
-			&r.Evaluation.Feedback, &r.Submission.Content, &r.Submission.Format, &at, &r.Source, &r.Seq); err != nil {
+			&r.Evaluation.Feedback, &r.Submission.Content, &r.Submission.Format, &at, &r.Source, &r.Seq, &r.Era); err != nil {
 			return err
 		}
 		r.RoundNumber = int(round)
@@ -45,8 +45,8 @@ func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]ran
 	}
 	// On a cluster, or before a merge, a copy may be read twice: keep one of each (event, sequence).
 	slices.SortFunc(out, func(a, b rank.Record) int {
-		return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.EventID, b.EventID))
+		return cmp.Or(a.Pos().Compare(b.Pos()), cmp.Compare(a.EventID, b.EventID))
 	})
-	out = slices.CompactFunc(out, func(a, b rank.Record) bool { return a.Seq == b.Seq && a.EventID == b.EventID })
+	out = slices.CompactFunc(out, func(a, b rank.Record) bool { return a.Pos() == b.Pos() && a.EventID == b.EventID })
 	return out, nil
 }

@@ -4,6 +4,7 @@ package chstore
 // and the migrations table, which TestCurrentClickHouseAgrees runs on a second engine.
 var (
 	ScoresQuery     = scoresQuery
+	AnchoredScores  = anchoredScoresQuery
 	TeamScoresQuery = teamScoresQuery
 	ContentsQuery   = contentsQuery
 	ExecutionsQuery = executionsQuery
@@ -14,6 +15,7 @@ var (
 	LineageQuery    = lineageQuery
 	HoldsQuery      = holdsQuery
 	NewestRowQuery  = newestRowQuery
+	AddsColumn      = addsColumn
 )
 
 // ThreadsRefused reports whether the server refused the store's ReadThreads.

@@ -96,7 +96,7 @@ func (s *Store) Repair(ctx context.Context) ([]string, error) {
 		for _, m := range migs {
 			for _, st := range m.Statements {
 				if !strings.HasPrefix(strings.ToUpper(st), "CREATE TABLE IF NOT EXISTS") {
-					continue
+					continue // a CREATE holds every column later migrations added (0004_eras.sql)
 				}
 				st, err := s.replication.statement(st, s.db)
 				if err != nil {
@@ -122,7 +122,7 @@ var evaluationColumns = [][2]string{
 	{"execution_id", "String"}, {"team_id", "String"}, {"round_number", "UInt32"}, {"event_id", "String"},
 	{"team_name", "String"}, {"overall_score", "Float64"}, {"metrics", "String"}, {"feedback", "String"},
 	{"submission", "String"}, {"submission_format", "String"}, {"evaluated_at", "String"},
-	{"evaluated_at_us", "Int64"}, {"event_source", "String"}, {"stream_seq", "UInt64"},
+	{"evaluated_at_us", "Int64"}, {"event_source", "String"}, {"stream_seq", "UInt64"}, {"stream_era", "UInt32"},
 }
 
 // CheckTable compares the evaluations table with what the migrations made: nil when every column

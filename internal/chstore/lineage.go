@@ -41,6 +41,9 @@ type Lineage struct {
 	Epoch uint64
 	// Stream is the EVALUATIONS stream's identity: its creation time (StreamID).
 	Stream string
+	// Era is the stream's era (rank.Pos): the rows derived from it are stored with it. A lineage
+	// that names another stream than the one before it has the next era.
+	Era uint32
 	// Anchor is a row the table held when this was noted; zero while the table held none.
 	Anchor RowKey
 	// Through is how far a refill got: every evaluation up to this stream sequence is stored. A
@@ -64,6 +67,15 @@ func (l Lineage) ID() string {
 	return strconv.FormatUint(l.Epoch, 10) + "@" + l.Stream
 }
 
+// EraOf is the era of the rows of stream in a derivation that follows l (the newest lineage):
+// l's own when l names that stream, else the next (the stream was made again since).
+func (l Lineage) EraOf(stream string) uint32 {
+	if l.Stream == stream || l.Epoch == 0 {
+		return l.Era
+	}
+	return l.Era + 1
+}
+
 // StreamID is a stream's identity in a lineage: its creation time, which a stream deleted and
 // made again under the same name changes.
 func StreamID(created time.Time) string { return created.UTC().Format(time.RFC3339Nano) }
@@ -71,10 +83,10 @@ func StreamID(created time.Time) string { return created.UTC().Format(time.RFC33
 // The lineage queries, named so that the test comparing ClickHouse 18.16 with a current engine
 // (chdb_test.go) runs exactly them.
 const (
-	lineageQuery = `SELECT epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole
+	lineageQuery = `SELECT epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole
 FROM store_lineage ORDER BY epoch DESC, version DESC LIMIT 1`
 	holdsQuery     = `SELECT count() FROM evaluations WHERE execution_id = ? AND team_id = ? AND event_id = ?`
-	newestRowQuery = `SELECT execution_id, team_id, event_id FROM evaluations ORDER BY stream_seq DESC, event_id LIMIT 1`
+	newestRowQuery = `SELECT execution_id, team_id, event_id FROM evaluations ORDER BY stream_era DESC, stream_seq DESC, event_id LIMIT 1`
 )
 
 // Lineage reads the store's lineage: the newest noted, by epoch then by when it was noted; false
@@ -88,7 +100,7 @@ func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
 		var r Lineage
 		var v uint64
 		var whole uint8
-		if err := rows.Scan(&r.Epoch, &v, &r.Stream, &r.Anchor.ExecutionID, &r.Anchor.TeamID, &r.Anchor.EventID, &r.Through, &whole); err != nil {
+		if err := rows.Scan(&r.Epoch, &v, &r.Stream, &r.Era, &r.Anchor.ExecutionID, &r.Anchor.TeamID, &r.Anchor.EventID, &r.Through, &whole); err != nil {
 			return err
 		}
 		if found && (r.Epoch < l.Epoch || r.Epoch == l.Epoch && v <= version) {
@@ -137,12 +149,12 @@ func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 		version = uint64(newest.Noted.UnixNano()) + 1
 	}
 	err = s.rs.write(ctx, func(conn driver.Conn) error {
-		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole, noted_at)")
+		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole, noted_at)")
 		if err != nil {
 			return err
 		}
 		defer batch.Abort()
-		if err := batch.Append(l.Epoch, version, l.Stream, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Through, whole, now); err != nil {
+		if err := batch.Append(l.Epoch, version, l.Stream, l.Era, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Through, whole, now); err != nil {
 			return err
 		}
 		return batch.Send()

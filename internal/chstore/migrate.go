@@ -158,7 +158,7 @@ func (s *Store) migrate(ctx context.Context, conn driver.Conn) ([]string, error)
 			if err != nil {
 				return applied, fmt.Errorf("rank: migration %s: %w", m.Name, err)
 			}
-			if err := conn.Exec(s.replication.ddlContext(ctx), st); err != nil {
+			if err := execDDL(s.replication.ddlContext(ctx), conn, st); err != nil {
 				return applied, fmt.Errorf("rank: migration %s: %w", m.Name, err)
 			}
 		}
@@ -175,6 +175,23 @@ func (s *Store) migrate(ctx context.Context, conn driver.Conn) ([]string, error)
 		applied = append(applied, m.Name)
 	}
 	return applied, nil
+}
+
+// execDDL runs one statement of a migration. ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS:
+// a column that already exists (a table made again by Repair, two rankers migrating at once) is
+// what the statement wanted, and counts as done.
+func execDDL(ctx context.Context, conn driver.Conn, st string) error {
+	err := conn.Exec(ctx, st)
+	if err != nil && addsColumn(st) && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	return err
+}
+
+// addsColumn reports whether a statement adds a column to a table.
+func addsColumn(st string) bool {
+	up := strings.ToUpper(st)
+	return strings.HasPrefix(up, "ALTER TABLE ") && strings.Contains(up, " ADD COLUMN ")
 }
 
 func appliedVersions(ctx context.Context, conn driver.Conn) (map[int]bool, error) {

@@ -44,51 +44,69 @@ func (s *Store) Leaderboards(ctx context.Context, executionIDs []string, order e
 }
 
 // scoreColumns are what ranking needs of a row: no content, so reads of every team stay small.
-const scoreColumns = `execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us, stream_seq`
+const scoreColumns = `execution_id, team_id, event_id, round_number, team_name, overall_score, evaluated_at_us, stream_seq, stream_era`
 
 // The store's read queries, named so that the test comparing ClickHouse 18.16 with a current
 // engine (chdb_test.go) runs exactly them.
 const (
-	scoresQuery     = `SELECT ` + scoreColumns + ` FROM evaluations WHERE execution_id IN ?`
-	teamScoresQuery = `SELECT ` + scoreColumns + ` FROM evaluations WHERE execution_id = ? AND team_id = ?`
-	contentColumns  = `execution_id, team_id, event_id, round_number, overall_score, stream_seq, metrics, feedback, submission, submission_format, evaluated_at`
+	scoresQuery = `SELECT ` + scoreColumns + ` FROM evaluations WHERE execution_id IN ?`
+	// anchoredScoresQuery is scoresQuery that also reads the anchor row (anchorCondition): one
+	// query reads one set of the table's parts, so the anchor in its result says the rows read
+	// are of the table the lineage filled (anchored.go).
+	anchoredScoresQuery = scoresQuery + ` OR ` + anchorCondition
+	teamScoresQuery     = `SELECT ` + scoreColumns + ` FROM evaluations WHERE execution_id = ? AND team_id = ?`
+	contentColumns      = `execution_id, team_id, event_id, round_number, overall_score, stream_seq, stream_era, metrics, feedback, submission, submission_format, evaluated_at`
 )
 
-// contentsQuery reads the content of n (execution, team) pairs in a range of rounds.
-func contentsQuery(n int) string {
+// contentsQuery reads the content of n (execution, team) pairs in a range of rounds; anchored,
+// the anchor row too (anchorCondition).
+func contentsQuery(n int, anchored bool) string {
 	// A tuple IN on the sort key's prefix: ClickHouse reads the granules of these teams only.
-	return `SELECT ` + contentColumns + `
-FROM evaluations WHERE (execution_id, team_id) IN (` + strings.TrimSuffix(strings.Repeat("(?, ?), ", n), ", ") + `)
-AND round_number >= ? AND round_number < ?`
+	q := `SELECT ` + contentColumns + `
+FROM evaluations WHERE ((execution_id, team_id) IN (` + strings.TrimSuffix(strings.Repeat("(?, ?), ", n), ", ") + `)
+AND round_number >= ? AND round_number < ?)`
+	if anchored {
+		q += ` OR ` + anchorCondition
+	}
+	return q
 }
 
 // Scores reads the score rows of the executions, every team and copy, in one query. Every
 // requested execution has an entry, empty when it has no evaluations.
 func (s *Store) Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error) {
-	return s.scanScores(ctx, executionIDs, scoresQuery, inSet(executionIDs))
+	return s.scanScores(ctx, executionIDs, nil, scoresQuery, inSet(executionIDs))
 }
 
-func (s *Store) scanScores(ctx context.Context, executionIDs []string, q string, args ...any) (map[string]*rank.Evaluations, error) {
+// scanScores reads score rows with q; with anchor set (q reads the anchor row too), it fails with
+// ErrAnchorLost unless the anchor row is among them.
+func (s *Store) scanScores(ctx context.Context, executionIDs []string, anchor *RowKey, q string, args ...any) (map[string]*rank.Evaluations, error) {
 	out := make(map[string]*rank.Evaluations, len(executionIDs))
 	for _, id := range executionIDs {
 		out[id] = rank.NewEvaluations()
 	}
+	held := false
 	// On a cluster the rows of several replicas are gathered: Latest collapses copies of an id.
 	err := s.executionQuery(ctx, q, args, func(rows driver.Rows) error {
 		var exec string
 		var r rank.Stored
 		var round uint32
-		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq); err != nil {
+		if err := rows.Scan(&exec, &r.TeamID, &r.EventID, &round, &r.TeamName, &r.Score, &r.AtMicros, &r.Seq, &r.Era); err != nil {
 			return err
 		}
 		r.Round = int(round)
+		if anchor != nil && *anchor == (RowKey{exec, r.TeamID, r.EventID}) {
+			held = true
+		}
 		if ev := out[exec]; ev != nil {
-			ev.Append(r)
+			ev.Append(r) // the anchor row too, when it is of an execution asked for: one of its rows
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rank: scores: %w", err)
+	}
+	if anchor != nil && !held {
+		return nil, anchorLost(*anchor)
 	}
 	return out, nil
 }
@@ -109,41 +127,61 @@ func (s *Store) Content(ctx context.Context, executionID, teamID string, fromRou
 // of those (execution, team) pairs only, in rounds fromRound to beforeRound-1. Every key has an
 // entry.
 func (s *Store) Contents(ctx context.Context, keys []rank.TeamKey, fromRound, beforeRound int) (map[rank.TeamKey]*rank.Content, error) {
+	return s.contents(ctx, keys, fromRound, beforeRound, nil)
+}
+
+// contents is Contents; with anchor set, it fails with ErrAnchorLost unless the same read found
+// the anchor row.
+func (s *Store) contents(ctx context.Context, keys []rank.TeamKey, fromRound, beforeRound int, anchor *RowKey) (map[rank.TeamKey]*rank.Content, error) {
 	out := make(map[rank.TeamKey]*rank.Content, len(keys))
-	args := make([]any, 0, 2*len(keys)+2)
+	args := make([]any, 0, 2*len(keys)+5)
 	for _, k := range keys {
 		out[k] = rank.NewContent()
 		args = append(args, k.ExecutionID, k.TeamID)
 	}
-	args = append(args, uint32(max(fromRound, 0)), roundLimit(beforeRound))
-	q := contentsQuery(len(keys))
+	from, before := uint32(max(fromRound, 0)), roundLimit(beforeRound)
+	args = append(args, from, before)
+	if anchor != nil {
+		args = append(args, anchor.ExecutionID, anchor.TeamID, anchor.EventID)
+	}
+	held := false
+	q := contentsQuery(len(keys), anchor != nil)
 	// On a cluster the rows of several replicas are gathered: add keeps one copy of an id.
 	err := s.executionQuery(ctx, q, args, func(rows driver.Rows) error {
 		var k rank.TeamKey
 		var d events.TeamRound
 		var round uint32
-		var seq uint64
+		var pos rank.Pos
 		var metrics string
-		if err := rows.Scan(&k.ExecutionID, &k.TeamID, &d.EvaluationID, &round, &d.OverallScore, &seq, &metrics, &d.Feedback,
+		if err := rows.Scan(&k.ExecutionID, &k.TeamID, &d.EvaluationID, &round, &d.OverallScore, &pos.Seq, &pos.Era, &metrics, &d.Feedback,
 			&d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
 			return err
 		}
+		if anchor != nil && *anchor == (RowKey{k.ExecutionID, k.TeamID, d.EvaluationID}) {
+			held = true
+			if round < from || round >= before {
+				return nil // read for the anchor alone
+			}
+		}
 		c := out[k]
 		if c == nil {
-			return nil // cannot happen: the filter names these keys only
+			return nil // the anchor row, of another team
 		}
-		if c.Has(d.EvaluationID, seq) {
+		if c.Has(d.EvaluationID, pos) {
 			return nil // a later copy of an event already read: not worth decoding its metrics
 		}
 		d.RoundNumber = int(round)
 		if err := json.Unmarshal([]byte(metrics), &d.Metrics); err != nil {
 			return fmt.Errorf("%s/%s: metrics of %s: %w", k.ExecutionID, k.TeamID, d.EvaluationID, err)
 		}
-		c.Keep(d.EvaluationID, seq, d)
+		c.Keep(d.EvaluationID, pos, d)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rank: content of %d teams: %w", len(keys), err)
+	}
+	if anchor != nil && !held {
+		return nil, anchorLost(*anchor)
 	}
 	return out, nil
 }
@@ -195,7 +233,7 @@ func roundLimit(beforeRound int) uint32 {
 // History returns a team's latest evaluation of each round within b, ascending, with content.
 func (s *Store) History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error) {
 	evs, err := s.scanScores(ctx, []string{executionID},
-		teamScoresQuery, executionID, teamID)
+		nil, teamScoresQuery, executionID, teamID)
 	if err != nil {
 		return nil, fmt.Errorf("rank: history of %s/%s: %w", executionID, teamID, err)
 	}

@@ -61,14 +61,14 @@ func TestMovementIsMeasuredFromThePreviousBoard(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ev.ForPrompt("a", tt.round, tt.asOf, tt.standings, tt.order, nil).PreviousRanks
+			got := ev.ForPrompt("a", tt.round, rank.Pos{Seq: tt.asOf}, tt.standings, tt.order, nil).PreviousRanks
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("previous ranks (-want +got):\n%s", diff)
 			}
 		})
 	}
 	// The board a round-3 prompt shows: a first (up 2 from 3rd), d new, b and c down.
-	board := ev.ForPrompt("a", 3, 7, events.Live, events.Desc, nil).Board.Rows
+	board := ev.ForPrompt("a", 3, rank.Pos{Seq: 7}, events.Live, events.Desc, nil).Board.Rows
 	var order []string
 	for _, r := range board {
 		order = append(order, r.TeamID)

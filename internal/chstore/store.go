@@ -173,7 +173,7 @@ func (s *Store) Insert(ctx context.Context, recs []rank.Record) error {
 		// 18.16 needs the explicit column list for a native-protocol batch.
 		batch, err := conn.PrepareBatch(ctx, `INSERT INTO evaluations (execution_id, team_id, round_number, event_id,
 		team_name, overall_score, metrics, feedback, submission, submission_format, evaluated_at,
-		evaluated_at_us, event_source, stream_seq)`)
+		evaluated_at_us, event_source, stream_seq, stream_era)`)
 		if err != nil {
 			return err
 		}
@@ -182,7 +182,7 @@ func (s *Store) Insert(ctx context.Context, recs []rank.Record) error {
 			if err := batch.Append(r.ExecutionID, r.TeamID, uint32(r.RoundNumber), r.EventID,
 				r.TeamName, r.Evaluation.OverallScore, metrics[i], r.Evaluation.Feedback,
 				r.Submission.Content, r.Submission.Format, r.EvaluatedAt.Format(time.RFC3339Nano),
-				r.EvaluatedAt.UnixMicro(), r.Source, r.Seq); err != nil {
+				r.EvaluatedAt.UnixMicro(), r.Source, r.Seq, r.Era); err != nil {
 				return &clientConversion{fmt.Errorf("append %s: %w", r.EventID, err)}
 			}
 		}

@@ -137,7 +137,7 @@ func checkStore(t *testing.T, s *chstore.Store, merged bool) {
 		t.Fatal(err)
 	}
 	ev := evs["exec"]
-	for _, b := range []rank.Bound{rank.Everything(), {BeforeRound: 2, UpToSeq: rank.AllSeqs}, {UpToSeq: 3}, {BeforeRound: 3, UpToSeq: 1}, {UpToSeq: 0}} {
+	for _, b := range []rank.Bound{rank.Everything(), {BeforeRound: 2, UpTo: rank.End}, {UpTo: rank.Pos{Seq: 3}}, {BeforeRound: 3, UpTo: rank.Pos{Seq: 1}}, {UpTo: rank.Pos{Seq: 0}}} {
 		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
 			want, err := s.Leaderboard(ctx, "exec", order, b)
 			if err != nil {
@@ -162,10 +162,10 @@ func checkStore(t *testing.T, s *chstore.Store, merged bool) {
 		}
 	}
 	// Pinned to sequence 1 only e1 exists: round 1 of a at 70.
-	if got := ev.Reduce(rank.Bound{UpToSeq: 1}).Leaderboard(events.Desc); len(got.Rows) != 1 || got.Rows[0].BestScore != 70 || got.Seq != 1 {
+	if got := ev.Reduce(rank.Bound{UpTo: rank.Pos{Seq: 1}}).Leaderboard(events.Desc); len(got.Rows) != 1 || got.Rows[0].BestScore != 70 || got.Seq != 1 {
 		t.Errorf("leaderboard as of sequence 1 = %+v, want a with 70", got)
 	}
-	before2 := ev.Reduce(rank.Bound{BeforeRound: 2, UpToSeq: rank.AllSeqs}).Leaderboard(events.Desc)
+	before2 := ev.Reduce(rank.Bound{BeforeRound: 2, UpTo: rank.End}).Leaderboard(events.Desc)
 	if got := before2.Rows[0]; got.TeamID != "b" || got.BestScore != 80 {
 		t.Errorf("leaderboard before round 2: first row %+v, want team b with 80", got)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // renders answers render requests, POST /v1/render and podium.render over NATS alike: the
@@ -63,7 +64,11 @@ func (r *renders) render(ctx context.Context, body []byte) (status int, answer a
 	if id == "" {
 		id = "render"
 	}
-	out, err := r.c.compose(ctx, id, req.Data, at.Truncate(time.Microsecond), req.EvaluationsSeq)
+	var asOf *rank.Pos
+	if req.EvaluationsSeq != nil {
+		asOf = &rank.Pos{Era: req.EvaluationsEra, Seq: *req.EvaluationsSeq}
+	}
+	out, err := r.c.compose(ctx, id, req.Data, at.Truncate(time.Microsecond), asOf)
 	switch {
 	case ctx.Err() != nil:
 		return 0, nil, false

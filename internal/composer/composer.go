@@ -18,6 +18,7 @@ import (
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // composer answers round requests.
@@ -137,13 +138,13 @@ func (c *composer) reject(ctx context.Context, msg jetstream.Msg, md *jetstream.
 }
 
 // compose builds the prompt.composed data of a request: the read-your-writes wait (or, when
-// asOf is set, the wait for the ranker to reach that sequence), the store reads, the render
+// asOf is set, the wait for the ranker to reach that position), the store reads, the render
 // within renderTimeout. It returns ctx's error when ctx ends first.
-func (c *composer) compose(ctx context.Context, requestID string, req events.RoundRequested, at time.Time, asOf *uint64) (events.PromptComposed, error) {
+func (c *composer) compose(ctx context.Context, requestID string, req events.RoundRequested, at time.Time, asOf *rank.Pos) (events.PromptComposed, error) {
 	waitStart := time.Now()
 	wctx, wait := c.trace.Start(ctx, "composer.inputs_wait")
-	seq, err := c.inputs.Wait(wctx, asOf)
-	wait.SetAttributes(attribute.Int64("podium.evaluations_seq", int64(seq)))
+	pos, err := c.inputs.Wait(wctx, asOf)
+	wait.SetAttributes(attribute.Int64("podium.evaluations_seq", int64(pos.Seq)), attribute.Int64("podium.evaluations_era", int64(pos.Era)))
 	tracing.End(wait, err)
 	if err != nil {
 		return events.PromptComposed{}, err
@@ -160,7 +161,7 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 		}
 		return events.PromptComposed{}, err
 	}
-	in, err := render.Inputs(ctx, t, c.inputs.Reader(), requestID, req, at, seq)
+	in, err := render.Inputs(ctx, t, c.inputs.Reader(), requestID, req, at, pos)
 	if err != nil {
 		return events.PromptComposed{}, storeError(ctx, err)
 	}

@@ -123,7 +123,8 @@ func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handl
 func newComposer(base *service.Base, cfg *Config, st *chstore.Store, lib *compose.Library) (*composer, error) {
 	m := newMetrics(base.Reg)
 	in, err := inputs.New(inputs.Deps{NC: base.NC, JS: base.JS, Store: st, Trace: base.Trace, Reg: base.Reg,
-		Timeout: cfg.InputsTimeout, CacheTTL: cfg.ReadCacheTTL, MaxBytes: cfg.MaxEventBytes})
+		Timeout: cfg.InputsTimeout, CacheTTL: cfg.ReadCacheTTL, MaxBytes: cfg.MaxEventBytes,
+		StoreLineage: st.Lineage, Anchored: func(k chstore.RowKey) inputs.Store { return st.Anchored(k) }})
 	if err != nil {
 		return nil, err
 	}

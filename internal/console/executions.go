@@ -171,7 +171,7 @@ func (c *Console) execution(r *http.Request) (any, error) {
 		maxRound = max(maxRound, s.Round)
 	}
 	p := executionPage{ID: exec, Order: order, Seq: board.Seq, Chart: scoreChart(scores, board.Rows, order), Partial: g.full}
-	p.Board = movement(board.Rows, ev.Reduce(rank.Bound{BeforeRound: maxRound, UpToSeq: rank.AllSeqs}).Leaderboard(order).Rows)
+	p.Board = movement(board.Rows, ev.Reduce(rank.Bound{BeforeRound: maxRound, UpTo: rank.End}).Leaderboard(order).Rows)
 	if len(board.Rows) > 0 {
 		top, err := c.top(ctx, exec, board.Rows[0])
 		if err != nil {

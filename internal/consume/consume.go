@@ -117,6 +117,9 @@ type Runtime struct {
 	RecoverFor time.Duration
 	// Recoveries counts consumers made again after a fault (may be nil).
 	Recoveries prometheus.Counter
+	// Remade, where set, hears that the consumer was made again after a loss (its stream may be
+	// another one now: the ranker checks its store's lineage at once).
+	Remade func()
 	// Panics counts messages whose handler panicked (Recover; may be nil).
 	Panics prometheus.Counter
 
@@ -303,9 +306,12 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 	defer loop.Close()
 	for {
 		started := time.Now()
-		it := newPull(cons, rt.Buffer, rt.keepEvery(), rt.Log, rt.Consuming)
-		rt.Consuming(nil)
+		// Read after the consumer was made: what it delivers is of this stream (had the stream
+		// been made again since, the consumer would be gone with the one before, and deliver
+		// nothing).
 		stream := rt.streamCreated(stop)
+		it := newPull(cons, stream, rt.Buffer, rt.keepEvery(), rt.Log, rt.Consuming)
+		rt.Consuming(nil)
 		if info := cons.CachedInfo(); info != nil {
 			rt.noteFloor(stream, info.AckFloor.Stream) // known from the start, not only after a lookup
 		}
@@ -334,6 +340,9 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		}
 		if rt.Recoveries != nil {
 			rt.Recoveries.Inc()
+		}
+		if rt.Remade != nil {
+			rt.Remade()
 		}
 		rt.Log.Warn("consumer made again; consuming", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream,
 			"after", time.Since(lostAt).Round(time.Millisecond).String())

@@ -39,6 +39,24 @@ type Buffer struct {
 // A fetch asks only for the room the buffer has, so the buffer is bounded by count and bytes as
 // the iterator's was.
 
+// streamMsg is a message with the identity of the stream it was consumed from.
+type streamMsg struct {
+	jetstream.Msg
+	stream time.Time
+}
+
+// StreamOf is the identity (the creation time) of the stream msg was consumed from: the stream
+// the runtime read when it began to consume with the consumer that delivered msg. A stream deleted
+// and made again under the same name has another, and its sequences start over: a service that
+// keeps sequences (the ranker) tells the streams apart by it. Zero when the runtime could not read
+// it, or msg did not come through the runtime.
+func StreamOf(msg jetstream.Msg) time.Time {
+	if m, ok := msg.(streamMsg); ok {
+		return m.stream
+	}
+	return time.Time{}
+}
+
 // fetchWait is how long one fetch waits on the server for messages; an idle consumer asks again
 // after it. A fetch lost with a connection ends by then too, and a drain waits for the fetch in
 // flight to end (what the server sent for it is the service's to finish): a second bounds both.
@@ -47,6 +65,7 @@ const fetchWait = time.Second
 // pull is the runtime's pull buffer over one consumer (see above).
 type pull struct {
 	cons      jetstream.Consumer
+	stream    time.Time // the identity of the stream cons reads (StreamOf)
 	buf       Buffer
 	keepEvery time.Duration
 	log       *slog.Logger
@@ -70,9 +89,9 @@ type pull struct {
 
 // newPull starts fetching from cons into a buffer bounded by buf; keepEvery is how often what it
 // holds is kept alive (a third of the consumer's AckWait).
-func newPull(cons jetstream.Consumer, buf Buffer, keepEvery time.Duration, log *slog.Logger, consuming func(error)) *pull {
+func newPull(cons jetstream.Consumer, stream time.Time, buf Buffer, keepEvery time.Duration, log *slog.Logger, consuming func(error)) *pull {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pull{cons: cons, buf: buf, keepEvery: keepEvery, log: log, ctx: ctx, cancel: cancel, consuming: consuming,
+	p := &pull{cons: cons, stream: stream, buf: buf, keepEvery: keepEvery, log: log, ctx: ctx, cancel: cancel, consuming: consuming,
 		changed: make(chan struct{})}
 	p.buf.Messages = max(p.buf.Messages, 1)
 	go p.fetch()
@@ -100,7 +119,7 @@ func (p *pull) Next(ctx context.Context) (jetstream.Msg, error) {
 			p.bytes -= len(msg.Data())
 			p.signal() // room for the next fetch
 			p.mu.Unlock()
-			return msg, nil
+			return streamMsg{Msg: msg, stream: p.stream}, nil
 		case p.done:
 			err := p.err
 			p.mu.Unlock()

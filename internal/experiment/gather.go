@@ -54,7 +54,7 @@ func Gather(ctx context.Context, src audit.Source, scores Scores, name string, e
 	}
 	rounds := make(map[string][]rank.RoundScore, len(evs))
 	for id, ev := range evs {
-		rounds[id] = ev.Reduce(rank.Bound{UpToSeq: rank.AllSeqs}).Rounds()
+		rounds[id] = ev.Reduce(rank.Everything()).Rounds()
 	}
 	return served, rounds, nil
 }

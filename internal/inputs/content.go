@@ -80,12 +80,15 @@ type streamContent struct {
 	fetches  chan struct{} // capacity maxFetches
 
 	stream *evaluationsStream // its cached config says whether direct gets work
+	// lineage says the era of the stream now (rank.Pos): a ref of another era is of a stream
+	// deleted since, whose sequences mean nothing in this one.
+	lineage *lineage
 }
 
 const maxFetches = 16
 
-func newStreamContent(js jetstream.JetStream, stream *evaluationsStream, maxBytes int, fallback func(context.Context, rank.TeamKey, int, int) (*rank.Content, error), m *Metrics) *streamContent {
-	return &streamContent{js: js, maxBytes: maxBytes, fallback: fallback, m: m, fetches: make(chan struct{}, maxFetches), stream: stream}
+func newStreamContent(js jetstream.JetStream, stream *evaluationsStream, l *lineage, maxBytes int, fallback func(context.Context, rank.TeamKey, int, int) (*rank.Content, error), m *Metrics) *streamContent {
+	return &streamContent{js: js, maxBytes: maxBytes, fallback: fallback, m: m, fetches: make(chan struct{}, maxFetches), stream: stream, lineage: l}
 }
 
 // errNotInStream says the stream cannot give an evaluation's content; ClickHouse can.
@@ -113,6 +116,14 @@ func (s *streamContent) get(ctx context.Context, key rank.TeamKey, from, before 
 // error when the stream itself failed (then the handle is looked up again; a later read that
 // fails on the stream forgets it too, whichever error came first here).
 func (s *streamContent) read(ctx context.Context, key rank.TeamKey, refs []rank.ContentRef) (*rank.Content, error) {
+	s.lineage.mu.Lock()
+	era := s.lineage.era
+	s.lineage.mu.Unlock()
+	for _, ref := range refs {
+		if ref.Era != era {
+			return nil, fmt.Errorf("%w: %s is of era %d, the stream's is %d", errNotInStream, ref.EventID, ref.Era, era)
+		}
+	}
 	st, err := s.stream.get(ctx)
 	if err != nil {
 		return nil, err
@@ -155,5 +166,5 @@ func (s *streamContent) record(ctx context.Context, st jetstream.Stream, key ran
 	if err != nil || ev.ID != ref.EventID || ev.Data.ExecutionID != key.ExecutionID || ev.Data.TeamID != key.TeamID {
 		return rank.Record{}, fmt.Errorf("%w: sequence %d is not evaluation %s of %s/%s", errNotInStream, ref.Seq, ref.EventID, key.ExecutionID, key.TeamID)
 	}
-	return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: ref.Seq, EvaluationCompleted: ev.Data}, nil
+	return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: ref.Seq, Era: ref.Era, EvaluationCompleted: ev.Data}, nil
 }

@@ -55,6 +55,12 @@ type Deps struct {
 	Timeout  time.Duration // COMPOSER_INPUTS_TIMEOUT: the longest read-your-writes wait
 	CacheTTL time.Duration // COMPOSER_READ_CACHE_TTL: how long a scores read serves later requests
 	MaxBytes int           // MAX_EVENT_BYTES, to parse evaluations read from the stream
+	// StoreLineage reads the store's lineage (chstore.Store.Lineage), for a ranker that published
+	// none (wait.go: eraOf); nil: era 0 then.
+	StoreLineage func(ctx context.Context) (chstore.Lineage, bool, error)
+	// Anchored is Store's reads anchored on a row (chstore.Store.Anchored, gate.go); nil: reads
+	// are not anchored.
+	Anchored func(chstore.RowKey) Store
 }
 
 // Metrics are the composer's series of its reads; the names are stable (dashboards use them).
@@ -107,6 +113,8 @@ type Inputs struct {
 	trace    *tracing.Tracing
 	clock    Clock
 	timeout  time.Duration
+	// storeLineage is Deps.StoreLineage.
+	storeLineage func(ctx context.Context) (chstore.Lineage, bool, error)
 }
 
 // New builds the reads of one composer and listens for the ranker's commit notices.
@@ -123,7 +131,7 @@ func New(d Deps) (*Inputs, error) {
 	// A probe is two JetStream API calls (milliseconds); one caught by a disconnect must not
 	// hold every waiting request for long, since probes run one at a time.
 	probes := newProbes(d.JS, clock.Now, 2*time.Second, lin)
-	store := gate{store: d.Store, probes: probes, l: lin, now: clock.Now}
+	store := gate{store: d.Store, anchored: d.Anchored, probes: probes, l: lin, now: clock.Now}
 	scores := newStoreReads(store.Scores, d.CacheTTL, maxKeptBytes, m, clock.Now)
 	lin.changed = scores.forget
 	scores.snaps = newSnapshots(d.JS, evaluations, clock, lin)
@@ -131,12 +139,14 @@ func New(d Deps) (*Inputs, error) {
 		lineage:  lin,
 		probes:   probes,
 		scores:   scores,
-		contents: newStreamContent(d.JS, evaluations, d.MaxBytes, newContentReads(store.Contents, m).get, m),
+		contents: newStreamContent(d.JS, evaluations, lin, d.MaxBytes, newContentReads(store.Contents, m).get, m),
 		commits:  newCommits(),
 		m:        m,
 		trace:    d.Trace,
 		clock:    clock,
 		timeout:  d.Timeout,
+
+		storeLineage: d.StoreLineage,
 	}
 	if d.NC != nil {
 		if _, err := in.commits.listen(d.NC); err != nil {
@@ -189,11 +199,11 @@ func (in *Inputs) Reader() render.Reader { return reader{in} }
 
 type reader struct{ in *Inputs }
 
-func (r reader) Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
+func (r reader) Scores(ctx context.Context, executionID string, pos rank.Pos) (*rank.Evaluations, error) {
 	ctx, span := r.in.trace.Start(ctx, "composer.read_scores", trace.WithAttributes(attribute.String("podium.execution_id", executionID),
-		attribute.Int64("podium.evaluations_seq", int64(seq))))
+		attribute.Int64("podium.evaluations_seq", int64(pos.Seq)), attribute.Int64("podium.evaluations_era", int64(pos.Era))))
 	start := time.Now()
-	evs, err := r.in.scores.get(ctx, executionID, seq)
+	evs, err := r.in.scores.get(ctx, executionID, pos)
 	tracing.Observe(ctx, r.in.m.requestReads.WithLabelValues("scores"), time.Since(start).Seconds())
 	tracing.End(span, err)
 	r.in.noteRead(ctx, err)

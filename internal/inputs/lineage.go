@@ -15,15 +15,17 @@ import (
 type lineage struct {
 	mu        sync.Mutex
 	current   string
-	refilling string    // why the ranker refills the store, as the last probe read it
-	probed    time.Time // when the probe that read it started
-	changed   func()    // called, without mu, when current changes
+	era       uint32         // of current's stream
+	anchor    chstore.RowKey // current's anchor row; zero: none published
+	refilling string         // why the ranker refills the store, as the last probe read it
+	probed    time.Time      // when the probe that read it started
+	changed   func()         // called, without mu, when current changes
 }
 
 // saw records the lineage a probe read, and whether the ranker refills the store; a lineage that
 // names another stream than the one the probe saw (its creation time) is of a stream deleted
-// since, and counts as none. at is when the probe started.
-func (l *lineage) saw(id, refilling string, streamCreated, at time.Time) {
+// since, and counts as none. era is its stream's era; at is when the probe started.
+func (l *lineage) saw(id, refilling string, era uint32, anchor chstore.RowKey, streamCreated, at time.Time) {
 	if _, stream, ok := strings.Cut(id, "@"); !ok || stream != chstore.StreamID(streamCreated) {
 		id = ""
 	}
@@ -33,18 +35,26 @@ func (l *lineage) saw(id, refilling string, streamCreated, at time.Time) {
 		return
 	}
 	moved := id != l.current
-	l.current, l.refilling, l.probed = id, refilling, at
+	l.current, l.era, l.anchor, l.refilling, l.probed = id, era, anchor, refilling, at
 	l.mu.Unlock()
 	if moved && l.changed != nil {
 		l.changed()
 	}
 }
 
-// serves reports whether something derived from lineage id may be served now.
-func (l *lineage) serves(id string) bool {
+// serves reports whether something derived from lineage id may be served now, and the era of
+// its stream.
+func (l *lineage) serves(id string) (uint32, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return id != "" && id == l.current
+	return l.era, id != "" && id == l.current
+}
+
+// anchored is the anchor row of the lineage, as the last probe read it; false when none.
+func (l *lineage) anchored() (chstore.RowKey, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.anchor, l.current != "" && l.anchor != (chstore.RowKey{})
 }
 
 // refill says why the ranker refills the store, as the last probe read it; empty when it does not.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -35,14 +37,22 @@ func newProbes(js jetstream.JetStream, now func() time.Time, timeout time.Durati
 
 // probe is one reading of the EVALUATIONS stream and the ranker consumer, in that order.
 type probe struct {
-	noStream   bool   // no evaluation was ever accepted (lastSeq is 0)
+	noStream   bool   // the stream does not exist (deleted, or not made yet)
 	lastSeq    uint64 // the stream's last sequence
+	stream     string // the stream's identity (chstore.StreamID)
 	streamErr  error
 	consumer   *jetstream.ConsumerInfo // nil when not found or on error
 	consumeErr error
 	// refilling says why the ranker is refilling the store from the stream (its consumer's
 	// metadata, events.MetaStoreRefilling); empty when it is not.
 	refilling string
+	// lineage is the store lineage the ranker published (events.MetaStoreLineage; empty: none),
+	// era the era of its stream (events.MetaStoreEra), eraErr a value that is not an era.
+	lineage string
+	era     uint32
+	eraErr  error
+	// anchor is the lineage's anchor row (events.MetaStoreAnchor); zero when none was published.
+	anchor chstore.RowKey
 }
 
 // join waits for a probe that started after the call.
@@ -66,7 +76,7 @@ func (p *probes) run(ctx context.Context) *probe {
 		return pr
 	}
 	info := stream.CachedInfo()
-	pr.lastSeq = info.State.LastSeq
+	pr.lastSeq, pr.stream = info.State.LastSeq, chstore.StreamID(info.Created)
 	cons, err := stream.Consumer(ctx, events.ConsumerRanker)
 	if err != nil {
 		pr.consumeErr = err
@@ -74,8 +84,15 @@ func (p *probes) run(ctx context.Context) *probe {
 	}
 	pr.consumer = cons.CachedInfo()
 	md := pr.consumer.Config.Metadata
-	pr.refilling = md[events.MetaStoreRefilling]
-	p.lineage.saw(md[events.MetaStoreLineage], pr.refilling, info.Created, started)
+	pr.refilling, pr.lineage = md[events.MetaStoreRefilling], md[events.MetaStoreLineage]
+	if s := md[events.MetaStoreEra]; s != "" {
+		era, err := strconv.ParseUint(s, 10, 32)
+		pr.era, pr.eraErr = uint32(era), err
+	}
+	if s := md[events.MetaStoreAnchor]; s != "" {
+		pr.anchor, _ = chstore.ParseRowKey(s) // unreadable: reads are not anchored
+	}
+	p.lineage.saw(pr.lineage, pr.refilling, pr.era, pr.anchor, info.Created, started)
 	return pr
 }
 

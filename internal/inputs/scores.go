@@ -30,7 +30,7 @@ const (
 // A read may serve a request only if it started after the ranker had committed every evaluation
 // the request waits for (docs/contract.md#read-your-writes). A request finishes that wait before it asks, so a
 // read started after it asked serves it; and a read started for requests that waited up to
-// sequence S serves any request that waited up to S or less. That rule lets a request join a
+// position S serves any request that waited up to S or before. That rule lets a request join a
 // read already running (covers), or take a kept one.
 type storeReads struct {
 	read    func(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
@@ -39,7 +39,7 @@ type storeReads struct {
 	maxKept int // bytes of kept reads
 	m       *Metrics
 	now     func() time.Time
-	b       *batcher[string, uint64, *rank.Evaluations]
+	b       *batcher[string, rank.Pos, *rank.Evaluations]
 
 	mu    sync.Mutex // guards kept, bytes and gen; never held across a read
 	kept  map[string]keptRead
@@ -49,7 +49,7 @@ type storeReads struct {
 
 type keptRead struct {
 	ev      *rank.Evaluations
-	seq     uint64
+	pos     rank.Pos
 	expires time.Time
 }
 
@@ -57,20 +57,25 @@ func newStoreReads(read func(context.Context, []string) (map[string]*rank.Evalua
 	s := &storeReads{read: read, ttl: ttl, maxKept: maxKept, m: m, now: now, kept: map[string]keptRead{}}
 	s.b = newBatcher(maxQueries, maxBatch, s.fetch)
 	s.b.now = now
-	s.b.covers = func(running []uint64, seq uint64) bool { return seq <= slices.Max(running) }
+	s.b.covers = func(running []rank.Pos, pos rank.Pos) bool { return !pos.After(latest(running)) }
 	return s
 }
 
-// get returns the evaluations of an execution, read after the ranker committed sequence seq.
-func (s *storeReads) get(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error) {
+// latest is the last of positions.
+func latest(ps []rank.Pos) rank.Pos {
+	return slices.MaxFunc(ps, rank.Pos.Compare)
+}
+
+// get returns the evaluations of an execution, read after the ranker committed up to pos.
+func (s *storeReads) get(ctx context.Context, executionID string, pos rank.Pos) (*rank.Evaluations, error) {
 	s.mu.Lock()
 	k, ok := s.kept[executionID]
 	s.mu.Unlock()
-	if ok && seq <= k.seq && s.now().Before(k.expires) {
+	if ok && !pos.After(k.pos) && s.now().Before(k.expires) {
 		s.m.storeReads.WithLabelValues("cached").Inc()
 		return k.ev, nil
 	}
-	ev, joined, err := s.b.get(ctx, executionID, seq)
+	ev, joined, err := s.b.get(ctx, executionID, pos)
 	if joined {
 		s.m.storeReads.WithLabelValues("shared").Inc()
 	}
@@ -78,15 +83,15 @@ func (s *storeReads) get(ctx context.Context, executionID string, seq uint64) (*
 }
 
 // fetch is one read of the executions of a batch: from the ranker's snapshots those complete
-// through the sequence their requests wait for, the rest from ClickHouse in one query. Each is
-// kept for the highest sequence its requests waited for.
-func (s *storeReads) fetch(ctx context.Context, batch map[string][]uint64) (map[string]*rank.Evaluations, error) {
+// through the position their requests wait for, the rest from ClickHouse in one query. Each is
+// kept for the last position its requests waited for.
+func (s *storeReads) fetch(ctx context.Context, batch map[string][]rank.Pos) (map[string]*rank.Evaluations, error) {
 	s.mu.Lock()
 	gen := s.gen
 	s.mu.Unlock()
-	need := make(map[string]uint64, len(batch))
-	for exec, seqs := range batch {
-		need[exec] = slices.Max(seqs)
+	need := make(map[string]rank.Pos, len(batch))
+	for exec, poss := range batch {
+		need[exec] = latest(poss)
 	}
 	evs := map[string]*rank.Evaluations{}
 	if s.snaps != nil {
@@ -119,8 +124,8 @@ func (s *storeReads) fetch(ctx context.Context, batch map[string][]uint64) (map[
 	if s.gen != gen {
 		return evs, nil // the lineage moved while it was read: it serves its requests only
 	}
-	for exec, seq := range need {
-		s.keep(exec, evs[exec], seq)
+	for exec, pos := range need {
+		s.keep(exec, evs[exec], pos)
 	}
 	return evs, nil
 }
@@ -137,12 +142,12 @@ func (s *storeReads) forget() {
 	s.gen++
 }
 
-func (s *storeReads) keep(exec string, ev *rank.Evaluations, seq uint64) {
+func (s *storeReads) keep(exec string, ev *rank.Evaluations, pos rank.Pos) {
 	if s.ttl <= 0 || ev == nil {
 		return
 	}
 	now := s.now()
-	if old, ok := s.kept[exec]; ok && old.seq > seq && now.Before(old.expires) {
+	if old, ok := s.kept[exec]; ok && old.pos.After(pos) && now.Before(old.expires) {
 		return // a read that finished earlier reflects more
 	}
 	// Counted afresh: a kept read grows by the reductions later requests make of it. Reads that
@@ -168,6 +173,6 @@ func (s *storeReads) keep(exec string, ev *rank.Evaluations, seq uint64) {
 	if s.bytes+ev.Bytes() > s.maxKept {
 		return // full of fresh reads: this one serves only the requests that joined it
 	}
-	s.kept[exec] = keptRead{ev: ev, seq: seq, expires: now.Add(s.ttl)}
+	s.kept[exec] = keptRead{ev: ev, pos: pos, expires: now.Add(s.ttl)}
 	s.bytes += ev.Bytes()
 }

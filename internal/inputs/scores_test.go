@@ -147,7 +147,7 @@ func (h *readsHarness) noRead(t *testing.T) {
 }
 
 // until polls a condition on the state of the storeReads' batcher.
-func (h *readsHarness) until(t *testing.T, what string, cond func(b *batcher[string, uint64, *rank.Evaluations]) bool) {
+func (h *readsHarness) until(t *testing.T, what string, cond func(b *batcher[string, rank.Pos, *rank.Evaluations]) bool) {
 	t.Helper()
 	testenv.WaitFor(t, waitLimit, what, func() (bool, string) { return cond(h.s.b), "not yet" })
 }
@@ -155,7 +155,7 @@ func (h *readsHarness) until(t *testing.T, what string, cond func(b *batcher[str
 // joined waits until n requests are on the read in flight for exec.
 func (h *readsHarness) joined(t *testing.T, exec string, n int) {
 	t.Helper()
-	h.until(t, fmt.Sprintf("%d requests are on the read of %s", n, exec), func(b *batcher[string, uint64, *rank.Evaluations]) bool {
+	h.until(t, fmt.Sprintf("%d requests are on the read of %s", n, exec), func(b *batcher[string, rank.Pos, *rank.Evaluations]) bool {
 		_, requests := b.runningFor(exec)
 		return requests == n
 	})
@@ -164,7 +164,7 @@ func (h *readsHarness) joined(t *testing.T, exec string, n int) {
 // queued waits until n requests of exec wait for the next read.
 func (h *readsHarness) queued(t *testing.T, exec string, n int) {
 	t.Helper()
-	h.until(t, fmt.Sprintf("%d requests of %s wait for the next read", n, exec), func(b *batcher[string, uint64, *rank.Evaluations]) bool {
+	h.until(t, fmt.Sprintf("%d requests of %s wait for the next read", n, exec), func(b *batcher[string, rank.Pos, *rank.Evaluations]) bool {
 		requests, _ := b.queuedFor(exec)
 		return requests == n
 	})
@@ -181,7 +181,7 @@ func (h *readsHarness) goGet(ctx context.Context, exec string, seq uint64) *getR
 	g := &getResult{done: make(chan struct{})}
 	go func() {
 		defer close(g.done)
-		g.ev, g.err = h.s.get(ctx, exec, seq)
+		g.ev, g.err = h.s.get(ctx, exec, rank.Pos{Seq: seq})
 	}()
 	return g
 }
@@ -335,9 +335,9 @@ func TestStoreReads(t *testing.T) {
 				// Later gets join the read started last, whose seq is 6.
 				equal := h.goGet(bg, "e", 6)
 				lower := h.goGet(bg, "e", 5)
-				h.until(t, "three requests are on the seq 6 read", func(b *batcher[string, uint64, *rank.Evaluations]) bool {
+				h.until(t, "three requests are on the seq 6 read", func(b *batcher[string, rank.Pos, *rank.Evaluations]) bool {
 					started, requests := b.runningFor("e")
-					return len(started) > 0 && slices.Max(started) == 6 && requests == 3
+					return len(started) > 0 && latest(started) == rank.Pos{Seq: 6} && requests == 3
 				})
 				c2.release()
 				ev2 := higher.mustEv(t, "e")
@@ -420,7 +420,7 @@ func TestStoreReads(t *testing.T) {
 				for _, e := range queued {
 					gets[e] = h.goGet(bg, e, 1)
 				}
-				h.until(t, "every queued execution waits", func(b *batcher[string, uint64, *rank.Evaluations]) bool {
+				h.until(t, "every queued execution waits", func(b *batcher[string, rank.Pos, *rank.Evaluations]) bool {
 					_, keys := b.queuedFor("")
 					return keys == len(queued)
 				})
@@ -739,7 +739,7 @@ func TestStoreReadsUseCompleteSnapshots(t *testing.T) {
 		}
 	}
 	lin := &lineage{}
-	lin.saw(current, "", stream.CachedInfo().Created, time.Now())
+	lin.saw(current, "", 0, chstore.RowKey{}, stream.CachedInfo().Created, time.Now())
 	h.s.snaps = newSnapshots(js, &evaluationsStream{js: js}, realClock{}, lin)
 	for _, tt := range []struct{ exec, want string }{{"fresh", "snapshot"}, {"quiet", "snapshot"}, {"stale", "queried"}, {"none", "queried"}, {"relineaged", "queried"}} {
 		before := readCounts(t, h.m)

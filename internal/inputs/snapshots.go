@@ -63,9 +63,9 @@ func (s *snapshots) bucket(ctx context.Context) jetstream.KeyValue {
 	return kv
 }
 
-// read returns, of the executions asked (each with the sequence its requests wait for), those
+// read returns, of the executions asked (each with the position its requests wait for), those
 // whose snapshot is complete through it. The gets run at once.
-func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string]*rank.Evaluations {
+func (s *snapshots) read(ctx context.Context, need map[string]rank.Pos) map[string]*rank.Evaluations {
 	kv := s.bucket(ctx)
 	if kv == nil {
 		return nil
@@ -73,7 +73,7 @@ func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string
 	got := make(map[string]*rank.Evaluations, len(need))
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
-	for exec, seq := range need {
+	for exec, pos := range need {
 		g.Go(func() error {
 			e, err := kv.Get(gctx, exec)
 			if err != nil {
@@ -83,7 +83,7 @@ func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string
 				return nil // ClickHouse serves it
 			}
 			ev, d, err := rank.ParseSnapshot(e.Value())
-			if err != nil || !s.lineage.serves(d.Lineage) || d.Through < seq && !s.nothingSince(gctx, exec, d.Through, seq) {
+			if err != nil || !s.complete(gctx, exec, d, pos) {
 				return nil
 			}
 			mu.Lock()
@@ -94,6 +94,20 @@ func (s *snapshots) read(ctx context.Context, need map[string]uint64) map[string
 	}
 	_ = g.Wait()
 	return got
+}
+
+// complete reports whether a snapshot holds every evaluation of exec up to pos: it is of the
+// lineage the ranker publishes, and pos is of an earlier era than its stream's (the snapshot holds
+// every row of those), or its rows are complete through pos's sequence.
+func (s *snapshots) complete(ctx context.Context, exec string, d rank.Derivation, pos rank.Pos) bool {
+	era, serves := s.lineage.serves(d.Lineage)
+	switch {
+	case !serves || pos.Era > era:
+		return false
+	case pos.Era < era:
+		return true
+	}
+	return d.Through >= pos.Seq || s.nothingSince(ctx, exec, d.Through, pos.Seq)
 }
 
 // nothingSince reports whether EVALUATIONS holds no message of the execution's subjects after

@@ -3,15 +3,16 @@ package ranker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
@@ -206,9 +207,22 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 		d.Lineage = lin.ID()
 	}
 	start := time.Now()
-	evs, err := r.store.Scores(ctx, ids)
+	read := r.store.Scores
+	if lin != nil && lin.Anchor != (chstore.RowKey{}) {
+		// In the same query as the anchor row: a table emptied under the ranker (TRUNCATE) is
+		// found by the first read after it, not announced nor snapshotted short (chstore/anchored.go).
+		read = r.store.Anchored(lin.Anchor).Scores
+	}
+	evs, err := read(ctx, ids)
 	r.boardsMu.RUnlock()
 	r.m.leaderboardQuery.Observe(time.Since(start).Seconds())
+	if errors.Is(err, chstore.ErrAnchorLost) {
+		r.log.Warn("the evaluations table lost the rows it held; checking the store, which refills it, before anything is announced", "error", err)
+		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("store lineage not checked; the watch tries again", "error", err)
+		}
+		return batches, false, nil
+	}
 	if err != nil {
 		r.m.clickhouseErrors.WithLabelValues("query").Inc()
 		r.log.Warn("leaderboard read for leaderboard.updated failed; will retry", "executions", len(ids), "error", err)
@@ -220,8 +234,8 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 		b := evs[id].Reduce(rank.Everything()).Leaderboard(events.Desc)
 		sctx, span := r.trace.Start(trace.ContextWithSpanContext(ctx, batches[id]), "ranker.announce", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.String("podium.execution_id", id), attribute.Int64("podium.evaluations_seq", int64(b.Seq))))
-		data := events.LeaderboardUpdated{ExecutionID: id, Leaderboard: b.Rows, EvaluationsSeq: b.Seq}
-		evID := events.DerivedID("leaderboard", id, fmt.Sprint(b.Seq))
+		data := events.LeaderboardUpdated{ExecutionID: id, Leaderboard: b.Rows, EvaluationsSeq: b.Seq, EvaluationsEra: b.Era}
+		evID := events.DerivedID("leaderboard", id, positionKey(b.Pos))
 		tc := r.trace.Inject(sctx)
 		subject := events.LeaderboardSubject(id)
 		at := r.now()
@@ -254,4 +268,14 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 		r.m.leaderboardsSent.Inc()
 	}
 	return failed, true, why
+}
+
+// positionKey names a board's position in its event id: the sequence alone in era 0 (as before
+// eras), else era and sequence, so a board of a new era at a sequence an older one reached is
+// another event, not a duplicate.
+func positionKey(p rank.Pos) string {
+	if p.Era == 0 {
+		return strconv.FormatUint(p.Seq, 10)
+	}
+	return strconv.FormatUint(uint64(p.Era), 10) + "-" + strconv.FormatUint(p.Seq, 10)
 }

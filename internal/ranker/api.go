@@ -15,6 +15,7 @@ type leaderboardResponse struct {
 	ExecutionID    string                  `json:"execution_id"`
 	Teams          []events.LeaderboardRow `json:"teams"`
 	EvaluationsSeq uint64                  `json:"evaluations_seq"`
+	EvaluationsEra uint32                  `json:"evaluations_era,omitempty"`
 }
 
 // historyResponse is the body of GET /v1/executions/{execution_id}/teams/{team_id}/history.
@@ -58,7 +59,7 @@ func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string) htt
 			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: "leaderboard read failed: " + err.Error()})
 			return
 		}
-		service.WriteJSON(w, http.StatusOK, leaderboardResponse{ExecutionID: exec, Teams: board.Rows, EvaluationsSeq: board.Seq})
+		service.WriteJSON(w, http.StatusOK, leaderboardResponse{ExecutionID: exec, Teams: board.Rows, EvaluationsSeq: board.Seq, EvaluationsEra: board.Era})
 	})
 	mux.HandleFunc("GET /v1/executions/{execution_id}/teams/{team_id}/history", func(w http.ResponseWriter, r *http.Request) {
 		exec, team := r.PathValue("execution_id"), r.PathValue("team_id")

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/refill"
 	"github.com/podium-llm/podium/internal/retry"
@@ -128,20 +130,55 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		}
 	}
 	if lin.Stream != streamID {
-		// Its sequences start over: a snapshot complete through an old sequence says nothing of
-		// the new stream. The rows stay (the old stream is gone; they are all that is left of it).
-		r.log.Warn("the EVALUATIONS stream was made again since the store was derived; a new lineage is noted and older snapshots are stale",
-			"was", lin.Stream, "now", streamID)
+		// Its sequences start over: a new era (rank.Pos), so that every row of the stream before
+		// still counts in a prompt composed as of a sequence of the new one, and a snapshot
+		// complete through an old sequence says nothing of the new stream. The rows stay (the old
+		// stream is gone; they are all that is left of it).
+		was := lin
 		epoch, err := r.store.NextEpoch(ctx, r.now())
 		if err != nil {
 			return err
 		}
-		lin = chstore.Lineage{Epoch: epoch, Stream: streamID, Anchor: lin.Anchor, Whole: true}
+		lin = chstore.Lineage{Epoch: epoch, Stream: streamID, Era: was.EraOf(streamID), Anchor: lin.Anchor, Whole: true}
 		if err := r.store.NoteLineage(ctx, lin); err != nil {
 			return err
 		}
+		r.before.Store(&was)
+		r.log.Warn("the EVALUATIONS stream was made again since the store was derived: a new era begins, the evaluations of the stream before all count, and older snapshots are stale",
+			"was", was.Stream, "now", streamID, "era", lin.Era)
 	}
 	return r.publishLineage(ctx, lin, "")
+}
+
+// eraOf is the era of the stream a batch was consumed from (consume.StreamOf), with commits
+// held: the published lineage's when it names that stream. A batch of a stream made again since
+// the lineage was noted has the store checked first, which notes the new stream's lineage with the
+// next era; one of the stream before (consumed before the delete, committed after) keeps that
+// stream's era.
+func (r *ranker) eraOf(ctx context.Context, msgs []jetstream.Msg) (uint32, error) {
+	created := consume.StreamOf(msgs[0])
+	if created.IsZero() { // the runtime could not read it: as it is now
+		info, err := r.evaluationsInfo(ctx)
+		if err != nil {
+			return 0, err
+		}
+		created = info.Created
+	}
+	stream := chstore.StreamID(created)
+	for checked := false; ; checked = true {
+		if lin := r.lineage.Load(); lin != nil && lin.Stream == stream {
+			return lin.Era, nil
+		}
+		if was := r.before.Load(); was != nil && was.Stream == stream {
+			return was.Era, nil
+		}
+		if checked {
+			return 0, fmt.Errorf("the batch is of an EVALUATIONS stream (%s) that the store's lineage does not name", stream)
+		}
+		if err := r.checkStoreLocked(ctx); err != nil {
+			return 0, err
+		}
+	}
 }
 
 // refillReason says why a refill runs; empty when none does.
@@ -289,6 +326,11 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 		return res, lin, errorOf(err)
 	}
 	lin = chstore.Lineage{Epoch: epoch, Stream: chstore.StreamID(info.Created)}
+	if newest, found, err := r.store.Lineage(ctx); err == nil && found {
+		lin.Era = newest.EraOf(lin.Stream)
+	} else if err != nil && chstore.FaultOf(err) != chstore.Missing {
+		return res, lin, err
+	}
 	after := info.State.FirstSeq
 	if after > 0 {
 		after-- // a stream that never held a message says 0
@@ -326,7 +368,7 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 		return res, lin, err
 	}
 	last := time.Now()
-	res, err = refill.Run(ctx, refill.Options{JS: r.js, MaxEventBytes: r.maxBytes, Batch: max(r.batchSize, 1000), BatchBytes: r.batchBytes,
+	res, err = refill.Run(ctx, refill.Options{JS: r.js, MaxEventBytes: r.maxBytes, Era: lin.Era, Batch: max(r.batchSize, 1000), BatchBytes: r.batchBytes,
 		Written: func(ctx context.Context, seq uint64, stored chstore.RowKey) error {
 			if stored != (chstore.RowKey{}) {
 				lin.Anchor, lin.Through = stored, seq // the progress the next note records
@@ -382,7 +424,10 @@ func errorOf(err error) error {
 // whether a refill runs (why, or empty). The consumer's metadata is compared first: an unchanged
 // state costs one lookup.
 func (r *ranker) publishLineage(ctx context.Context, lin chstore.Lineage, refilling string) error {
-	md := map[string]string{events.MetaStoreLineage: lin.ID()}
+	md := map[string]string{events.MetaStoreLineage: lin.ID(), events.MetaStoreEra: strconv.FormatUint(uint64(lin.Era), 10)}
+	if lin.Anchor != (chstore.RowKey{}) {
+		md[events.MetaStoreAnchor] = lin.Anchor.String()
+	}
 	if refilling != "" {
 		md[events.MetaStoreRefilling] = refilling
 	}
@@ -408,7 +453,10 @@ func (r *ranker) anchorAfter(ctx context.Context, recs []rank.Record) {
 		r.log.Warn("store lineage anchor not noted; the next commit tries again", "error", err)
 		return
 	}
-	r.lineage.Store(&next)
+	// Composers anchor their reads on it (chstore/anchored.go).
+	if err := r.publishLineage(ctx, next, ""); err != nil {
+		r.log.Warn("store lineage anchor not published; the next check publishes it", "error", err)
+	}
 }
 
 // startCheck checks the store before the first commit, trying again with the shared backoff
@@ -429,11 +477,20 @@ func (r *ranker) watchStore(ctx context.Context) {
 	if retry.Sleep(ctx, checkEvery) != nil {
 		return // the start checked it just now
 	}
-	retry.Every(ctx, checkEvery, func(ctx context.Context) {
+	retry.EveryOr(ctx, checkEvery, r.recheck, func(ctx context.Context) {
 		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("store lineage not checked; trying again", "error", err)
 		}
 	})
+}
+
+// checkSoon has the store checked now rather than at the next checkEvery: the consumer was made
+// again, perhaps on a stream made again (a new era, which requests wait for).
+func (r *ranker) checkSoon() {
+	select {
+	case r.recheck <- struct{}{}:
+	default: // one is due already
+	}
 }
 
 // warnTrimmed says, after a refill, when EVALUATIONS no longer holds its first evaluations

@@ -30,6 +30,7 @@ type store interface {
 	Insert(ctx context.Context, recs []rank.Record) error
 	Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, b rank.Bound) (map[string]rank.Board, error)
 	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
+	Anchored(k chstore.RowKey) chstore.Anchored
 	Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, b rank.Bound) (rank.Board, error)
 	History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error)
 	Ping(ctx context.Context) error
@@ -77,9 +78,14 @@ type ranker struct {
 	commitMu sync.Mutex
 	// boardsMu is read-held by an announcement's read of the store and held by a refill, so no
 	// leaderboard is read from a store being refilled.
-	boardsMu  sync.RWMutex
-	lineage   atomic.Pointer[chstore.Lineage] // the store's lineage, as published
-	refilling atomic.Pointer[string]          // why, while a refill runs
+	boardsMu sync.RWMutex
+	lineage  atomic.Pointer[chstore.Lineage] // the store's lineage, as published
+	// before is the lineage the published one replaced when the stream was made again: a batch
+	// consumed from the stream before and committed after keeps that stream's era (lineage.go).
+	before    atomic.Pointer[chstore.Lineage]
+	refilling atomic.Pointer[string] // why, while a refill runs
+	// recheck wakes the store's watch at once (checkSoon).
+	recheck chan struct{}
 	// staleAfter replaces refillStale (lineage.go) in tests; 0 in the service.
 	staleAfter time.Duration
 	// grace replaces chstore.RefillGrace in tests; 0 in the service.
@@ -177,12 +183,23 @@ type batch struct {
 // executions.
 func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announcer) consume.Result {
 	res := consume.All(msgs, settle.Ack())
-	b, sc, ok := r.commit(ctx, r.parse(ctx, msgs, res.Outcomes), res.Outcomes)
+	era, err := r.eraOf(ctx, msgs)
+	if err != nil {
+		r.log.WarnContext(ctx, "the era of a batch's stream is not known; the batch is given back", "error", err)
+		return consume.All(msgs, settle.RetryLater(err))
+	}
+	b := r.parse(ctx, msgs, res.Outcomes)
+	for i := range b.recs {
+		b.recs[i].Era = era
+	}
+	b, sc, ok := r.commit(ctx, b, res.Outcomes)
 	if ok {
+		// Once per lineage, before the acks: a composer that sees them committed sees the anchor
+		// its reads check too (chstore/anchored.go).
+		r.anchorAfter(ctx, b.recs)
 		res.After = func(ctx context.Context) {
 			r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
 			r.notifyCommitted(b)
-			r.anchorAfter(ctx, b.recs) // once per lineage, after the acks: not on a prompt's path
 			ann.add(sc, b.recs)
 		}
 	}

@@ -75,6 +75,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	base.StoreMetrics(st)
 	r.runtime = runtime
+	runtime.Remade = r.checkSoon
 	r.repair = func(ctx context.Context) error {
 		if err := chstore.CreateDatabase(ctx, cfg.Store(log)); err != nil {
 			return err
@@ -137,6 +138,7 @@ func newRanker(base *service.Base, cfg *Config, st *chstore.Store) *ranker {
 		remakeBoards:     base.StreamMaker(events.StreamLeaderboards),
 		sink:             newSink(st, m, writes, base.Log),
 		view:             newView(m, whole, base.Log),
+		recheck:          make(chan struct{}, 1),
 	}
 }
 

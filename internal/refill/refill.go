@@ -29,9 +29,10 @@ func Insert(insert func(context.Context, []rank.Record) error) Write {
 // Options say how a refill reads and writes.
 type Options struct {
 	JS            jetstream.JetStream
-	MaxEventBytes int // MAX_EVENT_BYTES: what the ranker accepts
-	Batch         int // records per write (default 1000)
-	BatchBytes    int // bytes of events per write (default 8 MiB)
+	MaxEventBytes int    // MAX_EVENT_BYTES: what the ranker accepts
+	Era           uint32 // of the stream (rank.Pos): the rows are stored with it
+	Batch         int    // records per write (default 1000)
+	BatchBytes    int    // bytes of events per write (default 8 MiB)
 	// Read, when set, hears of each message read, with its sequence.
 	Read func(seq uint64)
 	// Written, when set, hears after each write of the last sequence read so far (every
@@ -64,7 +65,7 @@ func Run(ctx context.Context, o Options, after uint64, write Write) (Result, err
 			if err != nil {
 				return rank.Record{}, false
 			}
-			return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, EvaluationCompleted: ev.Data}, true
+			return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, Era: o.Era, EvaluationCompleted: ev.Data}, true
 		}}
 	var progress func(context.Context, sink.Filled[rank.Record]) error
 	if o.Written != nil {

@@ -16,23 +16,23 @@ import (
 // Reader is what reading the inputs needs of ClickHouse. The composer shares and batches these
 // reads between requests; the CLI reads the store directly.
 type Reader interface {
-	// Scores are an execution's score rows, read after the ranker committed sequence seq.
-	Scores(ctx context.Context, executionID string, seq uint64) (*rank.Evaluations, error)
+	// Scores are an execution's score rows, read after the ranker committed up to pos.
+	Scores(ctx context.Context, executionID string, pos rank.Pos) (*rank.Evaluations, error)
 	// Content is a team's content in rounds from to before-1: at least the evaluations refs
 	// names, the ones the prompt counts, each the first stored copy at its sequence.
 	Content(ctx context.Context, key rank.TeamKey, from, before int, refs []rank.ContentRef) (*rank.Content, error)
 }
 
 // Inputs reads what the prompt of req, rendered with t (the template req resolved to), shows as
-// of the EVALUATIONS sequence seq: every team's scores, then the requesting team's own content of
+// of the position pos in the EVALUATIONS history (rank.Pos): every team's scores, then the requesting team's own content of
 // the rounds t prints (compose.Template.ContentFrom), reduced by the standings rule
 // (rank.Evaluations.ForPrompt).
-func Inputs(ctx context.Context, t *compose.Template, r Reader, requestID string, req events.RoundRequested, at time.Time, seq uint64) (compose.Inputs, error) {
-	evs, err := r.Scores(ctx, req.ExecutionID, seq)
+func Inputs(ctx context.Context, t *compose.Template, r Reader, requestID string, req events.RoundRequested, at time.Time, pos rank.Pos) (compose.Inputs, error) {
+	evs, err := r.Scores(ctx, req.ExecutionID, pos)
 	if err != nil {
 		return compose.Inputs{}, err
 	}
-	before := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpToSeq: seq})
+	before := evs.Reduce(rank.Bound{BeforeRound: req.RoundNumber, UpTo: pos})
 	rounds := before.History(req.TeamID, nil)
 	var content *rank.Content
 	if from := t.ContentFrom(req, rounds); from < req.RoundNumber {
@@ -46,7 +46,7 @@ func Inputs(ctx context.Context, t *compose.Template, r Reader, requestID string
 	if order == "" {
 		order = events.Desc
 	}
-	in := evs.ForPrompt(req.TeamID, req.RoundNumber, seq, req.Standings, order, content)
+	in := evs.ForPrompt(req.TeamID, req.RoundNumber, pos, req.Standings, order, content)
 	return compose.Inputs{
 		RequestID:      requestID,
 		Request:        req,
@@ -54,16 +54,22 @@ func Inputs(ctx context.Context, t *compose.Template, r Reader, requestID string
 		History:        in.History,
 		Leaderboard:    in.Board.Rows,
 		PreviousRanks:  in.PreviousRanks,
-		EvaluationsSeq: seq,
+		EvaluationsSeq: pos.Seq,
+		EvaluationsEra: pos.Era,
 		Template:       t,
 	}, nil
+}
+
+// AsOf is the position a recorded prompt was composed as of.
+func AsOf(in events.ComposeInputs) rank.Pos {
+	return rank.Pos{Era: in.EvaluationsEra, Seq: in.EvaluationsSeq}
 }
 
 // Store reads the store directly, for callers that render one prompt at a time.
 type Store struct{ St *chstore.Store }
 
 // Scores reads one execution's scores.
-func (s Store) Scores(ctx context.Context, executionID string, _ uint64) (*rank.Evaluations, error) {
+func (s Store) Scores(ctx context.Context, executionID string, _ rank.Pos) (*rank.Evaluations, error) {
 	evs, err := s.St.Scores(ctx, []string{executionID})
 	if err != nil {
 		return nil, err
@@ -84,7 +90,7 @@ type Memory struct {
 }
 
 // Scores are the records' score rows.
-func (m Memory) Scores(context.Context, string, uint64) (*rank.Evaluations, error) {
+func (m Memory) Scores(context.Context, string, rank.Pos) (*rank.Evaluations, error) {
 	return m.Evs, nil
 }
 

@@ -105,6 +105,11 @@ func Do(ctx context.Context, p Policy, failed Failed, step func(ctx context.Cont
 // Every runs step now and then every period until ctx ends. A step that takes longer than the
 // period is followed by the next at once, never by two.
 func Every(ctx context.Context, period time.Duration, step func(ctx context.Context)) {
+	EveryOr(ctx, period, nil, step)
+}
+
+// EveryOr is Every, stepping at once too whenever wake delivers (nil: never).
+func EveryOr(ctx context.Context, period time.Duration, wake <-chan struct{}, step func(ctx context.Context)) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for ctx.Err() == nil {
@@ -113,6 +118,7 @@ func Every(ctx context.Context, period time.Duration, step func(ctx context.Cont
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-wake:
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -123,6 +124,12 @@ func (s *Settler) AckAll(ctx context.Context, msgs []jetstream.Msg, within time.
 	nc := s.js.Conn()
 	deadline := time.Now().Add(within)
 	for attempt := uint64(1); err != nil && ctx.Err() == nil && time.Now().Before(deadline); attempt++ {
+		if attempt > 1 && errors.Is(err, nats.ErrNoResponders) {
+			// Connected, and nothing answers the ack subject twice in a row: the consumer (or
+			// its stream) is gone. Nothing will ever confirm these acks; holding the batch
+			// (and, in the ranker, every commit) for the rest of within helps no one.
+			break
+		}
 		s.log.WarnContext(ctx, "ack not confirmed; sending the batch's acks again", "messages", len(msgs), "attempt", attempt, "error", err)
 		_ = retry.Sleep(ctx, retry.Redelivery().Backoff(attempt)) // a stop still sends the acks once more
 		for _, msg := range msgs[:len(msgs)-1] {

@@ -33,8 +33,10 @@ type Inputs struct {
 	Leaderboard []events.LeaderboardRow
 	// PreviousRanks are the teams' ranks on the previous board (rank.PromptInputs): movement is
 	// measured from them; a team without one is new.
-	PreviousRanks  map[string]int
+	PreviousRanks map[string]int
+	// EvaluationsSeq and EvaluationsEra are the position the inputs were read as of (rank.Pos).
 	EvaluationsSeq uint64
+	EvaluationsEra uint32
 	// Template is the template the request resolved to (Library.Resolve, once per request); nil:
 	// Compose looks up the request's.
 	Template *Template
@@ -221,6 +223,7 @@ func recordInputs(in Inputs) events.ComposeInputs {
 		Leaderboard:    in.Leaderboard,
 		TeamCount:      len(in.Leaderboard),
 		EvaluationsSeq: in.EvaluationsSeq,
+		EvaluationsEra: in.EvaluationsEra,
 	}
 	if rec.Leaderboard == nil {
 		rec.Leaderboard = []events.LeaderboardRow{}

@@ -276,6 +276,10 @@ type ComposeInputs struct {
 	TeamPosition   *int             `json:"team_position"`
 	TeamCount      int              `json:"team_count"`
 	EvaluationsSeq uint64           `json:"evaluations_seq"`
+	// EvaluationsEra is the era of the EVALUATIONS stream EvaluationsSeq is a sequence of (a
+	// compatible addition; absent: era 0): the stream deleted and made again starts a new era,
+	// and a prompt counts every evaluation of earlier eras (docs/contract.md#read-your-writes).
+	EvaluationsEra uint32 `json:"evaluations_era,omitempty"`
 }
 
 // PromptFailed is the data of prompt.failed.
@@ -294,6 +298,8 @@ type LeaderboardUpdated struct {
 	ExecutionID    string           `json:"execution_id"`
 	Leaderboard    []LeaderboardRow `json:"leaderboard"`
 	EvaluationsSeq uint64           `json:"evaluations_seq"`
+	// EvaluationsEra is the era of EvaluationsSeq's stream, as in ComposeInputs (absent: 0).
+	EvaluationsEra uint32 `json:"evaluations_era,omitempty"`
 	// Truncated is set (a compatible addition) when the whole board would not fit in one message:
 	// Leaderboard holds its first Shown rows of Teams. The ranker's API serves the whole board.
 	Truncated *BoardTruncation `json:"truncated,omitempty"`

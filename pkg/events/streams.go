@@ -220,10 +220,17 @@ func ConsumerConfig(durable string, o ConsumerOptions) (jetstream.ConsumerConfig
 // commit probe reads with the ack floor (no extra call): which lineage the store's rows are of
 // (chstore.Lineage.ID; score snapshots of another lineage are stale), and whether the ranker is
 // refilling the store from the stream (then nothing read from ClickHouse is whole, and requests
-// wait as they wait for a commit).
+// wait as they wait for a commit), and the era of the stream the lineage names (a decimal number;
+// absent: 0): the stream deleted and made again starts a new era, whose sequences start over, and
+// a prompt is composed as of a position (era, sequence) (docs/contract.md#read-your-writes), and
+// the lineage's anchor row (a JSON array [execution_id, team_id, event_id]; absent while the table
+// held none), which composers read in the same query as the rows they read, so that a table
+// emptied under them is found, not read short.
 const (
 	MetaStoreLineage   = "podium_store_lineage"
 	MetaStoreRefilling = "podium_store_refilling"
+	MetaStoreEra       = "podium_store_era"
+	MetaStoreAnchor    = "podium_store_anchor"
 )
 
 // The archiver's consumer names the fill of the prompts archive that its ack floor speaks of

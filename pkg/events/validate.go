@@ -88,8 +88,10 @@ type RenderRequest struct {
 	Time      time.Time // zero when absent: the caller then uses the current time
 	RequestID string    // "" when absent
 	// EvaluationsSeq, when set, renders as of that EVALUATIONS sequence instead of the latest,
-	// so an audit record can be rendered again exactly.
+	// so an audit record can be rendered again exactly; EvaluationsEra is the era of its stream
+	// (as the record's inputs.evaluations_era; absent: 0).
 	EvaluationsSeq *uint64
+	EvaluationsEra uint32
 }
 
 // ParseRenderRequest validates the body of POST /v1/render: a round.requested data object with an
@@ -119,6 +121,18 @@ func ParseRenderRequest(body []byte, maxBytes int) (RenderRequest, error) {
 			c.add("evaluations_seq", fmt.Sprintf("must be a whole number from 0 to %d, got %s", uint64(math.MaxUint64), cut(string(n))))
 		default:
 			r.EvaluationsSeq = &seq
+		}
+	}
+	if v, ok := c.get(m, "", "evaluations_era", false); ok {
+		n, isNum := v.(json.Number)
+		era, err := strconv.ParseUint(string(n), 10, 32)
+		switch {
+		case !isNum || err != nil:
+			c.add("evaluations_era", fmt.Sprintf("must be a whole number from 0 to %d, got %s", uint32(math.MaxUint32), cut(fmt.Sprint(v))))
+		case r.EvaluationsSeq == nil:
+			c.add("evaluations_era", "is a position's era: it needs evaluations_seq")
+		default:
+			r.EvaluationsEra = uint32(era)
 		}
 	}
 	return r, c.err()

@@ -35,7 +35,7 @@ func (ev *Evaluations) Bytes() int {
 	defer ev.mu.Unlock()
 	n := len(ev.rows) * 128
 	for _, r := range ev.reduced {
-		n += len(r.rounds)*112 + len(r.firsts)*8 + 64
+		n += len(r.rounds)*112 + len(r.firsts)*16 + 64
 	}
 	return n
 }
@@ -47,7 +47,7 @@ type Content struct {
 }
 
 type firstCopy struct {
-	seq   uint64
+	pos   Pos
 	round events.TeamRound
 }
 
@@ -56,31 +56,31 @@ func newContent() *Content { return &Content{byEvent: map[string]firstCopy{}} }
 // Len is the number of evaluations the content holds.
 func (c *Content) Len() int { return len(c.byEvent) }
 
-// Has reports whether the content holds a copy of the event at or below seq: a later copy read
+// Has reports whether the content holds a copy of the event at or before p: a later copy read
 // from the store then changes nothing, and need not be decoded.
-func (c *Content) Has(eventID string, seq uint64) bool {
+func (c *Content) Has(eventID string, p Pos) bool {
 	have, ok := c.byEvent[eventID]
-	return ok && have.seq <= seq
+	return ok && !have.pos.After(p)
 }
 
 // Keep keeps a stored copy of an event, as a read of the store returns it: the copy with the
-// lowest sequence wins.
-func (c *Content) Keep(eventID string, seq uint64, d events.TeamRound) { c.add(eventID, seq, d) }
+// lowest position wins.
+func (c *Content) Keep(eventID string, p Pos, d events.TeamRound) { c.add(eventID, p, d) }
 
-// add keeps the copy of an event with the lowest sequence.
-func (c *Content) add(eventID string, seq uint64, d events.TeamRound) {
-	if have, ok := c.byEvent[eventID]; ok && have.seq <= seq {
+// add keeps the copy of an event with the lowest position.
+func (c *Content) add(eventID string, p Pos, d events.TeamRound) {
+	if have, ok := c.byEvent[eventID]; ok && !have.pos.After(p) {
 		return
 	}
-	c.byEvent[eventID] = firstCopy{seq: seq, round: d}
+	c.byEvent[eventID] = firstCopy{pos: p, round: d}
 }
 
 // Reduction is an execution's evaluations within one Bound, reduced by Latest: its leaderboard
 // and every team's rounds.
 type Reduction struct {
 	rounds []RoundScore // the latest evaluation of each (team, round), by team then round
-	firsts []uint64     // rounds[i]'s first stored copy: its EVALUATIONS sequence
-	seq    uint64
+	firsts []Pos        // rounds[i]'s first stored copy: its position
+	last   Pos
 }
 
 // Rounds are the counted evaluations of the reduction, by team then round: every cell of an
@@ -94,24 +94,24 @@ func (ev *Evaluations) Reduce(b Bound) *Reduction {
 	if r, ok := ev.reduced[b]; ok {
 		return r
 	}
-	copies, seq := latestCopies(ev.rows, b)
+	copies, last := latestCopies(ev.rows, b)
 	slices.SortFunc(copies, func(a, b Stored) int {
 		return cmp.Or(cmp.Compare(a.TeamID, b.TeamID), cmp.Compare(a.Round, b.Round))
 	})
-	r := &Reduction{rounds: make([]RoundScore, len(copies)), firsts: make([]uint64, len(copies)), seq: seq}
+	r := &Reduction{rounds: make([]RoundScore, len(copies)), firsts: make([]Pos, len(copies)), last: last}
 	for i, c := range copies {
-		r.rounds[i], r.firsts[i] = c.RoundScore, c.Seq
+		r.rounds[i], r.firsts[i] = c.RoundScore, c.Pos
 	}
 	ev.reduced[b] = r
 	return r
 }
 
-// ContentRef names where an evaluation's content is: its event id and the EVALUATIONS sequence
-// of its first stored copy, the copy whose content counts (Content keeps the same one).
+// ContentRef names where an evaluation's content is: its event id and the position of its first
+// stored copy, the copy whose content counts (Content keeps the same one).
 type ContentRef struct {
 	EventID string
 	Round   int
-	Seq     uint64
+	Pos
 }
 
 // ContentRefs are the team's counted evaluations of rounds from to before-1 (before 0: every
@@ -122,7 +122,7 @@ func (r *Reduction) ContentRefs(teamID string, from, before int) []ContentRef {
 	var refs []ContentRef
 	for ; i < len(r.rounds) && r.rounds[i].TeamID == teamID; i++ {
 		if rs := r.rounds[i]; rs.Round >= from && (before <= 0 || rs.Round < before) {
-			refs = append(refs, ContentRef{EventID: rs.EventID, Round: rs.Round, Seq: r.firsts[i]})
+			refs = append(refs, ContentRef{EventID: rs.EventID, Round: rs.Round, Pos: r.firsts[i]})
 		}
 	}
 	return refs
@@ -130,7 +130,7 @@ func (r *Reduction) ContentRefs(teamID string, from, before int) []ContentRef {
 
 // Leaderboard ranks the reduction (docs/contract.md#ranking).
 func (r *Reduction) Leaderboard(order events.ScoreOrder) Board {
-	return Board{Rows: Rank(r.rounds, order), Seq: r.seq}
+	return Board{Rows: Rank(r.rounds, order), Pos: r.last}
 }
 
 // History returns a team's rounds, ascending, with their content where content holds it (nil:
@@ -165,7 +165,7 @@ func FromRecords(recs []Record) (*Evaluations, map[TeamKey]*Content) {
 	contents := map[TeamKey]*Content{}
 	for _, r := range recs {
 		ev.rows = append(ev.rows, Stored{RoundScore: RoundScore{TeamID: r.TeamID, TeamName: r.TeamName, Round: r.RoundNumber,
-			Score: r.Evaluation.OverallScore, AtMicros: r.EvaluatedAt.UnixMicro(), EventID: r.EventID}, Seq: r.Seq})
+			Score: r.Evaluation.OverallScore, AtMicros: r.EvaluatedAt.UnixMicro(), EventID: r.EventID}, Pos: r.Pos()})
 		k := TeamKey{ExecutionID: r.ExecutionID, TeamID: r.TeamID}
 		if contents[k] == nil {
 			contents[k] = newContent()
@@ -186,7 +186,7 @@ func (c *Content) Add(r Record) {
 	if metrics == nil {
 		metrics = []events.Metric{}
 	}
-	c.add(r.EventID, r.Seq, events.TeamRound{RoundNumber: r.RoundNumber, EvaluationID: r.EventID,
+	c.add(r.EventID, r.Pos(), events.TeamRound{RoundNumber: r.RoundNumber, EvaluationID: r.EventID,
 		OverallScore: r.Evaluation.OverallScore, Metrics: metrics, Feedback: r.Evaluation.Feedback,
 		Submission: r.Submission, EvaluatedAt: r.EvaluatedAt.Format(time.RFC3339Nano)})
 }

@@ -66,7 +66,7 @@ func TestRankTeamNameFromLatestEvaluation(t *testing.T) {
 
 func TestLatest(t *testing.T) {
 	st := func(team, id string, round int, score float64, at int64, seq uint64) rank.Stored {
-		return rank.Stored{RoundScore: rank.RoundScore{TeamID: team, TeamName: "n-" + team, Round: round, Score: score, AtMicros: at, EventID: id}, Seq: seq}
+		return rank.Stored{RoundScore: rank.RoundScore{TeamID: team, TeamName: "n-" + team, Round: round, Score: score, AtMicros: at, EventID: id}, Pos: rank.Pos{Seq: seq}}
 	}
 	rows := []rank.Stored{
 		st("a", "e1", 1, 10, 100, 1),
@@ -77,20 +77,19 @@ func TestLatest(t *testing.T) {
 		st("b", "e4", 2, 60, 100, 5),
 		st("b", "e5", 3, 70, 100, 6),
 	}
-	var all uint64 = rank.AllSeqs
 	for _, tt := range []struct {
 		bound   rank.Bound
 		want    []rank.RoundScore
 		wantSeq uint64
 	}{
-		{rank.Bound{UpToSeq: all}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore, rows[6].RoundScore}, 6},
-		{rank.Bound{BeforeRound: 3, UpToSeq: all}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore}, 5},
-		{rank.Bound{BeforeRound: 2, UpToSeq: all}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore}, 4},
+		{rank.Bound{UpTo: rank.End}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore, rows[6].RoundScore}, 6},
+		{rank.Bound{BeforeRound: 3, UpTo: rank.End}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore}, 5},
+		{rank.Bound{BeforeRound: 2, UpTo: rank.End}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore}, 4},
 		// Pinned: later sequences are not seen, whatever their round or whether they are replays.
-		{rank.Bound{UpToSeq: 2}, []rank.RoundScore{rows[2].RoundScore}, 2},
-		{rank.Bound{UpToSeq: 5}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore}, 5},
-		{rank.Bound{BeforeRound: 2, UpToSeq: 5}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore}, 4},
-		{rank.Bound{UpToSeq: 0}, []rank.RoundScore{}, 0},
+		{rank.Bound{UpTo: rank.Pos{Seq: 2}}, []rank.RoundScore{rows[2].RoundScore}, 2},
+		{rank.Bound{UpTo: rank.Pos{Seq: 5}}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore, rows[5].RoundScore}, 5},
+		{rank.Bound{BeforeRound: 2, UpTo: rank.Pos{Seq: 5}}, []rank.RoundScore{rows[3].RoundScore, rows[4].RoundScore}, 4},
+		{rank.Bound{UpTo: rank.Pos{Seq: 0}}, []rank.RoundScore{}, 0},
 	} {
 		// Any order of the stored rows gives the same answer.
 		for _, perm := range [][]int{{0, 1, 2, 3, 4, 5, 6}, {6, 5, 4, 3, 2, 1, 0}, {1, 3, 0, 6, 2, 5, 4}} {
@@ -98,7 +97,8 @@ func TestLatest(t *testing.T) {
 			for i, j := range perm {
 				in[i] = rows[j]
 			}
-			got, seq := rank.Latest(in, tt.bound)
+			got, last := rank.Latest(in, tt.bound)
+			seq := last.Seq
 			sort := func(a, b rank.RoundScore) int { return strings.Compare(a.TeamID+a.EventID, b.TeamID+b.EventID) }
 			slices.SortFunc(got, sort)
 			slices.SortFunc(tt.want, sort)
@@ -120,7 +120,7 @@ func TestBytesCountsReductions(t *testing.T) {
 	ev, _ := rank.FromRecords(recs)
 	rows := ev.Bytes()
 	ev.Reduce(rank.Everything())
-	ev.Reduce(rank.Bound{BeforeRound: 3, UpToSeq: rank.AllSeqs})
+	ev.Reduce(rank.Bound{BeforeRound: 3, UpTo: rank.End})
 	if got := ev.Bytes(); got <= rows+50*100 {
 		t.Errorf("Bytes after two reductions of 50 rows = %d, rows alone %d", got, rows)
 	}
@@ -145,12 +145,56 @@ func TestSnapshotRoundTrips(t *testing.T) {
 	if err != nil || d != (rank.Derivation{Through: 55, Lineage: "7@2026-11-25T10:00:00Z"}) {
 		t.Fatalf("parse: %v, derivation %+v", err, d)
 	}
-	for _, bound := range []rank.Bound{rank.Everything(), {BeforeRound: 4, UpToSeq: 40}, {UpToSeq: 12}} {
+	for _, bound := range []rank.Bound{rank.Everything(), {BeforeRound: 4, UpTo: rank.Pos{Seq: 40}}, {UpTo: rank.Pos{Seq: 12}}} {
 		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
 			want, got := ev.Reduce(bound).Leaderboard(order), back.Reduce(bound).Leaderboard(order)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("%+v %s (-rows +snapshot):\n%s", bound, order, diff)
 			}
+		}
+	}
+}
+
+// TestLatestAcrossEras: EVALUATIONS deleted and made again starts era 1, whose sequences start
+// over. A bound in era 1 counts every row of era 0 whatever its sequence, and the rows of era 1 up
+// to its sequence; the first stored copy of an id is the one at the lowest position, whatever the
+// sequences of the two eras say.
+func TestLatestAcrossEras(t *testing.T) {
+	st := func(team, id string, round int, score float64, era uint32, seq uint64) rank.Stored {
+		return rank.Stored{RoundScore: rank.RoundScore{TeamID: team, TeamName: "n-" + team, Round: round, Score: score, AtMicros: int64(round), EventID: id},
+			Pos: rank.Pos{Era: era, Seq: seq}}
+	}
+	rows := []rank.Stored{
+		st("a", "a1", 1, 10, 0, 1),
+		st("b", "b1", 1, 20, 0, 2),
+		st("a", "a2", 2, 30, 0, 3),
+		st("b", "b2", 2, 40, 0, 4),
+		st("a", "a3", 3, 50, 1, 1), // the stream made again: its first evaluation
+		st("b", "b1", 3, 99, 1, 2), // b1 sent again to the new stream: the era 0 copy stands
+		st("b", "b3", 3, 60, 1, 3),
+	}
+	for _, tt := range []struct {
+		upTo     rank.Pos
+		want     []string // team:id of the counted evaluations
+		wantLast rank.Pos
+	}{
+		{rank.Pos{Era: 1, Seq: 0}, []string{"a:a1", "a:a2", "b:b1", "b:b2"}, rank.Pos{Era: 0, Seq: 4}},
+		{rank.Pos{Era: 1, Seq: 1}, []string{"a:a1", "a:a2", "a:a3", "b:b1", "b:b2"}, rank.Pos{Era: 1, Seq: 1}},
+		{rank.Pos{Era: 1, Seq: 3}, []string{"a:a1", "a:a2", "a:a3", "b:b1", "b:b2", "b:b3"}, rank.Pos{Era: 1, Seq: 3}},
+		{rank.Pos{Era: 0, Seq: 2}, []string{"a:a1", "b:b1"}, rank.Pos{Era: 0, Seq: 2}}, // an audit of a prompt of era 0
+		{rank.End, []string{"a:a1", "a:a2", "a:a3", "b:b1", "b:b2", "b:b3"}, rank.Pos{Era: 1, Seq: 3}},
+	} {
+		got, last := rank.Latest(rows, rank.Bound{UpTo: tt.upTo})
+		var ids []string
+		for _, r := range got {
+			ids = append(ids, r.TeamID+":"+r.EventID)
+			if r.EventID == "b1" && (r.Round != 1 || r.Score != 20) {
+				t.Errorf("up to %+v: b1 counts as round %d score %v, want the era 0 copy (round 1, 20)", tt.upTo, r.Round, r.Score)
+			}
+		}
+		slices.Sort(ids)
+		if diff := cmp.Diff(tt.want, ids); diff != "" || last != tt.wantLast {
+			t.Errorf("up to %+v: last %+v, want %+v; counted (-want +got):\n%s", tt.upTo, last, tt.wantLast, diff)
 		}
 	}
 }

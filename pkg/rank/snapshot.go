@@ -6,8 +6,9 @@ import (
 )
 
 // A snapshot is an execution's score rows as one value: what a Scores read returns for it, every
-// stored copy, with the EVALUATIONS sequence through which it is complete (every evaluation up to
-// that sequence is among its rows). The ranker writes one after it commits an execution's
+// stored copy with its position, with the EVALUATIONS sequence through which it is complete (every
+// evaluation up to that sequence of the lineage's stream, and every one of earlier eras, is among
+// its rows). The ranker writes one after it commits an execution's
 // evaluations; composers read it instead of ClickHouse when it is complete through the sequence
 // they wait for, so N composer replicas do not read the same rows from ClickHouse N times.
 // It names the store lineage its rows were read from (Lineage.ID): a composer takes it only while
@@ -34,13 +35,14 @@ type snapshotRow struct {
 	Score float64 `json:"s"`
 	AtUs  int64   `json:"a"`
 	Seq   uint64  `json:"q"`
+	Era   uint32  `json:"g,omitempty"` // absent: era 0 (snapshots written before eras)
 }
 
 // Snapshot encodes the rows with what they were derived from.
 func (ev *Evaluations) Snapshot(d Derivation) ([]byte, error) {
 	s := snapshot{Through: d.Through, Lineage: d.Lineage, Rows: make([]snapshotRow, len(ev.rows))}
 	for i, r := range ev.rows {
-		s.Rows[i] = snapshotRow{Team: r.TeamID, Event: r.EventID, Round: r.Round, Name: r.TeamName, Score: r.Score, AtUs: r.AtMicros, Seq: r.Seq}
+		s.Rows[i] = snapshotRow{Team: r.TeamID, Event: r.EventID, Round: r.Round, Name: r.TeamName, Score: r.Score, AtUs: r.AtMicros, Seq: r.Seq, Era: r.Era}
 	}
 	return json.Marshal(s)
 }
@@ -54,7 +56,7 @@ func ParseSnapshot(b []byte) (*Evaluations, Derivation, error) {
 	ev := newEvaluations()
 	ev.rows = make([]Stored, len(s.Rows))
 	for i, r := range s.Rows {
-		ev.rows[i] = Stored{RoundScore: RoundScore{TeamID: r.Team, EventID: r.Event, Round: r.Round, TeamName: r.Name, Score: r.Score, AtMicros: r.AtUs}, Seq: r.Seq}
+		ev.rows[i] = Stored{RoundScore: RoundScore{TeamID: r.Team, EventID: r.Event, Round: r.Round, TeamName: r.Name, Score: r.Score, AtMicros: r.AtUs}, Pos: Pos{Era: r.Era, Seq: r.Seq}}
 	}
 	return ev, Derivation{Through: s.Through, Lineage: s.Lineage}, nil
 }

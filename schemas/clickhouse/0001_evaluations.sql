@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     evaluated_at_us Int64,
     event_source String,
     stream_seq UInt64,
+    stream_era UInt32 DEFAULT 0, -- added by 0004_eras.sql to tables made before it
     keep_version UInt64 MATERIALIZED 18446744073709551615 - stream_seq
 ) ENGINE = ReplacingMergeTree(keep_version)
 PARTITION BY tuple()

@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS store_lineage (
     anchor_event_id String,
     through UInt64,
     whole UInt8,
-    noted_at DateTime
+    noted_at DateTime,
+    era UInt32 DEFAULT 0 -- added by 0004_eras.sql to tables made before it
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY epoch;
 

@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// TestEvaluationsDeletedLosesNothingAcknowledged is the operator's case of issue 34: 3 teams x 2
+// rounds committed, EVALUATIONS deleted, 3 round-3 requests at once, the stream made again by the
+// ranker, one new evaluation, 3 round-4 requests. Every prompt carries every evaluation
+// acknowledged before its request (the board of all 3 teams and each team's whole history), as
+// the test recounts them from what it published; none is composed as of a sequence of the new
+// stream alone. The new stream is a new era (evaluations_era 1 in the records), and an audit
+// renders each record again to the same bytes.
+func TestEvaluationsDeletedLosesNothingAcknowledged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	composer := e.start("composer")
+	const exec = "eras"
+	teams := []string{"t1", "t2", "t3"}
+	// The oracle: every evaluation the test published, by team, as (round, score).
+	type scored struct {
+		round int
+		score float64
+	}
+	published := map[string][]scored{}
+	publish := func(id, team string, round int, score float64) {
+		e.publishEvaluation(id, evaluation(exec, team, "Team "+team, round, score, fmt.Sprintf("work of %s in round %d", team, round), t0.Add(time.Duration(round)*time.Minute)))
+		published[team] = append(published[team], scored{round, score})
+	}
+	for round := 1; round <= 2; round++ {
+		for i, team := range teams {
+			publish(fmt.Sprintf("ev-%s-%d", team, round), team, round, float64(10*round+i))
+		}
+	}
+	waitBoardRounds(t, ranker, exec, 6, 30*time.Second)
+
+	if err := e.js.DeleteStream(t.Context(), events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	request := func(round int) {
+		for _, team := range teams {
+			e.requestRound(fmt.Sprintf("req-%s-%d", team, round), events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team,
+				RoundNumber: round, UserPrompt: "go"}, t0.Add(time.Hour))
+		}
+	}
+	request(3) // while EVALUATIONS is missing: they wait for it, never compose as of nothing
+	// check recounts what a prompt for round of team must show, from what the test published.
+	check := func(a answer, team string, round int) {
+		t.Helper()
+		if !a.ok() {
+			t.Errorf("the request of %s round %d was not composed: %s %+v", team, round, a.subject, a.failed)
+			return
+		}
+		pc := a.composed
+		best := map[string]float64{}
+		rounds := map[string]int{}
+		var own []int
+		for _, tm := range teams {
+			for _, s := range published[tm] {
+				if s.round >= round {
+					continue // live standings count rounds before the request's
+				}
+				if _, ok := best[tm]; !ok || s.score > best[tm] {
+					best[tm] = s.score
+				}
+				rounds[tm]++
+				if tm == team {
+					own = append(own, s.round)
+				}
+			}
+		}
+		if len(pc.Inputs.Leaderboard) != len(best) {
+			t.Errorf("the prompt of %s round %d ranks %d teams, want %d: %+v", team, round, len(pc.Inputs.Leaderboard), len(best), pc.Inputs.Leaderboard)
+		}
+		for _, row := range pc.Inputs.Leaderboard {
+			if row.BestScore != best[row.TeamID] || row.Rounds != rounds[row.TeamID] {
+				t.Errorf("the prompt of %s round %d shows %s with best %v over %d rounds, want %v over %d", team, round, row.TeamID, row.BestScore, row.Rounds, best[row.TeamID], rounds[row.TeamID])
+			}
+		}
+		slices.Sort(own)
+		if got := slices.Sorted(slices.Values(pc.Inputs.HistoryRounds)); !slices.Equal(got, own) {
+			t.Errorf("the prompt of %s round %d carries history rounds %v, want %v", team, round, got, own)
+		}
+		if pc.Inputs.EvaluationsEra != 1 {
+			t.Errorf("the prompt of %s round %d is composed as of era %d (sequence %d), want era 1: the stream was made again", team, round, pc.Inputs.EvaluationsEra, pc.Inputs.EvaluationsSeq)
+		}
+	}
+	third := e.answers("prompt.*."+exec+".*", 3, 60*time.Second)
+	for _, team := range teams {
+		check(third[fmt.Sprintf("req-%s-3", team)], team, 3)
+	}
+
+	// The ranker made the stream again; one new evaluation, then round 4.
+	testenv.WaitFor(t, 30*time.Second, "EVALUATIONS made again", func() (bool, string) {
+		_, err := e.js.Stream(t.Context(), events.StreamEvaluations)
+		return err == nil, fmt.Sprint(err)
+	})
+	publish("ev-t1-3", "t1", 3, 99)
+	waitBoardRounds(t, ranker, exec, 7, 30*time.Second)
+	request(4)
+	all := e.answers("prompt.*."+exec+".*", 6, 60*time.Second)
+	for _, team := range teams {
+		check(all[fmt.Sprintf("req-%s-4", team)], team, 4)
+	}
+	for _, p := range []*proc{ranker, composer} {
+		waitReadiness(t, p, http.StatusOK, 30*time.Second)
+	}
+	// An auditor renders every record again as of its position (era and sequence): the same bytes.
+	out, code := e.podium(t, nil, "prompts", "verify", "--all", "--execution", exec)
+	if code != 0 {
+		t.Errorf("podium prompts verify: exit %d\n%s", code, out)
+	}
+}
+
+// TestTruncateWhileEvaluationsFlow is issue 34's TRUNCATE case: 4 teams, each evaluation followed
+// at once by the team's next request, `TRUNCATE TABLE evaluations` after round 4, and a request
+// of every team at once after it. Every prompt
+// composed shows the truth as of its own evaluations_seq, as the test recounts it from what it
+// published (each team's best score and rounds, its own history), and that sequence covers the
+// evaluation the team published just before asking: the composers' reads and the ranker's are
+// anchored on a row the table held (chstore/anchored.go), so a table emptied under them is
+// refilled, never read short.
+func TestTruncateWhileEvaluationsFlow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	composer := e.start("composer")
+	const exec = "trunc"
+	teams := []string{"t1", "t2", "t3", "t4"}
+	type scored struct {
+		round int
+		score float64
+		seq   uint64
+	}
+	published := map[string][]scored{}
+	asked := map[string]uint64{} // request id -> the sequence of its team's evaluation just before
+	const rounds = 10
+	for round := 1; round <= rounds; round++ {
+		for i, team := range teams {
+			score := float64((round*7+i*13)%50 + i)
+			seq := e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, round), evaluation(exec, team, "Team "+team, round, score, fmt.Sprintf("work of %s in round %d", team, round), t0.Add(time.Duration(round)*time.Minute)))
+			published[team] = append(published[team], scored{round, score, seq})
+			id := fmt.Sprintf("req-%s-%d", team, round+1)
+			asked[id] = seq
+			e.requestRound(id, events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team, RoundNumber: round + 1, UserPrompt: "go"}, t0.Add(time.Hour))
+		}
+		if round == 4 {
+			e.storeExec("TRUNCATE TABLE evaluations")
+			// Asked at once, before any new evaluation: only the composers' reads can find the
+			// table emptied (the ranker has nothing to commit that would).
+			for _, team := range teams {
+				id := "again-" + team
+				asked[id] = published[team][len(published[team])-1].seq
+				e.requestRound(id, events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team, RoundNumber: round + 1, UserPrompt: "again"}, t0.Add(time.Hour))
+			}
+		}
+	}
+	got := e.answers("prompt.*."+exec+".*", len(asked), 90*time.Second)
+	wrong := 0
+	for id, before := range asked {
+		a, ok := got[id]
+		if !ok {
+			t.Errorf("%s was not answered", id)
+			continue
+		}
+		if !a.ok() {
+			t.Errorf("%s failed: %+v", id, a.failed)
+			continue
+		}
+		pc := a.composed
+		s := pc.Inputs.EvaluationsSeq
+		if s < before {
+			t.Errorf("%s is composed as of sequence %d, before its team's evaluation %d acknowledged before it", id, s, before)
+		}
+		best, n := map[string]float64{}, map[string]int{}
+		var own []int
+		for _, team := range teams {
+			for _, ev := range published[team] {
+				if ev.seq > s {
+					continue
+				}
+				if _, ok := best[team]; !ok || ev.score > best[team] {
+					best[team] = ev.score
+				}
+				n[team]++
+				if team == pc.TeamID && ev.round < pc.RoundNumber {
+					own = append(own, ev.round)
+				}
+			}
+		}
+		bad := len(pc.Inputs.Leaderboard) != len(best)
+		for _, row := range pc.Inputs.Leaderboard {
+			bad = bad || row.BestScore != best[row.TeamID] || row.Rounds != n[row.TeamID]
+		}
+		slices.Sort(own)
+		bad = bad || !slices.Equal(slices.Sorted(slices.Values(pc.Inputs.HistoryRounds)), own)
+		if bad {
+			wrong++
+			t.Errorf("%s (evaluations_seq %d) shows board %+v and history %v; the truth as of %d: best %v over %v, history %v",
+				id, s, pc.Inputs.Leaderboard, pc.Inputs.HistoryRounds, s, best, n, own)
+		}
+	}
+	t.Logf("%d prompts, %d with another board or history than the truth as of their sequence", len(asked), wrong)
+	for _, p := range []*proc{ranker, composer} {
+		waitReadiness(t, p, http.StatusOK, 30*time.Second)
+	}
+}
