@@ -39,7 +39,7 @@ test: clickhouse ## run every test (unit, store, end-to-end) against real server
 	$(GO) test -count=1 -timeout 25m $(PKGS)
 
 SOAK ?= 30m
-soak: clickhouse ## the chaos soak for SOAK (default 30m; make test plays 75s of it); SEED=N plays that schedule again
+soak: clickhouse ## the chaos soak for SOAK (default 30m; make test plays 100s of it: one cycle of every fault); SEED=N plays that schedule again
 	PODIUM_SOAK=$(SOAK) $(if $(SEED),PODIUM_SOAK_SEED=$(SEED)) $(GO) test -count=1 -run '^TestChaosSoak$$' -timeout 0 -v ./e2e
 
 test-short: ## unit tests that need no server

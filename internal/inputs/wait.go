@@ -72,29 +72,33 @@ func (in *Inputs) Wait(ctx context.Context, asOf *rank.Pos) (rank.Pos, error) {
 // settle says, of one probe, as of which position the request may be composed now; else why not
 // (for inputs_not_ready), or the error that fails the request at once.
 func (in *Inputs) settle(ctx context.Context, p *probe, target uint64, asOf *rank.Pos) (rank.Pos, string, error) {
-	era, why := in.eraOf(ctx, p)
-	if why != "" {
-		return rank.Pos{}, why, nil
-	}
-	pos := rank.Pos{Era: era, Seq: target}
-	if asOf != nil {
-		switch {
-		case asOf.Era > era:
-			return rank.Pos{}, "", events.Failf(events.CodeInvalidRequest, "evaluations_era %d is past the era of the EVALUATIONS stream (%d)", asOf.Era, era)
-		case asOf.Era == era && asOf.Seq > p.lastSeq:
-			return rank.Pos{}, "", events.Failf(events.CodeInvalidRequest, "evaluations_seq %d is past the last sequence of the EVALUATIONS stream (%d)", asOf.Seq, p.lastSeq)
-		case asOf.Era < era:
-			return *asOf, "", nil // a deleted stream's: the store holds all it will ever hold of it
+	if asOf == nil {
+		// The ack floor first: what an operator most often needs to hear of (the ranker away).
+		if target > 0 {
+			if ok, why := p.committed(target); !ok {
+				return rank.Pos{}, why, nil
+			}
 		}
-		pos = *asOf
+		era, why := in.eraOf(ctx, p)
+		return rank.Pos{Era: era, Seq: target}, why, nil
 	}
-	if pos.Seq == 0 {
-		return pos, "", nil // nothing of this stream to wait for
-	}
-	if ok, why := p.committed(pos.Seq); !ok {
+	era, why := in.eraOf(ctx, p)
+	switch {
+	case why != "":
 		return rank.Pos{}, why, nil
+	case asOf.Era > era:
+		return rank.Pos{}, "", events.Failf(events.CodeInvalidRequest, "evaluations_era %d is past the era of the EVALUATIONS stream (%d)", asOf.Era, era)
+	case asOf.Era == era && asOf.Seq > p.lastSeq:
+		return rank.Pos{}, "", events.Failf(events.CodeInvalidRequest, "evaluations_seq %d is past the last sequence of the EVALUATIONS stream (%d)", asOf.Seq, p.lastSeq)
+	case asOf.Era < era:
+		return *asOf, "", nil // a deleted stream's: the store holds all it will ever hold of it
 	}
-	return pos, "", nil
+	if asOf.Seq > 0 {
+		if ok, why := p.committed(asOf.Seq); !ok {
+			return rank.Pos{}, why, nil
+		}
+	}
+	return *asOf, "", nil
 }
 
 // eraOf is the era of the stream the probe read (rank.Pos): the one the ranker published with
