@@ -25,15 +25,10 @@ func TestEvaluationsDeletedLosesNothingAcknowledged(t *testing.T) {
 	composer := e.start("composer")
 	const exec = "eras"
 	teams := []string{"t1", "t2", "t3"}
-	// The oracle: every evaluation the test published, by team, as (round, score).
-	type scored struct {
-		round int
-		score float64
-	}
-	published := map[string][]scored{}
+	var published []scored // the oracle: every evaluation the test published
 	publish := func(id, team string, round int, score float64) {
 		e.publishEvaluation(id, evaluation(exec, team, "Team "+team, round, score, fmt.Sprintf("work of %s in round %d", team, round), t0.Add(time.Duration(round)*time.Minute)))
-		published[team] = append(published[team], scored{round, score})
+		published = append(published, scored{team, round, score, 0})
 	}
 	for round := 1; round <= 2; round++ {
 		for i, team := range teams {
@@ -60,34 +55,9 @@ func TestEvaluationsDeletedLosesNothingAcknowledged(t *testing.T) {
 			return
 		}
 		pc := a.composed
-		best := map[string]float64{}
-		rounds := map[string]int{}
-		var own []int
-		for _, tm := range teams {
-			for _, s := range published[tm] {
-				if s.round >= round {
-					continue // live standings count rounds before the request's
-				}
-				if _, ok := best[tm]; !ok || s.score > best[tm] {
-					best[tm] = s.score
-				}
-				rounds[tm]++
-				if tm == team {
-					own = append(own, s.round)
-				}
-			}
-		}
-		if len(pc.Inputs.Leaderboard) != len(best) {
-			t.Errorf("the prompt of %s round %d ranks %d teams, want %d: %+v", team, round, len(pc.Inputs.Leaderboard), len(best), pc.Inputs.Leaderboard)
-		}
-		for _, row := range pc.Inputs.Leaderboard {
-			if row.BestScore != best[row.TeamID] || row.Rounds != rounds[row.TeamID] {
-				t.Errorf("the prompt of %s round %d shows %s with best %v over %d rounds, want %v over %d", team, round, row.TeamID, row.BestScore, row.Rounds, best[row.TeamID], rounds[row.TeamID])
-			}
-		}
-		slices.Sort(own)
-		if got := slices.Sorted(slices.Values(pc.Inputs.HistoryRounds)); !slices.Equal(got, own) {
-			t.Errorf("the prompt of %s round %d carries history rounds %v, want %v", team, round, got, own)
+		// Live standings count the rounds before the request's.
+		if why := differs(pc, published, func(ev scored) bool { return ev.round < round }); why != "" {
+			t.Errorf("the prompt of %s round %d %s", team, round, why)
 		}
 		if pc.Inputs.EvaluationsEra != 1 {
 			t.Errorf("the prompt of %s round %d is composed as of era %d (sequence %d), want era 1: the stream was made again", team, round, pc.Inputs.EvaluationsEra, pc.Inputs.EvaluationsSeq)
@@ -135,19 +105,14 @@ func TestTruncateWhileEvaluationsFlow(t *testing.T) {
 	composer := e.start("composer")
 	const exec = "trunc"
 	teams := []string{"t1", "t2", "t3", "t4"}
-	type scored struct {
-		round int
-		score float64
-		seq   uint64
-	}
-	published := map[string][]scored{}
+	var published []scored
 	asked := map[string]uint64{} // request id -> the sequence of its team's evaluation just before
 	const rounds = 10
 	for round := 1; round <= rounds; round++ {
 		for i, team := range teams {
 			score := float64((round*7+i*13)%50 + i)
 			seq := e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, round), evaluation(exec, team, "Team "+team, round, score, fmt.Sprintf("work of %s in round %d", team, round), t0.Add(time.Duration(round)*time.Minute)))
-			published[team] = append(published[team], scored{round, score, seq})
+			published = append(published, scored{team, round, score, seq})
 			id := fmt.Sprintf("req-%s-%d", team, round+1)
 			asked[id] = seq
 			e.requestRound(id, events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team, RoundNumber: round + 1, UserPrompt: "go"}, t0.Add(time.Hour))
@@ -156,9 +121,9 @@ func TestTruncateWhileEvaluationsFlow(t *testing.T) {
 			e.storeExec("TRUNCATE TABLE evaluations")
 			// Asked at once, before any new evaluation: only the composers' reads can find the
 			// table emptied (the ranker has nothing to commit that would).
-			for _, team := range teams {
+			for i, team := range teams {
 				id := "again-" + team
-				asked[id] = published[team][len(published[team])-1].seq
+				asked[id] = published[len(published)-len(teams)+i].seq
 				e.requestRound(id, events.RoundRequested{ExecutionID: exec, TeamID: team, TeamName: "Team " + team, RoundNumber: round + 1, UserPrompt: "again"}, t0.Add(time.Hour))
 			}
 		}
@@ -180,36 +145,50 @@ func TestTruncateWhileEvaluationsFlow(t *testing.T) {
 		if s < before {
 			t.Errorf("%s is composed as of sequence %d, before its team's evaluation %d acknowledged before it", id, s, before)
 		}
-		best, n := map[string]float64{}, map[string]int{}
-		var own []int
-		for _, team := range teams {
-			for _, ev := range published[team] {
-				if ev.seq > s {
-					continue
-				}
-				if _, ok := best[team]; !ok || ev.score > best[team] {
-					best[team] = ev.score
-				}
-				n[team]++
-				if team == pc.TeamID && ev.round < pc.RoundNumber {
-					own = append(own, ev.round)
-				}
-			}
-		}
-		bad := len(pc.Inputs.Leaderboard) != len(best)
-		for _, row := range pc.Inputs.Leaderboard {
-			bad = bad || row.BestScore != best[row.TeamID] || row.Rounds != n[row.TeamID]
-		}
-		slices.Sort(own)
-		bad = bad || !slices.Equal(slices.Sorted(slices.Values(pc.Inputs.HistoryRounds)), own)
-		if bad {
+		if why := differs(pc, published, func(ev scored) bool { return ev.seq <= s }); why != "" {
 			wrong++
-			t.Errorf("%s (evaluations_seq %d) shows board %+v and history %v; the truth as of %d: best %v over %v, history %v",
-				id, s, pc.Inputs.Leaderboard, pc.Inputs.HistoryRounds, s, best, n, own)
+			t.Errorf("%s (evaluations_seq %d) %s", id, s, why)
 		}
 	}
 	t.Logf("%d prompts, %d with another board or history than the truth as of their sequence", len(asked), wrong)
 	for _, p := range []*proc{ranker, composer} {
 		waitReadiness(t, p, http.StatusOK, 30*time.Second)
 	}
+}
+
+// scored is an evaluation a test published: its team, round, score and stream sequence.
+type scored struct {
+	team  string
+	round int
+	score float64
+	seq   uint64
+}
+
+// differs holds a prompt to the test's own recount of the evaluations counted (count says which):
+// every team's best score and rounds on its board, and its team's own rounds before its round in
+// its history. It says how the prompt differs; empty when it does not.
+func differs(pc events.PromptComposed, published []scored, count func(scored) bool) string {
+	best, rounds := map[string]float64{}, map[string]int{}
+	var own []int
+	for _, ev := range published {
+		if !count(ev) {
+			continue
+		}
+		if b, ok := best[ev.team]; !ok || ev.score > b {
+			best[ev.team] = ev.score
+		}
+		rounds[ev.team]++
+		if ev.team == pc.TeamID && ev.round < pc.RoundNumber {
+			own = append(own, ev.round)
+		}
+	}
+	slices.Sort(own)
+	bad := len(pc.Inputs.Leaderboard) != len(best) || !slices.Equal(slices.Sorted(slices.Values(pc.Inputs.HistoryRounds)), own)
+	for _, row := range pc.Inputs.Leaderboard {
+		bad = bad || row.BestScore != best[row.TeamID] || row.Rounds != rounds[row.TeamID]
+	}
+	if !bad {
+		return ""
+	}
+	return fmt.Sprintf("shows board %+v and history %v; the recount: best %v over %v rounds, history %v", pc.Inputs.Leaderboard, pc.Inputs.HistoryRounds, best, rounds, own)
 }
