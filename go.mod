@@ -29,6 +29,7 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.1
 	golang.org/x/net v0.61.0
 	golang.org/x/sync v0.24.0
+	gonum.org/v1/gonum v0.17.0
 	google.golang.org/protobuf v1.36.12
 )
 

@@ -461,101 +461,134 @@ func TestTemplatesTryIsADryRun(t *testing.T) {
 	}
 }
 
-// TestTemplatesCompare plays seeded tournaments through the pipeline: in one, half of each
-// execution's teams get version 1 of a template and half version 2, and version 2's prompts add 3
-// points to a team's next score; in the other (A/A) both versions are alike. `podium templates
-// compare` finds the effect, with an interval that excludes 0, and no difference in the A/A split.
+// TestTemplatesCompare plays seeded tournaments through the pipeline. In "exp" the production
+// label splits 50/50 between versions 1 and 2, each team keeps the version it was served, and a
+// team on version 2 scores 8 more each round; in "aa" the same split with no effect; in "nr" the
+// requests name the versions themselves (team by team), with the same effect. `podium templates
+// compare --json` calls version 2 better in "exp" with its interval, p-value and what they stand on,
+// finds no difference in "aa", and refuses a verdict in "nr": the versions were not randomized.
 func TestTemplatesCompare(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ranker := e.start("ranker")
-	e.start("composer")
+	composer := e.start("composer")
 	e.start("archiver")
-	pushVersions(t, e, "exp", 2)
-	pushVersions(t, e, "aa", 2)
-	const teams, rounds = 8, 5
-	play := func(name string, effect float64, seed uint64, execs ...string) {
+	const teams, rounds = 10, 4
+	for _, name := range []string{"exp", "aa", "nr"} {
+		pushVersions(t, e, name, 2)
+	}
+	for _, name := range []string{"exp", "aa"} {
+		if out, code := e.podium(t, nil, "templates", "label", name, "1=50", "2=50", "production"); code != 0 {
+			t.Fatalf("label %s: exit %d\n%s", name, code, out)
+		}
+		testenv.WaitFor(t, 10*time.Second, "the composer serves the split of "+name, func() (bool, string) {
+			status, body := composer.render(t, map[string]any{"execution_id": "probe", "team_id": "p", "team_name": "P", "round_number": 1, "user_prompt": "Go.", "template": name})
+			return status == http.StatusOK && strings.Contains(string(body), `"label":"production"`), fmt.Sprintf("%d %.200s", status, body)
+		})
+	}
+	// play runs a tournament: each round every team's request, then its evaluation, 8 more for a
+	// team on version 2 where effect is set; ref names the template a team asks for.
+	play := func(name string, effect float64, seed uint64, ref func(k int) string, execs ...string) {
 		rng := rand.New(rand.NewPCG(seed, 3))
-		scores := map[string]float64{}
+		base := map[string]float64{}
 		for r := 1; r <= rounds; r++ {
-			want := 0
 			for _, exec := range execs {
 				for k := range teams {
 					team := fmt.Sprintf("team-%d", k)
 					e.requestRound(fmt.Sprintf("req-%s-%s-%d", exec, team, r), events.RoundRequested{ExecutionID: exec, TeamID: team,
-						TeamName: "Team " + team, RoundNumber: r, UserPrompt: "Go.", MaxRounds: rounds, Template: fmt.Sprintf("%s@%d", name, 1+k%2)},
+						TeamName: "Team " + team, RoundNumber: r, UserPrompt: "Go.", MaxRounds: rounds, Template: ref(k)},
 						t0.Add(time.Duration(r)*time.Hour))
-					want++
 				}
 			}
 			for _, exec := range execs {
-				e.answers("prompt.*."+exec+".*", teams*r, 30*time.Second)
-			}
-			for _, exec := range execs {
+				got := e.answers("prompt.*."+exec+".*", teams*r, 30*time.Second)
 				for k := range teams {
 					team, id := fmt.Sprintf("team-%d", k), exec+"/"+fmt.Sprint(k)
-					if r == 1 {
-						scores[id] = 50 + 10*rng.Float64()
-					} else {
-						scores[id] += 2 + 2*rng.NormFloat64()
-						if k%2 == 1 {
-							scores[id] += effect
-						}
+					a := got[fmt.Sprintf("req-%s-%s-%d", exec, team, r)]
+					if !a.ok() {
+						t.Fatalf("%s round %d: %s %+v", id, r, a.subject, a.failed)
+					}
+					if _, ok := base[id]; !ok {
+						base[id] = 50 + 10*rng.Float64()
+					}
+					score := base[id] + 2*rng.NormFloat64()
+					if a.composed.Template.Version == 2 {
+						score += effect
 					}
 					e.publishEvaluation(fmt.Sprintf("ev-%s-%s-%d", exec, team, r),
-						evaluation(exec, team, "Team "+team, r, scores[id], fmt.Sprintf("answer %d", r), t0.Add(time.Duration(r)*time.Hour+time.Minute)))
+						evaluation(exec, team, "Team "+team, r, score, fmt.Sprintf("answer %d", r), t0.Add(time.Duration(r)*time.Hour+time.Minute)))
 				}
 			}
 		}
 	}
-	play("exp", 3, 11, "exp-1", "exp-2")
-	play("aa", 0, 12, "aa-1", "aa-2")
-	for _, exec := range []string{"exp-1", "exp-2", "aa-1", "aa-2"} {
+	bare := func(name string) func(int) string { return func(int) string { return name } }
+	play("exp", 8, 11, bare("exp"), "exp-1", "exp-2")
+	play("aa", 0, 12, bare("aa"), "aa-1", "aa-2")
+	play("nr", 8, 13, func(k int) string { return fmt.Sprintf("nr@%d", 1+k%2) }, "nr-1", "nr-2")
+	for _, exec := range []string{"exp-1", "exp-2", "aa-1", "aa-2", "nr-1", "nr-2"} {
 		waitRanked(t, ranker, exec, teams*rounds)
 	}
 
-	type version struct {
-		Version    int        `json:"version"`
-		Prompts    int        `json:"prompts"`
-		Teams      int        `json:"teams"`
-		Executions int        `json:"executions"`
-		MeanGain   float64    `json:"mean_gain"`
-		MeanGainCI [2]float64 `json:"mean_gain_ci"`
-		Versus     []struct {
-			Version int        `json:"version"`
-			Diff    float64    `json:"mean_gain_diff"`
-			CI      [2]float64 `json:"ci"`
-		} `json:"versus"`
+	type report struct {
+		Order    string `json:"score_order"`
+		Baseline int    `json:"baseline"`
+		Versions []struct {
+			Version    int         `json:"version"`
+			Teams      int         `json:"teams"`
+			Executions int         `json:"executions"`
+			Prompts    int         `json:"prompts"`
+			Failed     int         `json:"failed"`
+			Estimate   *float64    `json:"estimate"`
+			CI         *[2]float64 `json:"ci"`
+		} `json:"versions"`
+		Comparisons []struct {
+			Version    int         `json:"version"`
+			Baseline   int         `json:"baseline"`
+			Difference *float64    `json:"difference"`
+			CI         *[2]float64 `json:"ci"`
+			PValue     *float64    `json:"p_value"`
+			Executions int         `json:"executions"`
+			Teams      int         `json:"teams"`
+			Verdict    string      `json:"verdict"`
+			Reason     string      `json:"reason"`
+		} `json:"comparisons"`
 	}
-	compare := func(name string) []version {
+	compare := func(name string, args ...string) report {
 		t.Helper()
-		out, code := e.podium(t, nil, "templates", "compare", name, "--json")
-		var vs []version
-		if code != 0 || json.Unmarshal([]byte(out), &vs) != nil || len(vs) != 2 {
+		out, code := e.podium(t, nil, append([]string{"templates", "compare", name, "--json"}, args...)...)
+		var rep report
+		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Versions) != 2 || len(rep.Comparisons) != 1 {
 			t.Fatalf("compare %s: exit %d\n%s", name, code, out)
 		}
-		return vs
+		t.Logf("$ podium templates compare %s --json\n%s", name, out)
+		return rep
 	}
 	exp := compare("exp")
-	for _, v := range exp {
-		if v.Prompts != 2*teams/2*rounds || v.Teams != teams || v.Executions != 2 {
-			t.Errorf("exp version %d counts: %+v", v.Version, v)
+	teamsOf := 0
+	for _, v := range exp.Versions {
+		teamsOf += v.Teams
+		if v.Executions != 2 || v.Prompts != v.Teams*rounds || v.Failed != 0 || v.Estimate == nil || v.CI == nil {
+			t.Errorf("exp version %d: %+v", v.Version, v)
 		}
 	}
-	d := exp[1].Versus[0]
-	t.Logf("exp: version 1 gain %.2f %v, version 2 gain %.2f %v; 2 minus 1: %.2f %v", exp[0].MeanGain, exp[0].MeanGainCI, exp[1].MeanGain, exp[1].MeanGainCI, d.Diff, d.CI)
-	if d.Version != 1 || d.CI[0] <= 0 {
-		t.Errorf("the effect of version 2 was not found: %+v", d)
+	c := exp.Comparisons[0]
+	if teamsOf != 2*teams || exp.Baseline != 1 || exp.Order != "desc" || c.Version != 2 || c.Baseline != 1 || c.Verdict != "better" ||
+		c.CI == nil || c.CI[0] <= 0 || c.PValue == nil || *c.PValue >= 0.05 || c.Executions != 2 || c.Teams != 2*teams || *c.Difference < 5 || *c.Difference > 11 {
+		t.Errorf("exp: the effect of 8 was not found: %+v", c)
 	}
-	aa := compare("aa")
-	if d := aa[1].Versus[0]; d.CI[0] > 0 || d.CI[1] < 0 {
-		t.Errorf("the A/A split found a difference: %+v", d)
-	} else {
-		t.Logf("aa: 2 minus 1: %.2f %v", d.Diff, d.CI)
+	if c := compare("aa").Comparisons[0]; c.Verdict != "no difference" || c.CI == nil || c.CI[0] > 0 || c.CI[1] < 0 {
+		t.Errorf("aa: the A/A split: %+v", c)
+	}
+	if c := compare("nr").Comparisons[0]; c.Verdict != "not randomized" || c.CI != nil || c.PValue != nil || !strings.Contains(c.Reason, "no execution had teams randomized") {
+		t.Errorf("nr: versions named by the requests: %+v", c)
+	}
+	// Executions named one by one, and the baseline named: version 1 measured against 2.
+	if c := compare("exp", "--execution", "exp-1", "--execution", "exp-2", "--baseline", "2").Comparisons[0]; c.Version != 1 || c.Baseline != 2 || c.Verdict != "worse" {
+		t.Errorf("exp against version 2: %+v", c)
 	}
 	out, code := e.podium(t, nil, "templates", "compare", "exp")
 	t.Logf("$ podium templates compare exp\n%s", out)
-	if code != 0 || !strings.Contains(out, "version 2 helps teams more") {
+	if code != 0 || !strings.Contains(out, "version 2 against 1: better: over 2 randomized executions (20 teams)") {
 		t.Errorf("compare exp: exit %d\n%s", code, out)
 	}
 
@@ -563,18 +596,21 @@ func TestTemplatesCompare(t *testing.T) {
 	if out, code := e.podium(t, nil, "templates", "compare", "exp", "--until", "2000-01-01T00:00:00Z"); code != 1 || !strings.Contains(out, "no prompt of template exp is recorded") {
 		t.Errorf("compare --until 2000: exit %d\n%s", code, out)
 	}
-	if out, code := e.podium(t, nil, "templates", "compare", "exp", "--since", "2000-01-01T00:00:00Z"); code != 0 || !strings.Contains(out, "gain of 2 minus 1: +3.08") {
+	if out, code := e.podium(t, nil, "templates", "compare", "exp", "--since", "2000-01-01T00:00:00Z"); code != 0 || !strings.Contains(out, "version 2 against 1: better") {
 		t.Errorf("compare --since 2000: exit %d\n%s", code, out)
 	}
 
-	// The console's page of the template: the versions side by side, the verdict, the chart of
-	// gain per round, and a dry run of version 1 on an execution's recorded requests.
+	// The console's page of the template: the versions side by side, the verdict with its reason,
+	// and a dry run of version 1 on an execution's recorded requests.
 	console := e.start("console")
 	page, err := httpGet("http://" + console.addr + "/templates/exp")
-	for _, want := range []string{`id="versions"`, `data-version="1"`, `data-version="2"`, "version 2 helps teams more", `<svg class="chart"`, `aria-label="mean gain of each version`} {
+	for _, want := range []string{`id="versions"`, `data-version="1"`, `data-version="2"`, `data-verdict="better"`, "version 2 against 1: better", "over 2 randomized executions (20 teams)"} {
 		if err != nil || !strings.Contains(page, want) {
 			t.Errorf("the template page lacks %s (%v)", want, err)
 		}
+	}
+	if page, err := httpGet("http://" + console.addr + "/templates/nr"); err != nil || !strings.Contains(page, `data-verdict="not randomized"`) {
+		t.Errorf("the page of nr lacks its verdict (%v)", err)
 	}
 	tried := "/templates/exp?try=1&execution=exp-1"
 	page, err = httpGet("http://" + console.addr + tried)

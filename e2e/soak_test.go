@@ -165,6 +165,10 @@ type soak struct {
 	// promptsDeleted is when PROMPTS was last deleted; archiveLost when the archive was dropped
 	// after that: the answers of the requests published before it are lost with both copies.
 	promptsDeleted, archiveLost time.Time
+	// tableFault is when the evaluations table was last dropped or truncated, in incarnation
+	// tableFaultInc: EVALUATIONS is deleted only once the ranker refilled the table since.
+	tableFault    time.Time
+	tableFaultInc int
 
 	requests  sync.Map // request id -> soakRequest: acknowledged by JetStream
 	seen      sync.Map // event id -> record: answers the orchestrators read in PROMPTS
@@ -350,6 +354,7 @@ func (s *soak) injectWith(start time.Time, rng *rand.Rand, kind string) {
 		s.evMu.Lock()
 		err := s.storeExec(q)
 		if err == nil {
+			s.tableFault, s.tableFaultInc = time.Now(), s.inc
 			// The executions of a stream deleted before are lost now: the stream and the table
 			// were their two copies.
 			for exec, inc := range s.execInc {
@@ -473,6 +478,10 @@ func (s *soak) deleteEvaluations() string {
 	}
 	s.evalGate.Lock()
 	defer s.evalGate.Unlock()
+	if err := s.refilledSinceTableFault(); err != nil {
+		s.t.Errorf("EVALUATIONS not deleted: %v", err)
+		return err.Error()
+	}
 	if err := s.caughtUp(events.StreamEvaluations, events.ConsumerRanker, 60*time.Second); err != nil {
 		s.t.Errorf("EVALUATIONS not deleted: %v", err)
 		return err.Error()
@@ -491,6 +500,29 @@ func (s *soak) deleteEvaluations() string {
 		return err.Error()
 	}
 	return "done"
+}
+
+// refilledSinceTableFault waits, when the table was dropped or truncated in this stream's
+// incarnation, until the ranker has had time to find it (its check every 5 s) and is ready again:
+// refilled from the stream. Deleting the stream before that would lose the rows the table lost
+// with their last copy, as an operator who wants nothing lost would not.
+func (s *soak) refilledSinceTableFault() error {
+	s.evMu.Lock()
+	at, inc, current := s.tableFault, s.tableFaultInc, s.inc
+	s.evMu.Unlock()
+	if at.IsZero() || inc != current {
+		return nil
+	}
+	time.Sleep(time.Until(at.Add(8 * time.Second)))
+	for end := time.Now().Add(90 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		s.mu.Lock()
+		p := s.services["ranker"].p
+		s.mu.Unlock()
+		if code, _ := readiness(p); code == http.StatusOK {
+			return nil
+		}
+	}
+	return errors.New("the ranker was not ready within 90 s of the table's fault")
 }
 
 // deleteQuiet deletes ROUNDS or PROMPTS once every request was answered and every answer

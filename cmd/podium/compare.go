@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,19 +13,23 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// templatesCompare tells which version of a template helps teams: the prompts each version served
-// (the archive, and the stream's tail), the evaluations that answered them (the store, reduced by
-// rank.Latest), and per version the figures of internal/experiment with their intervals.
+// templatesCompare tells which version of a template helps teams, where the data can say so: the
+// prompts each version served (the archive, and the stream's tail), the evaluations that answered
+// them (the store, reduced by rank.Latest), per version its figures, and each version against the
+// baseline by experiment.Analyze (docs/templates.md, "Experiments: which version helps teams").
 func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
-	execution := fs.String("execution", "", "only this execution (default: every execution the archive holds prompts of the template in)")
-	asc := fs.Bool("asc", false, "lower scores are better (the executions' score_order asc)")
-	seed := fs.Uint64("seed", 1, "the bootstrap's seed: the same data and seed give the same intervals")
+	var executions executionList
+	fs.Var(&executions, "execution", "only this execution (repeat for several; default: every execution the archive holds prompts of the template in)")
+	baseline := fs.Int("baseline", 0, "the version every other is compared with (default: the production label's, or its split's first version; else the lowest served)")
 	since := fs.String("since", "", "only prompts recorded at or after this time (RFC 3339)")
 	until := fs.String("until", "", "only prompts recorded before this time (RFC 3339)")
-	asJSON := fs.Bool("json", false, "print one object per version, as JSON")
+	asJSON := fs.Bool("json", false, "print one object: versions and comparisons, as JSON")
 	return func(ctx context.Context, e *env) error {
 		if len(e.args) != 1 || !events.ValidIdentifier(e.args[0]) {
 			return usagef("want one template name")
+		}
+		if *baseline < 0 {
+			return usagef("--baseline must be a version")
 		}
 		name := e.args[0]
 		var window timeWindow
@@ -45,48 +50,60 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		execs := []string{*execution}
-		if *execution == "" {
+		execs := []string(executions)
+		if len(execs) == 0 {
 			if execs, err = st.TemplateExecutions(ctx, name); err != nil {
 				return err
 			}
-		} else if !events.ValidIdentifier(*execution) {
-			return usagef("--execution %s is not an identifier", events.Quote(*execution))
 		}
 		js, err := e.jetstream()
 		if err != nil {
 			return err
 		}
-		served, rounds, err := experiment.Gather(ctx, audit.Source{JS: js, Archive: st}, st, name, execs, window.holds)
+		prompts, rounds, err := experiment.Gather(ctx, audit.Source{JS: js, Archive: st}, st, name, execs, window.holds)
 		if err != nil {
 			return err
 		}
-		if len(served) == 0 {
+		if len(prompts) == 0 {
 			return &checkError{fmt.Sprintf("no prompt of template %s is recorded", name)}
 		}
-		order := events.Desc
-		if *asc {
-			order = events.Asc
+		base := *baseline
+		if base == 0 {
+			if reg, err := e.registry(ctx); err == nil {
+				base = reg.ProductionOf(name)
+			}
 		}
-		versions := experiment.Compare(experiment.Observe(served, rounds, order), *seed)
+		rep := experiment.Analyze(prompts, rounds, base)
 		if *asJSON {
-			return printJSON(e, versions)
+			return printJSON(e, rep)
 		}
-		fmt.Fprintf(e.out, "template %s over %d execution(s); intervals are 95%%, bootstrapped over teams (seed %d)\n", name, len(execs), *seed)
+		fmt.Fprintf(e.out, "template %s over %d execution(s), score_order %s; each version against version %d\n", name, len(execs), rep.Order, rep.Baseline)
 		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "VERSION\tPROMPTS\tTEAMS\tEXECUTIONS\tMEAN SCORE\tMEAN GAIN\tMEAN BEST")
-		for _, v := range versions {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.2f %s\t%+.2f %s\t%.2f %s\n", v.Version, v.Prompts, v.Teams, v.Executions,
-				v.MeanScore, v.MeanScoreCI, v.MeanGain, v.MeanGainCI, v.MeanBestScore, v.MeanBestCI)
+		fmt.Fprintln(tw, "VERSION\tTEAMS\tEXECUTIONS\tPROMPTS\tFAILED\tUNEVALUATED\tMEAN SCORE (95%)")
+		for _, v := range rep.Versions {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%s\n", v.Version, v.Teams, v.Executions, v.Prompts, v.Failed, v.Unevaluated, v.Mean())
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		for _, line := range experiment.Verdicts(versions) {
-			fmt.Fprintln(e.out, line)
+		for _, c := range rep.Comparisons {
+			fmt.Fprintf(e.out, "version %d against %d: %s: %s\n", c.Version, c.Baseline, c.Verdict, c.Reason)
 		}
 		return nil
 	}
+}
+
+// executionList is a repeatable --execution.
+type executionList []string
+
+func (l *executionList) String() string { return strings.Join(*l, ",") }
+
+func (l *executionList) Set(v string) error {
+	if !events.ValidIdentifier(v) {
+		return fmt.Errorf("%s is not an identifier", events.Quote(v))
+	}
+	*l = append(*l, v)
+	return nil
 }
 
 // timeWindow bounds when a prompt was recorded: [from, to), a zero end unbounded.

@@ -9,22 +9,20 @@ import (
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/experiment"
 	"github.com/podium-llm/podium/pkg/events"
-	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// experimentView is a template's versions side by side (internal/experiment, as `podium templates
-// compare` prints them) and a chart of each version's mean gain per round.
+// experimentView is a template's versions and how each compares with the baseline
+// (internal/experiment, as `podium templates compare` prints them).
 type experimentView struct {
 	Executions int
-	Versions   []experiment.Version
-	Verdicts   []string
-	Chart      chart
+	Report     experiment.Report
 }
 
 // experimentOf compares the versions of a template over the executions the archive holds prompts
 // of it in (at most maxCompared, the newest by name order last): their prompts and the
-// evaluations that answered them. Nil when no prompt of it is recorded.
-func (c *Console) experimentOf(ctx context.Context, name string) (*experimentView, error) {
+// evaluations that answered them, against the production label's version. Nil when no prompt of it
+// is recorded.
+func (c *Console) experimentOf(ctx context.Context, name string, production int) (*experimentView, error) {
 	execs, err := c.d.Store.TemplateExecutions(ctx, name)
 	if err != nil {
 		return nil, err
@@ -32,38 +30,16 @@ func (c *Console) experimentOf(ctx context.Context, name string) (*experimentVie
 	if len(execs) > maxCompared {
 		execs = execs[len(execs)-maxCompared:]
 	}
-	served, rounds, err := experiment.Gather(ctx, c.audit(), c.d.Store, name, execs, nil)
-	if err != nil || len(served) == 0 {
+	prompts, rounds, err := experiment.Gather(ctx, c.audit(), c.d.Store, name, execs, nil)
+	if err != nil || len(prompts) == 0 {
 		return nil, err
 	}
-	v := &experimentView{Executions: len(execs), Versions: experiment.Compare(experiment.Observe(served, rounds, events.Desc), 1)}
-	v.Verdicts = experiment.Verdicts(v.Versions)
-	v.Chart = gainChart(v.Versions)
-	return v, nil
+	return &experimentView{Executions: len(execs), Report: experiment.Analyze(prompts, rounds, production)}, nil
 }
 
 // maxCompared bounds the executions a template page reads (each one's records and scores): the
 // CLI compares any number.
 const maxCompared = 50
-
-// gainChart draws each version's mean gain per round: the score chart's geometry, a line a version.
-func gainChart(versions []experiment.Version) chart {
-	var rounds []rank.RoundScore
-	var rows []events.LeaderboardRow
-	for _, v := range versions {
-		id := "v" + strconv.Itoa(v.Version)
-		rows = append(rows, events.LeaderboardRow{TeamID: id, TeamName: "version " + strconv.Itoa(v.Version)})
-		for _, p := range v.GainPerRound {
-			rounds = append(rounds, rank.RoundScore{TeamID: id, Round: p.Round, Score: p.MeanGain})
-		}
-	}
-	c := scoreChart(rounds, rows, events.Desc)
-	c.Aria = "mean gain of each version's prompts per round"
-	for i := range c.Lines {
-		c.Lines[i].Best = "" // a best-so-far line means nothing for gains
-	}
-	return c
-}
 
 // tryView is a dry run of a version on an execution's recorded requests.
 type tryView struct {

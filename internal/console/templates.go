@@ -155,7 +155,7 @@ func (c *Console) template(r *http.Request) (any, error) {
 	textdiff.Unified(&out, fmt.Sprintf("%s@%d", name, p.A), fmt.Sprintf("%s@%d", name, p.B), registry.Source(a), registry.Source(b), 3)
 	p.Diff = linesOf(out.String())
 	p.Source = clip(registry.Source(byVersion[p.Show]), shownBytes)
-	if p.Experiment, err = c.experimentOf(r.Context(), name); err != nil {
+	if p.Experiment, err = c.experimentOf(r.Context(), name, s.ProductionOf(name)); err != nil {
 		return nil, err
 	}
 	if p.Try, err = c.tryOf(r, name); err != nil {

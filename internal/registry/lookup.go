@@ -83,3 +83,13 @@ func History(ctx context.Context, kv jetstream.KeyValue, name string) ([]Change,
 		}
 	}
 }
+
+// ProductionOf is the version the production label of name gives (a split's first version, the
+// one whose share came first); 0 when name has no production label. `templates compare` measures
+// every other version against it.
+func (s State) ProductionOf(name string) int {
+	if split := s.Splits[name]["production"]; len(split) > 0 {
+		return split[0].Version
+	}
+	return s.Labels[name]["production"]
+}

@@ -1,0 +1,505 @@
+// Package experiment tells a template author which version of a template helps teams, and says so
+// only where the data can: a comparison is causal where teams of the same executions were
+// randomized between the versions by a split label (compose.Split), and compare analyses those
+// teams with the execution as the block, one outcome per team. Everything else gets figures, not
+// verdicts. The method, what it concludes and what it refuses to say, is docs/templates.md
+// ("Experiments: which version helps teams").
+package experiment
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"gonum.org/v1/gonum/stat/distuv"
+
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// Prompt is one answer the template's requests got: a prompt a version served (composed), or a
+// request of a team that failed (Failed: prompt.failed names no template, so it is counted against
+// the version the team was assigned in its execution, when it was assigned one).
+type Prompt struct {
+	ExecutionID, TeamID string
+	Round, Version      int
+	// Label is the registry label the request resolved through; "" for an explicit version,
+	// latest, or a template outside the registry: never randomized.
+	Label  string
+	Failed bool
+	// Order is the request's score_order: which scores are better.
+	Order events.ScoreOrder
+}
+
+// The minimums below which a comparison says "not enough data": teams of each version in the
+// randomized executions, and the degrees of freedom of the variance behind the interval.
+const (
+	MinTeams = 5
+	MinDF    = 4
+	// Alpha is the level of every comparison together (Bonferroni over the comparisons made).
+	Alpha = 0.05
+)
+
+// Verdicts.
+const (
+	Better        = "better"
+	Worse         = "worse"
+	NoDifference  = "no difference"
+	NotEnoughData = "not enough data"
+	NotRandomized = "not randomized"
+)
+
+// Interval is a confidence interval, [low, high].
+type Interval [2]float64
+
+// String writes an interval as [low, high].
+func (i Interval) String() string { return fmt.Sprintf("[%.2f, %.2f]", i[0], i[1]) }
+
+// Figures are what one version did, descriptively: every team served it counts.
+type Figures struct {
+	Version     int `json:"version"`
+	Teams       int `json:"teams"`       // (execution, team) pairs served it
+	Executions  int `json:"executions"`  // distinct
+	Prompts     int `json:"prompts"`     // composed
+	Failed      int `json:"failed"`      // prompt.failed of its teams
+	Unevaluated int `json:"unevaluated"` // composed, and no evaluation of that round yet
+	// Estimate is the mean over its evaluated teams of each team's mean score over the rounds it
+	// was served the version, CI its 95% interval clustered by execution (nil below two
+	// executions): descriptive, not a comparison.
+	Estimate *float64  `json:"estimate"`
+	CI       *Interval `json:"ci"`
+}
+
+// Mean writes the estimate and its interval, "-" when there is none.
+func (f Figures) Mean() string {
+	if f.Estimate == nil {
+		return "-"
+	}
+	out := fmt.Sprintf("%.2f", *f.Estimate)
+	if f.CI != nil {
+		out += " " + f.CI.String()
+	}
+	return out
+}
+
+// Comparison is a version against the baseline.
+type Comparison struct {
+	Version  int `json:"version"`
+	Baseline int `json:"baseline"`
+	// Difference is the version's outcome minus the baseline's: with a verdict given or refused
+	// for want of data, the blocked estimate over the randomized executions; when not randomized,
+	// the difference of the two versions' estimates, descriptive only. Nil when either has none.
+	Difference *float64 `json:"difference"`
+	// CI is Difference's interval at the level the multiplicity correction leaves each comparison
+	// (1 - Alpha/comparisons), PValue its two-sided p-value multiplied by the comparisons made
+	// (Bonferroni, at most 1); nil unless the data allow a test.
+	CI     *Interval `json:"ci"`
+	PValue *float64  `json:"p_value"`
+	// Executions and Teams are what the test stood on: the randomized executions with both
+	// versions, and their teams of either.
+	Executions int    `json:"executions"`
+	Teams      int    `json:"teams"`
+	Verdict    string `json:"verdict"`
+	Reason     string `json:"reason"`
+
+	est blocked // the test, before the multiplicity correction
+}
+
+// Report is one template's versions and comparisons.
+type Report struct {
+	// Order is the executions' score_order ("mixed" when they differ: each execution's scores are
+	// then taken in its better direction, and the figures are in that orientation).
+	Order       string       `json:"score_order"`
+	Baseline    int          `json:"baseline"`
+	Versions    []Figures    `json:"versions"`
+	Comparisons []Comparison `json:"comparisons"`
+}
+
+// team is one (execution, team) pair and what it was served.
+type team struct {
+	exec, id  string
+	versions  map[int]bool
+	labels    map[string]bool
+	firstTime int         // the first round it was served the template
+	served    map[int]int // round -> the version served
+	prompts   map[int]int // by version: composed
+	failed    map[int]int // by version: prompt.failed (served)
+	unscored  map[int]int // by version: composed, no evaluation of the round yet
+	post      []float64   // scores of the rounds it was served (in its execution's better direction)
+	pre       []float64   // scores of its rounds before the first it was served
+	sign      float64     // +1: higher is better; -1: lower
+}
+
+// version is the team's one version, label its one label; ok false when it was served several
+// (a label moved, or weights changed it) or through several labels.
+func (t *team) assigned() (version int, label string, ok bool) {
+	if len(t.versions) != 1 || len(t.labels) != 1 {
+		return 0, "", false
+	}
+	for v := range t.versions {
+		version = v
+	}
+	for l := range t.labels {
+		label = l
+	}
+	return version, label, label != ""
+}
+
+// versionAt is the version the team was served last at or before round (a failed request is
+// that version's), or in its first round served when none was before.
+func (t *team) versionAt(round int) int {
+	best, version := -1, t.served[t.firstTime]
+	for r, v := range t.served {
+		if r <= round && r > best {
+			best, version = r, v
+		}
+	}
+	return version
+}
+
+func mean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// Analyze compares every version with the baseline (0: the lowest version served). rounds are each
+// execution's counted evaluations (rank.Reduction.Rounds): a prompt's outcome is the latest
+// evaluation of its team's round.
+func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int) Report {
+	type key struct{ exec, team string }
+	type rkey struct {
+		exec, team string
+		round      int
+	}
+	score := map[rkey]float64{}
+	for exec, rs := range rounds {
+		for _, r := range rs {
+			score[rkey{exec, r.TeamID, r.Round}] = r.Score
+		}
+	}
+	teams := map[key]*team{}
+	orders := map[events.ScoreOrder]bool{}
+	var failures []Prompt
+	for _, p := range prompts {
+		if p.Failed {
+			failures = append(failures, p)
+			continue
+		}
+		k := key{p.ExecutionID, p.TeamID}
+		t := teams[k]
+		if t == nil {
+			t = &team{exec: p.ExecutionID, id: p.TeamID, versions: map[int]bool{}, labels: map[string]bool{}, firstTime: p.Round, sign: 1,
+				served: map[int]int{}, prompts: map[int]int{}, failed: map[int]int{}, unscored: map[int]int{}}
+			teams[k] = t
+		}
+		order := cmp.Or(p.Order, events.Desc)
+		orders[order] = true
+		if order == events.Asc {
+			t.sign = -1
+		}
+		t.versions[p.Version], t.labels[p.Label] = true, true
+		t.firstTime = min(t.firstTime, p.Round)
+		t.served[p.Round] = p.Version
+		t.prompts[p.Version]++
+		if s, ok := score[rkey{p.ExecutionID, p.TeamID, p.Round}]; ok {
+			t.post = append(t.post, s)
+		} else {
+			t.unscored[p.Version]++
+		}
+	}
+	for _, p := range failures {
+		if t := teams[key{p.ExecutionID, p.TeamID}]; t != nil {
+			t.failed[t.versionAt(p.Round)]++
+		}
+	}
+	for k, t := range teams {
+		for _, r := range rounds[k.exec] {
+			if r.TeamID == k.team && r.Round < t.firstTime {
+				t.pre = append(t.pre, r.Score)
+			}
+		}
+		for i := range t.post {
+			t.post[i] *= t.sign
+		}
+		for i := range t.pre {
+			t.pre[i] *= t.sign
+		}
+	}
+	rep := Report{Order: string(events.Desc)}
+	if len(orders) > 1 {
+		rep.Order = "mixed"
+	} else if orders[events.Asc] {
+		rep.Order = string(events.Asc)
+	}
+	sign := 1.0
+	if rep.Order == string(events.Asc) {
+		sign = -1 // figures in the executions' own units
+	}
+	ordered := slices.SortedFunc(func(yield func(*team) bool) {
+		for _, t := range teams {
+			if !yield(t) {
+				return
+			}
+		}
+	}, func(a, b *team) int { return cmp.Or(cmp.Compare(a.exec, b.exec), cmp.Compare(a.id, b.id)) })
+
+	// Descriptive figures: every team served a version counts toward it.
+	byVersion := map[int][]*team{}
+	for _, t := range ordered {
+		for v := range t.versions {
+			byVersion[v] = append(byVersion[v], t)
+		}
+	}
+	versions := slices.Sorted(func(yield func(int) bool) {
+		for v := range byVersion {
+			if !yield(v) {
+				return
+			}
+		}
+	})
+	if len(versions) == 0 {
+		return rep
+	}
+	if baseline == 0 || byVersion[baseline] == nil {
+		baseline = versions[0]
+	}
+	rep.Baseline = baseline
+	estimates := map[int]*float64{}
+	for _, v := range versions {
+		f := Figures{Version: v, Teams: len(byVersion[v])}
+		execs := map[string]bool{}
+		byExec := map[string][]float64{} // each team's outcome, by execution
+		var outcomes []float64
+		for _, t := range byVersion[v] {
+			execs[t.exec] = true
+			f.Prompts += t.prompts[v]
+			f.Failed += t.failed[v]
+			f.Unevaluated += t.unscored[v]
+			if len(t.versions) == 1 && len(t.post) > 0 {
+				y := sign * mean(t.post)
+				outcomes = append(outcomes, y)
+				byExec[t.exec] = append(byExec[t.exec], y)
+			}
+		}
+		f.Executions = len(execs)
+		if len(outcomes) > 0 {
+			m := mean(outcomes)
+			f.Estimate = &m
+			estimates[v] = &m
+			f.CI = clusteredInterval(byExec, m, len(outcomes))
+		}
+		rep.Versions = append(rep.Versions, f)
+	}
+
+	// Comparisons: each version against the baseline, within the executions that randomized teams
+	// between the two under one split label.
+	var tested []int
+	for _, v := range versions {
+		if v == baseline {
+			continue
+		}
+		c := compare(ordered, v, baseline)
+		if c.Difference == nil && estimates[v] != nil && estimates[baseline] != nil {
+			d := *estimates[v] - *estimates[baseline]
+			c.Difference = &d
+		}
+		if c.Difference != nil && c.Verdict != NotRandomized {
+			d := sign * *c.Difference
+			c.Difference = &d
+		}
+		if c.Verdict == "" {
+			tested = append(tested, len(rep.Comparisons))
+		}
+		rep.Comparisons = append(rep.Comparisons, c)
+	}
+	// Bonferroni: each of m comparisons at Alpha/m, so that a false "better" or "worse" among
+	// them all has at most Alpha's chance.
+	m := float64(len(tested))
+	for _, i := range tested {
+		c := &rep.Comparisons[i]
+		est := c.est
+		p := min(1, m*est.p)
+		half := tQuantile(1-Alpha/(2*m), est.df) * est.se
+		ci := Interval{sign * (est.diff - half), sign * (est.diff + half)}
+		if ci[0] > ci[1] {
+			ci[0], ci[1] = ci[1], ci[0]
+		}
+		c.CI, c.PValue = &ci, &p
+		level := fmt.Sprintf("%.1f%%", 100*(1-Alpha/m))
+		switch {
+		case p < Alpha && est.diff > 0:
+			c.Verdict = Better
+			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) version %d's teams did better than version %d's by %.2f, %s interval %s (p = %.3g, corrected for %d comparison(s))",
+				c.Executions, c.Teams, c.Version, c.Baseline, math.Abs(est.diff), level, ci, p, len(tested))
+		case p < Alpha:
+			c.Verdict = Worse
+			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) version %d's teams did worse than version %d's by %.2f, %s interval %s (p = %.3g, corrected for %d comparison(s))",
+				c.Executions, c.Teams, c.Version, c.Baseline, math.Abs(est.diff), level, ci, p, len(tested))
+		default:
+			c.Verdict = NoDifference
+			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) the %s interval of the difference %s holds 0 (p = %.3g, corrected for %d comparison(s)): no difference shown, which is not no difference",
+				c.Executions, c.Teams, level, ci, p, len(tested))
+		}
+	}
+	return rep
+}
+
+// blocked is a blocked estimate: the difference (in the better direction), its standard error,
+// degrees of freedom and two-sided p-value.
+type blocked struct {
+	diff, se, df, p float64
+}
+
+// compare is the test of v against base: the blocked estimate over the executions that randomized
+// teams between the two, or the verdict that refuses one (NotRandomized, NotEnoughData). Verdict
+// is empty when the test is to be made (Analyze corrects it for multiplicity).
+func compare(teams []*team, v, base int) Comparison {
+	c := Comparison{Version: v, Baseline: base}
+	// A block is an execution and a split label under which teams were served v or base, each
+	// team one version for the whole execution.
+	type blockKey struct{ exec, label string }
+	type member struct {
+		arm int // 0: v, 1: base
+		t   *team
+	}
+	members := map[blockKey][]member{}
+	var keys []blockKey
+	for _, t := range teams {
+		version, label, ok := t.assigned()
+		if !ok || version != v && version != base || len(t.post) == 0 {
+			continue
+		}
+		k := blockKey{t.exec, label}
+		if members[k] == nil {
+			keys = append(keys, k)
+		}
+		arm := 0
+		if version == base {
+			arm = 1
+		}
+		members[k] = append(members[k], member{arm, t})
+	}
+	// A team's outcome is its mean score over the rounds it was served its version, less its mean
+	// before it was assigned where every team of the block has rounds before (teams with and
+	// without are not measured alike: a block of both is read unadjusted).
+	blocks := map[blockKey]*[2][]float64{}
+	for _, k := range keys {
+		adjust := true
+		for _, m := range members[k] {
+			adjust = adjust && len(m.t.pre) > 0
+		}
+		b := &[2][]float64{}
+		for _, m := range members[k] {
+			y := mean(m.t.post)
+			if adjust {
+				y -= mean(m.t.pre)
+			}
+			b[m.arm] = append(b[m.arm], y)
+		}
+		blocks[k] = b
+	}
+	var both []blockKey
+	n := [2]int{}
+	for _, k := range keys {
+		b := blocks[k]
+		if len(b[0]) > 0 && len(b[1]) > 0 {
+			both = append(both, k)
+			n[0] += len(b[0])
+			n[1] += len(b[1])
+		}
+	}
+	execs := map[string]bool{}
+	for _, k := range both {
+		execs[k.exec] = true
+	}
+	c.Executions, c.Teams = len(execs), n[0]+n[1]
+	if len(both) == 0 {
+		c.Verdict = NotRandomized
+		c.Reason = fmt.Sprintf("no execution had teams randomized between versions %d and %d by a split label (served in other executions or at other times, by an explicit version, or a team moved between them): the figures describe, they do not compare", v, base)
+		return c
+	}
+	// The blocked difference: each execution's difference of arm means, weighted by its
+	// precision n_v*n_base/(n_v+n_base); its variance from each arm's spread within executions
+	// (unequal noise between versions allowed), degrees of freedom by Welch-Satterthwaite.
+	var wsum, dsum float64
+	var ss [2]float64
+	var df [2]int
+	var coef [2]float64 // sum of w^2/n per arm
+	for _, k := range both {
+		b := blocks[k]
+		na, nb := float64(len(b[0])), float64(len(b[1]))
+		w := na * nb / (na + nb)
+		ma, mb := mean(b[0]), mean(b[1])
+		wsum += w
+		dsum += w * (ma - mb)
+		for i, m := range []float64{ma, mb} {
+			for _, y := range b[i] {
+				ss[i] += (y - m) * (y - m)
+			}
+			df[i] += len(b[i]) - 1
+			coef[i] += w * w / float64(len(b[i]))
+		}
+	}
+	diff := dsum / wsum
+	c.Difference = &diff
+	if n[0] < MinTeams || n[1] < MinTeams {
+		c.Verdict = NotEnoughData
+		c.Reason = fmt.Sprintf("%d teams of version %d and %d of version %d were randomized between them in the same executions; a verdict needs %d of each", n[0], v, n[1], base, MinTeams)
+		return c
+	}
+	var a [2]float64
+	var dof float64
+	switch {
+	case df[0] >= 1 && df[1] >= 1:
+		for i := range a {
+			a[i] = coef[i] * ss[i] / float64(df[i]) / (wsum * wsum)
+		}
+		dof = (a[0] + a[1]) * (a[0] + a[1]) / (a[0]*a[0]/float64(df[0]) + a[1]*a[1]/float64(df[1]))
+	case df[0]+df[1] >= 1:
+		pooled := (ss[0] + ss[1]) / float64(df[0]+df[1]) // one arm has one team per execution: one spread for both
+		for i := range a {
+			a[i] = coef[i] * pooled / (wsum * wsum)
+		}
+		dof = float64(df[0] + df[1])
+	}
+	if dof < MinDF || a[0]+a[1] <= 0 {
+		c.Verdict = NotEnoughData
+		c.Reason = fmt.Sprintf("the teams' spread within executions stands on %.1f degrees of freedom; a verdict needs %d", dof, MinDF)
+		return c
+	}
+	se := math.Sqrt(a[0] + a[1])
+	t := diff / se
+	c.est = blocked{diff: diff, se: se, df: dof, p: 2 * (1 - distuv.StudentsT{Mu: 0, Sigma: 1, Nu: dof}.CDF(math.Abs(t)))}
+	return c
+}
+
+// clusteredInterval is the 95% interval of the mean m of n team outcomes, by execution: teams of
+// one execution share its task and its level, so the spread that counts is that of the executions'
+// sums (the cluster-robust variance with its small-sample factor G/(G-1), Student's t at G-1
+// degrees of freedom). Nil below two executions: one execution says nothing of another's level.
+func clusteredInterval(byExec map[string][]float64, m float64, n int) *Interval {
+	g := len(byExec)
+	if g < 2 {
+		return nil
+	}
+	ss := 0.0
+	for _, ys := range byExec {
+		sum := 0.0
+		for _, y := range ys {
+			sum += y - m
+		}
+		ss += sum * sum
+	}
+	se := math.Sqrt(float64(g)/float64(g-1)*ss) / float64(n)
+	half := tQuantile(0.975, float64(g-1)) * se
+	return &Interval{m - half, m + half}
+}
+
+// tQuantile is Student's t's q-quantile at df degrees of freedom.
+func tQuantile(q, df float64) float64 {
+	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: df}.Quantile(q)
+}

@@ -1,0 +1,205 @@
+package experiment
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// model is how a simulated tournament is played: executions of teams over rounds, each team's
+// score its execution's level, its own, a trend over the rounds and noise; and how versions are
+// served.
+type model struct {
+	name                      string
+	executions, teams, rounds int
+	execSD, teamSD            float64    // spread of execution levels and of team levels
+	noise                     [3]float64 // noise sd of each version's rounds (1-based: [v-1])
+	trend                     func(round int) float64
+	versions                  int // served by a split label with equal weights, each team one version
+	// serve, when set, replaces the split: the version and label each team's round is served.
+	serve  func(rng *rand.Rand, exec, team, round int) (version int, label string)
+	effect float64 // added to version 2's rounds
+}
+
+func flat(int) float64 { return 0 }
+
+// models are the situations compare meets, each played with no effect (A/A): a false "better"
+// or "worse" is a wrong verdict.
+var models = []model{
+	{name: "execution effects", executions: 4, teams: 16, rounds: 4, execSD: 15, teamSD: 3, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2},
+	{name: "team effects", executions: 4, teams: 16, rounds: 4, execSD: 3, teamSD: 12, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2},
+	{name: "rising scores", executions: 4, teams: 12, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: func(r int) float64 { return 3 * float64(r) }, versions: 2},
+	{name: "plateaued scores", executions: 3, teams: 8, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3},
+		trend: func(r int) float64 { return 20 * (1 - math.Exp(-float64(r)/1.5)) }, versions: 2},
+	{name: "unequal noise", executions: 3, teams: 8, rounds: 6, execSD: 5, teamSD: 3, noise: [3]float64{2, 9, 2}, trend: flat, versions: 2},
+	{name: "few teams", executions: 1, teams: 6, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2},
+	{name: "one team on a version", executions: 2, teams: 4, rounds: 4, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
+		serve: func(_ *rand.Rand, exec, team, _ int) (int, string) {
+			if exec == 0 && team == 0 {
+				return 2, "production"
+			}
+			return 1, "production"
+		}},
+	{name: "three versions", executions: 4, teams: 12, rounds: 4, execSD: 10, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 3},
+	{name: "a label moved mid-execution", executions: 3, teams: 8, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3},
+		trend: func(r int) float64 { return 20 * (1 - math.Exp(-float64(r)/1.5)) },
+		serve: func(_ *rand.Rand, _, _, round int) (int, string) {
+			if round <= 3 {
+				return 1, "production"
+			}
+			return 2, "production"
+		}},
+	{name: "versions in different executions", executions: 4, teams: 8, rounds: 4, execSD: 10, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat,
+		serve: func(_ *rand.Rand, exec, _, _ int) (int, string) { return 1 + exec%2, "production" }},
+	{name: "explicit references", executions: 3, teams: 8, rounds: 4, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat,
+		serve: func(_ *rand.Rand, _, team, _ int) (int, string) { return 1 + team%2, "" }},
+}
+
+// play simulates one tournament of m under order (scores of an asc tournament are the desc one's
+// negated: lower is better, and version 2's effect lowers them).
+func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string][]rank.RoundScore) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	sign := 1.0
+	if order == events.Asc {
+		sign = -1
+	}
+	var prompts []Prompt
+	rounds := map[string][]rank.RoundScore{}
+	for x := range m.executions {
+		exec := fmt.Sprintf("e%d", x)
+		level := 50 + m.execSD*rng.NormFloat64()
+		for k := range m.teams {
+			id := fmt.Sprintf("t%d", k)
+			own := m.teamSD * rng.NormFloat64()
+			assigned := 1 + rng.IntN(max(m.versions, 1))
+			for r := 1; r <= m.rounds; r++ {
+				version, label := assigned, "production"
+				if m.serve != nil {
+					version, label = m.serve(rng, x, k, r)
+				}
+				score := level + own + m.trend(r) + m.noise[version-1]*rng.NormFloat64()
+				if version == 2 {
+					score += m.effect
+				}
+				prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Order: order})
+				rounds[exec] = append(rounds[exec], rank.RoundScore{TeamID: id, Round: r, Score: sign * score})
+			}
+		}
+	}
+	return prompts, rounds
+}
+
+// runs is how many tournaments each model plays.
+const runs = 2000
+
+// TestNoFalseVerdicts: under every model with no effect, in either score order, the share of
+// tournaments in which any comparison says "better" or "worse" has a 95% interval whose upper end
+// is below 7%. Models that cannot support a verdict must refuse it (not randomized, not enough data).
+func TestNoFalseVerdicts(t *testing.T) {
+	for _, m := range models {
+		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
+			wrong, verdicts := 0, map[string]int{}
+			for seed := range uint64(runs) {
+				prompts, rounds := m.play(seed, order)
+				rep := Analyze(prompts, rounds, 0)
+				said := false
+				for _, c := range rep.Comparisons {
+					verdicts[c.Verdict]++
+					said = said || c.Verdict == Better || c.Verdict == Worse
+				}
+				if said {
+					wrong++
+				}
+			}
+			rate := float64(wrong) / runs
+			upper := rate + 1.96*math.Sqrt(rate*(1-rate)/runs)
+			t.Logf("%-33s %-4s false better/worse %5.2f%% (95%% up to %5.2f%%); verdicts %v", m.name, order, 100*rate, 100*upper, verdicts)
+			if upper >= 0.07 {
+				t.Errorf("%s (%s): a false verdict in %.2f%% of %d A/A tournaments (95%% interval up to %.2f%%)", m.name, order, 100*rate, runs, 100*upper)
+			}
+		}
+	}
+}
+
+// TestPowerToFindAnEffect: version 2 better by 8 (noise sd 3 to 5, 4 executions of 16 teams, 4
+// rounds) is called better in at least 80% of tournaments, in either score order.
+func TestPowerToFindAnEffect(t *testing.T) {
+	for _, noise := range []float64{3, 4, 5} {
+		m := model{name: "effect +8", executions: 4, teams: 16, rounds: 4, execSD: 10, teamSD: 8, noise: [3]float64{noise, noise, noise}, trend: flat, versions: 2, effect: 8}
+		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
+			better := 0
+			for seed := range uint64(runs) {
+				prompts, rounds := m.play(seed, order)
+				rep := Analyze(prompts, rounds, 0)
+				if c := rep.Comparisons[0]; c.Version == 2 && c.Verdict == Better {
+					better++
+				}
+			}
+			power := float64(better) / runs
+			t.Logf("effect +8, noise sd %.0f, %s: called better in %.1f%%", noise, order, 100*power)
+			if power < 0.80 {
+				t.Errorf("effect +8, noise sd %.0f, %s: called better in %.1f%% of tournaments, want at least 80%%", noise, order, 100*power)
+			}
+		}
+	}
+}
+
+// TestAnalyzeCountsEveryServedTeam: a version's figures count its failed requests and its prompts
+// no evaluation answered, a team served two versions takes no part in a comparison, and the
+// figures of an asc tournament are in its units (the better version's difference negative).
+func TestAnalyzeCountsEveryServedTeam(t *testing.T) {
+	var prompts []Prompt
+	rounds := map[string][]rank.RoundScore{}
+	for k := range 12 {
+		team, v := fmt.Sprintf("t%d", k), 1+k%2
+		for r := 1; r <= 3; r++ {
+			prompts = append(prompts, Prompt{ExecutionID: "e", TeamID: team, Round: r, Version: v, Label: "production", Order: events.Asc})
+			if r < 3 || k != 0 { // t0's round 3 is not evaluated yet
+				rounds["e"] = append(rounds["e"], rank.RoundScore{TeamID: team, Round: r, Score: 40 - 10*float64(v-1) + float64(k%3)})
+			}
+		}
+	}
+	prompts = append(prompts, Prompt{ExecutionID: "e", TeamID: "t1", Round: 4, Failed: true}, Prompt{ExecutionID: "e", TeamID: "nobody", Round: 1, Failed: true},
+		// t2 moved to version 2 in round 4: it counts for both versions' figures, in no comparison.
+		Prompt{ExecutionID: "e", TeamID: "t2", Round: 4, Version: 2, Label: "production", Order: events.Asc})
+	rep := Analyze(prompts, rounds, 0)
+	if rep.Order != "asc" || rep.Baseline != 1 || len(rep.Versions) != 2 || len(rep.Comparisons) != 1 {
+		t.Fatalf("report: %+v", rep)
+	}
+	v1, v2 := rep.Versions[0], rep.Versions[1]
+	if v1.Teams != 6 || v1.Prompts != 18 || v1.Unevaluated != 1 || v1.Failed != 0 || v2.Teams != 7 || v2.Prompts != 19 || v2.Unevaluated != 1 || v2.Failed != 1 {
+		t.Errorf("figures: %+v %+v", v1, v2)
+	}
+	c := rep.Comparisons[0]
+	if c.Teams != 11 || c.Verdict != Better || c.Difference == nil || *c.Difference > -9 || c.CI == nil || c.CI[1] >= 0 {
+		t.Errorf("comparison: %+v", c)
+	}
+}
+
+// TestVersionIntervalsCover: a version's interval is clustered by execution, so with executions
+// of different levels it still holds the version's mean over executions (50 here) about 95 times
+// in 100 (before, over teams alone, 58-82).
+func TestVersionIntervalsCover(t *testing.T) {
+	m := model{executions: 4, teams: 16, rounds: 4, execSD: 15, teamSD: 3, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2}
+	covered, counted := 0, 0
+	for seed := range uint64(runs) {
+		prompts, rounds := m.play(seed, events.Desc)
+		for _, v := range Analyze(prompts, rounds, 0).Versions {
+			if v.CI != nil {
+				counted++
+				if v.CI[0] <= 50 && 50 <= v.CI[1] {
+					covered++
+				}
+			}
+		}
+	}
+	rate := float64(covered) / float64(counted)
+	t.Logf("per-version intervals hold the mean in %.1f%% of %d", 100*rate, counted)
+	if rate < 0.92 {
+		t.Errorf("per-version intervals hold the mean in %.1f%% of %d, want about 95%%", 100*rate, counted)
+	}
+}
