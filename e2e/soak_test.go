@@ -569,6 +569,20 @@ func (s *soak) askHostile(rng *rand.Rand) string {
 	if out, code := s.e.podium(s.t, nil, "templates", "push", filepath.Join(dir, "hostile")); code != 0 {
 		return fmt.Sprintf("push refused (exit %d): %s", code, strings.TrimSpace(out))
 	}
+	// Composers hear of a push through the registry's watch: asked before, one answers
+	// unknown_template. An author waits until both serve it, as the registry's tests do.
+	for _, name := range []string{"composer-a", "composer-b"} {
+		served := false
+		for end := time.Now().Add(30 * time.Second); !served && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			s.mu.Lock()
+			p := s.services[name].p
+			s.mu.Unlock()
+			served = renders(p, `{"execution_id":"probe","team_id":"p","team_name":"P","round_number":1,"user_prompt":"Go.","template":"hostile:latest"}`)
+		}
+		if !served {
+			return name + " did not serve the pushed template within 30 s"
+		}
+	}
 	s.mu.Lock()
 	s.hostile++
 	exec := fmt.Sprintf("hostile-%d", s.hostile)
@@ -583,6 +597,18 @@ func (s *soak) askHostile(rng *rand.Rand) string {
 		UserPrompt: "Go.", Template: "hostile:latest", Limits: events.Limits{HistoryRounds: &rounds}}, t0.Add(10*time.Hour), "hostile")
 	s.awaitAnswers(exec, map[string]string{"t0": id}, 20*time.Second)
 	return exec
+}
+
+// renders reports whether a composer answers a render of body 200 (false while it restarts).
+func renders(p *proc, body string) bool {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Post("http://"+p.addr+"/v1/render", "application/json", strings.NewReader(body))
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == http.StatusOK
 }
 
 // poison publishes an evaluation that is not JSON (dead-lettered by the ranker) and a request

@@ -41,7 +41,10 @@ type Bundle struct {
 
 // BundleEvaluation is one stored copy of an evaluation.
 type BundleEvaluation struct {
-	Seq     uint64                     `json:"evaluations_seq"`
+	Seq uint64 `json:"evaluations_seq"`
+	// Era is the era of the EVALUATIONS stream Seq is of (rank.Pos; absent: 0, a compatible
+	// addition): an execution across a stream made again keeps its order.
+	Era     uint32                     `json:"evaluations_era,omitempty"`
 	EventID string                     `json:"event_id"`
 	Source  string                     `json:"source,omitempty"`
 	Data    events.EvaluationCompleted `json:"data"`
@@ -69,7 +72,7 @@ type BundleTemplate struct {
 func NewBundle(executionID, tz string, evals []rank.Record, recs []Record, lib *compose.Library) (Bundle, error) {
 	b := Bundle{Format: BundleFormat, ExecutionID: executionID, TZ: tz}
 	for _, r := range evals {
-		b.Evaluations = append(b.Evaluations, BundleEvaluation{Seq: r.Seq, EventID: r.EventID, Source: r.Source, Data: r.EvaluationCompleted})
+		b.Evaluations = append(b.Evaluations, BundleEvaluation{Seq: r.Seq, Era: r.Era, EventID: r.EventID, Source: r.Source, Data: r.EvaluationCompleted})
 	}
 	templates := map[string]BundleTemplate{}
 	for _, r := range recs {
@@ -169,7 +172,7 @@ func (b Bundle) Verifier(tz string) (*Verifier, error) {
 		if e.Data.ExecutionID != b.ExecutionID {
 			return nil, differs("evaluation %s is of execution %s, the bundle of %s", e.EventID, e.Data.ExecutionID, b.ExecutionID)
 		}
-		recs = append(recs, rank.Record{EventID: e.EventID, Source: e.Source, Seq: e.Seq, EvaluationCompleted: e.Data})
+		recs = append(recs, rank.Record{EventID: e.EventID, Source: e.Source, Seq: e.Seq, Era: e.Era, EvaluationCompleted: e.Data})
 	}
 	evs, contents := rank.FromRecords(recs)
 	var templates []*compose.Template

@@ -16,7 +16,8 @@ import (
 
 // Reads fetch an execution's rows as stored, every copy of every event, and leave the choice of
 // which evaluation counts to Latest: a plain range read on the sort key costs ClickHouse 18.16
-// far less than a two-level GROUP BY, and the reduction is exact whatever the merge state.
+// far less than a two-level GROUP BY, and the reduction is exact whatever the merge state (but
+// for an id sent again to a stream made again, pkg/rank/latest.go).
 // Rows of every round are read: a replayed event id keeps the round of its first copy, which a
 // WHERE on round_number could not see.
 

@@ -252,9 +252,15 @@ var ErrNotConsuming = errors.New("not consuming")
 const watchEvery = 2 * time.Second
 
 // watch looks the consumer up every watchEvery while the loop runs and stops the iterator when
-// the consumer or its stream is gone; the loop then ends as for any loss. The returned function
-// ends the watch and returns the loss it saw, if any.
+// the consumer or its stream is gone, or the consumer of that name is another one (made again by
+// another replica, perhaps on a stream made again: what it delivers is not of the stream this pass
+// read, StreamOf); the loop then ends as for any loss. The returned function ends the watch and
+// returns the loss it saw, if any.
 func watch(stop context.Context, cons jetstream.Consumer, it Messages, floor func(uint64)) func() error {
+	var created time.Time
+	if info := cons.CachedInfo(); info != nil {
+		created = info.Created
+	}
 	ctx, cancel := context.WithCancel(stop)
 	done := make(chan struct{})
 	var cause error
@@ -276,6 +282,11 @@ func watch(stop context.Context, cons jetstream.Consumer, it Messages, floor fun
 			}
 			if lostConsumer(err) {
 				cause = fmt.Errorf("consume: consumer looked up and not found: %w", err)
+				it.Stop()
+				return
+			}
+			if err == nil && !created.IsZero() && !info.Created.Equal(created) {
+				cause = fmt.Errorf("consume: the consumer was made again elsewhere (created %s, this pass's %s)", info.Created.Format(time.RFC3339Nano), created.Format(time.RFC3339Nano))
 				it.Stop()
 				return
 			}

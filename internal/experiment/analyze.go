@@ -64,9 +64,10 @@ type Figures struct {
 	Prompts     int `json:"prompts"`     // composed
 	Failed      int `json:"failed"`      // prompt.failed of its teams
 	Unevaluated int `json:"unevaluated"` // composed, and no evaluation of that round yet
-	// Estimate is the mean over its evaluated teams of each team's mean score over the rounds it
-	// was served the version, CI its 95% interval clustered by execution (nil below two
-	// executions): descriptive, not a comparison.
+	// Estimate is the mean over its evaluated teams served this version alone of each team's mean
+	// score over its rounds (not adjusted for where it stood before, unlike a comparison's
+	// outcome), CI its 95% interval clustered by execution (nil below two executions):
+	// descriptive, not a comparison.
 	Estimate *float64  `json:"estimate"`
 	CI       *Interval `json:"ci"`
 }
@@ -473,7 +474,7 @@ func compare(teams []*team, v, base int) Comparison {
 	}
 	se := math.Sqrt(a[0] + a[1])
 	t := diff / se
-	c.est = blocked{diff: diff, se: se, df: dof, p: 2 * (1 - distuv.StudentsT{Mu: 0, Sigma: 1, Nu: dof}.CDF(math.Abs(t)))}
+	c.est = blocked{diff: diff, se: se, df: dof, p: 2 * distuv.StudentsT{Mu: 0, Sigma: 1, Nu: dof}.Survival(math.Abs(t))}
 	return c
 }
 

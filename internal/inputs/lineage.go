@@ -27,7 +27,7 @@ type lineage struct {
 // since, and counts as none. era is its stream's era; at is when the probe started.
 func (l *lineage) saw(id, refilling string, era uint32, anchor chstore.RowKey, streamCreated, at time.Time) {
 	if _, stream, ok := strings.Cut(id, "@"); !ok || stream != chstore.StreamID(streamCreated) {
-		id = ""
+		id, era, anchor = "", 0, chstore.RowKey{} // of no stream there is now
 	}
 	l.mu.Lock()
 	if at.Before(l.probed) { // an older probe than the one read last says nothing new

@@ -25,6 +25,7 @@ func (in *Inputs) Wait(ctx context.Context, asOf *rank.Pos) (rank.Pos, error) {
 	defer cancel()
 	detail := "no answer from JetStream"
 	var target uint64
+	var targetStream string // the stream target is a sequence of
 	known := false
 	delay := 5 * time.Millisecond
 	for {
@@ -40,10 +41,12 @@ func (in *Inputs) Wait(ctx context.Context, asOf *rank.Pos) (rank.Pos, error) {
 		case p.streamErr != nil:
 			why = "EVALUATIONS stream: " + p.streamErr.Error()
 		default:
-			if !known {
+			if !known || p.stream != targetStream {
 				// The first probe that read the stream started after this request was taken: the
-				// stream's last sequence then is what the ranker must reach.
-				target, known = p.lastSeq, true
+				// stream's last sequence then is what the ranker must reach. A stream made again
+				// since is a new era: what the one before held counts whole, and the new one's
+				// last sequence is the target.
+				target, targetStream, known = p.lastSeq, p.stream, true
 			}
 			pos, whyNot, err := in.settle(ctx, p, target, asOf)
 			if err != nil || whyNot == "" {

@@ -328,6 +328,9 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 	lin = chstore.Lineage{Epoch: epoch, Stream: chstore.StreamID(info.Created)}
 	if newest, found, err := r.store.Lineage(ctx); err == nil && found {
 		lin.Era = newest.EraOf(lin.Stream)
+		if newest.Stream != lin.Stream {
+			r.before.Store(&newest) // a batch of the stream before, committed after, keeps its era
+		}
 	} else if err != nil && chstore.FaultOf(err) != chstore.Missing {
 		return res, lin, err
 	}

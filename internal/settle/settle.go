@@ -125,9 +125,11 @@ func (s *Settler) AckAll(ctx context.Context, msgs []jetstream.Msg, within time.
 	deadline := time.Now().Add(within)
 	for attempt := uint64(1); err != nil && ctx.Err() == nil && time.Now().Before(deadline); attempt++ {
 		if attempt > 1 && errors.Is(err, nats.ErrNoResponders) {
-			// Connected, and nothing answers the ack subject twice in a row: the consumer (or
-			// its stream) is gone. Nothing will ever confirm these acks; holding the batch
-			// (and, in the ranker, every commit) for the rest of within helps no one.
+			// Connected, and nothing answered the last confirmation, after a first that failed
+			// too: the consumer (or its stream) is gone. Nothing will ever confirm these acks;
+			// holding the batch (and, in the ranker, every commit) for the rest of within helps
+			// no one. A consumer between two leaders answers nothing either for a moment: the
+			// batch is then delivered again after AckWait, which every sink takes as a no-op.
 			break
 		}
 		s.log.WarnContext(ctx, "ack not confirmed; sending the batch's acks again", "messages", len(msgs), "attempt", attempt, "error", err)

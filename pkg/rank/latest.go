@@ -33,7 +33,9 @@ type eventKey struct{ team, id string }
 // Copies past b.UpTo are not seen at all. Copies of an event id on one team collapse to the first
 // stored copy (the lowest position), even when a replay names another round;
 // then the latest evaluation of a round wins: later evaluated_at, then the greater id. The result
-// does not depend on the order of rows, so it does not depend on ClickHouse's merge state either.
+// does not depend on the order of rows, so it does not depend on ClickHouse's merge state either
+// (but for an id sent again to a stream made again: the merge keeps the copy with the lower
+// sequence whatever its era, docs/reliability.md).
 func Latest(rows []Stored, b Bound) ([]RoundScore, Pos) {
 	copies, last := latestCopies(rows, b)
 	out := make([]RoundScore, len(copies))

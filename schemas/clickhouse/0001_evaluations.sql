@@ -3,7 +3,8 @@
 -- collapses at merge time, and the version falls as the stream sequence grows, so the merge keeps
 -- the FIRST stored copy (a ReplacingMergeTree without a version would keep the last one). Reads
 -- do the same collapse themselves (argMin by stream_seq), so the merge state never changes a
--- result. The key starts with execution_id: a leaderboard or history read touches only its own
+-- result within one era of the stream (0004_eras.sql: across eras reads keep the earlier era's
+-- copy, the merge the lower sequence). The key starts with execution_id: a leaderboard or history read touches only its own
 -- execution's granules. Types are those ClickHouse 18.16 and current releases share: times are
 -- Int64 microseconds (no DateTime64 there) plus the producer's text. Granules are 256 rows, not
 -- 8192: the composer reads one execution's submissions (tens of rows of KiBs), and a read decodes
