@@ -9,6 +9,7 @@ package experiment
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -240,13 +241,7 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int
 	if rep.Order == string(events.Asc) {
 		sign = -1 // figures in the executions' own units
 	}
-	ordered := slices.SortedFunc(func(yield func(*team) bool) {
-		for _, t := range teams {
-			if !yield(t) {
-				return
-			}
-		}
-	}, func(a, b *team) int { return cmp.Or(cmp.Compare(a.exec, b.exec), cmp.Compare(a.id, b.id)) })
+	ordered := slices.SortedFunc(maps.Values(teams), func(a, b *team) int { return cmp.Or(cmp.Compare(a.exec, b.exec), cmp.Compare(a.id, b.id)) })
 
 	// Descriptive figures: every team served a version counts toward it.
 	byVersion := map[int][]*team{}
@@ -255,13 +250,7 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int
 			byVersion[v] = append(byVersion[v], t)
 		}
 	}
-	versions := slices.Sorted(func(yield func(int) bool) {
-		for v := range byVersion {
-			if !yield(v) {
-				return
-			}
-		}
-	})
+	versions := slices.Sorted(maps.Keys(byVersion))
 	if len(versions) == 0 {
 		return rep
 	}

@@ -116,9 +116,7 @@ func (s *streamContent) get(ctx context.Context, key rank.TeamKey, from, before 
 // error when the stream itself failed (then the handle is looked up again; a later read that
 // fails on the stream forgets it too, whichever error came first here).
 func (s *streamContent) read(ctx context.Context, key rank.TeamKey, refs []rank.ContentRef) (*rank.Content, error) {
-	s.lineage.mu.Lock()
-	era := s.lineage.era
-	s.lineage.mu.Unlock()
+	era := s.lineage.eraNow()
 	for _, ref := range refs {
 		if ref.Era != era {
 			return nil, fmt.Errorf("%w: %s is of era %d, the stream's is %d", errNotInStream, ref.EventID, ref.Era, era)

@@ -50,6 +50,13 @@ func (l *lineage) serves(id string) (uint32, bool) {
 	return l.era, id != "" && id == l.current
 }
 
+// eraNow is the era of the stream of the lineage, as the last probe read it.
+func (l *lineage) eraNow() uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.era
+}
+
 // anchored is the anchor row of the lineage, as the last probe read it; false when none.
 func (l *lineage) anchored() (chstore.RowKey, bool) {
 	l.mu.Lock()
