@@ -6,6 +6,7 @@ package main
 import (
 	"github.com/podium-llm/podium/internal/archiver"
 	"github.com/podium-llm/podium/internal/process"
+	"github.com/podium-llm/podium/internal/service"
 )
 
-func main() { process.Main("archiver", archiver.Main, nil) }
+func main() { process.Main("archiver", service.Main(archiver.Command, archiver.Run), nil) }

@@ -7,7 +7,8 @@ package main
 import (
 	"github.com/podium-llm/podium/internal/composer"
 	"github.com/podium-llm/podium/internal/process"
+	"github.com/podium-llm/podium/internal/service"
 	_ "time/tzdata" // request timezones must resolve the same on every machine
 )
 
-func main() { process.Main("composer", composer.Main, nil) }
+func main() { process.Main("composer", service.Main(composer.Command, composer.Run), nil) }

@@ -5,7 +5,8 @@ package main
 
 import (
 	"github.com/podium-llm/podium/internal/process"
+	"github.com/podium-llm/podium/internal/service"
 	_ "time/tzdata" // request timezones must resolve the same on every machine
 )
 
-func main() { process.Main("console", run, nil) }
+func main() { process.Main("console", service.Main(command, run), nil) }

@@ -19,7 +19,8 @@ import (
 	"github.com/podium-llm/podium/internal/service"
 )
 
-const summary = `console: the read-only web console of a Podium tournament.
+// command is the console's command line (internal/service).
+var command = service.Command{Name: "console", Summary: `console: the read-only web console of a Podium tournament.
 
 It shows every execution in the store, each one's leaderboard, score chart and rounds x teams grid,
 a team's round with its prompt exactly as published, the diff against the previous round, the
@@ -34,7 +35,7 @@ Bound to any address but loopback, it refuses to start without CONSOLE_AUTH_TOKE
 "Authorization: Bearer TOKEN", or as the password of HTTP basic auth with any user) or
 CONSOLE_BASIC_USER and CONSOLE_BASIC_PASSWORD; every request without them is answered 401
 (/healthz, /readyz and /metrics excepted). On loopback without a credential it answers requests to
-a loopback host only (localhost, 127.0.0.1, [::1]): a page elsewhere cannot rebind its name to it.`
+a loopback host only (localhost, 127.0.0.1, [::1]): a page elsewhere cannot rebind its name to it.`}
 
 // config is the services' shared configuration plus the console's own.
 type config struct {
@@ -72,14 +73,10 @@ func (c *config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// run is the whole console: it returns when ctx ends, or on a start-up error.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cfg config
-	_, done, err := service.Prepare(args, stdout, "console", summary, &cfg)
-	if done || err != nil {
-		return err
-	}
-	log := service.NewLogger(stderr, cfg.LogLevel, "console")
+// run is the whole service, its configuration read and checked: it returns when ctx ends and
+// the work in hand is finished, or on a start-up error.
+func run(ctx context.Context, p *service.Prepared[config], stdout io.Writer) error {
+	cfg, log := p.Config, p.Log
 	// The composers' template settings: the templates page and verify load what they load.
 	settings := library.Settings{Dir: cfg.TemplatesDir, TZ: cfg.TZ}
 	lib, err := settings.Load("", registry.State{})

@@ -17,6 +17,45 @@ type command struct {
 	flags                             func(fs *flag.FlagSet) func(ctx context.Context, e *env) error
 }
 
+// checkArgs holds args to the command's usage, before it runs (arityOf).
+func (c command) checkArgs(args []string) error {
+	least, most, alternatives := arityOf(c.args)
+	if !alternatives && (len(args) < least || (most >= 0 && len(args) > most)) {
+		return usagef("usage: podium %s %s", c.name, c.args)
+	}
+	return nil
+}
+
+// arityOf reads how many arguments a usage line takes, so that the line --help prints is the
+// rule: each word outside brackets and parentheses that is neither a flag nor a flag's value is
+// one; one ending in "..." may repeat (most < 0: no limit). A "|" outside brackets means
+// alternatives, which the command tells apart itself from its flags.
+func arityOf(usage string) (least, most int, alternatives bool) {
+	depth, flagValue := 0, false
+	for _, word := range strings.Fields(usage) {
+		outside := depth == 0
+		depth += strings.Count(word, "[") + strings.Count(word, "(") - strings.Count(word, "]") - strings.Count(word, ")")
+		switch {
+		case !outside:
+		case word == "|":
+			alternatives = true
+		case strings.HasPrefix(word, "-"):
+			flagValue = true
+			continue
+		case flagValue || strings.HasPrefix(word, "[") || strings.HasPrefix(word, "("):
+		case strings.HasSuffix(word, "..."):
+			least, most = least+1, -1
+		default:
+			least++
+		}
+		flagValue = false
+	}
+	if most >= 0 {
+		most = least
+	}
+	return least, most, alternatives
+}
+
 // The audiences of `podium help`, in its order.
 const (
 	authors   = "Template authors"
@@ -42,7 +81,7 @@ func commands() []command {
 			"Point a label at a version (a release, or a rollback), or split it between versions by weight (5=50 6=50): each team is served one of them, chosen from its execution and team, and keeps it for its whole execution, also when the weights change. production is what a bare name renders.", templatesLabel},
 		{authors, "templates render", "NAME --request FILE [--evaluations FILE] [--time T] [--json]", "render offline, no server",
 			"Render offline, without any server: a built-in template or a template folder or file being written.", templatesRender},
-		{authors, "templates try", "NAME@VERSION|NAME:LABEL|NAME --execution EXEC | --last N [--json] [--diff]", "a dry run of a candidate on recorded requests",
+		{authors, "templates try", "NAME@VERSION|NAME:LABEL|NAME (--execution EXEC | --last N) [--json] [--diff]", "a dry run of a candidate on recorded requests",
 			"Render recorded requests again with a candidate template, each as of its own evaluations_seq, and publish nothing: per request the tokens and cuts before and after, or the failure and its code; a summary of how many would fail and how the size moves; --diff prints each prompt's diff.", templatesTry},
 		{authors, "templates compare", "NAME [--execution E]... [--baseline V] [--since T] [--until T] [--json]", "which version of a template helps teams, where the data can say",
 			"Per version of a template: its teams and executions, prompts, failed and unevaluated requests, and the mean score of its teams with a 95% interval; then each version against the baseline (the production label's version) among the teams a split label randomized between the two in the same executions, blocked by execution: the difference, its interval and p-value (Bonferroni over the comparisons), and a verdict with its reason: better, worse, no difference, not enough data (under 5 teams of either) or not randomized (figures only). Lower is better where the requests' score_order says asc. The method: docs/templates.md.", templatesCompare},

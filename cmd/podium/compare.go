@@ -25,7 +25,7 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 	until := fs.String("until", "", "only prompts recorded before this time (RFC 3339)")
 	asJSON := fs.Bool("json", false, "print one object: versions and comparisons, as JSON")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 1 || !events.ValidIdentifier(e.args[0]) {
+		if !events.ValidIdentifier(e.args[0]) {
 			return usagef("want one template name")
 		}
 		if *baseline < 0 {

@@ -21,7 +21,7 @@ func export(fs *flag.FlagSet) func(context.Context, *env) error {
 	dir := fs.String("templates-dir", "", "the composers' template directory, where templates the records name may live (default: COMPOSER_TEMPLATES_DIR)")
 	tz := fs.String("tz", "", "the composers' default timezone, recorded in the bundle (default: TZ)")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) > 0 || *execution == "" {
+		if *execution == "" {
 			return usagef("export takes --execution EXEC")
 		}
 		if !events.ValidIdentifier(*execution) {

@@ -28,7 +28,7 @@ func leaderboard(fs *flag.FlagSet) func(context.Context, *env) error {
 	asc := fs.Bool("asc", false, "lower scores are better")
 	asJSON := fs.Bool("json", false, "print JSON, as the ranker's API")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 1 || !events.ValidIdentifier(e.args[0]) {
+		if !events.ValidIdentifier(e.args[0]) {
 			return usagef("want one execution id")
 		}
 		order := events.Desc
@@ -59,7 +59,7 @@ func leaderboard(fs *flag.FlagSet) func(context.Context, *env) error {
 func history(fs *flag.FlagSet) func(context.Context, *env) error {
 	asJSON := fs.Bool("json", false, "print JSON, as the ranker's API")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 2 || !events.ValidIdentifier(e.args[0]) || !events.ValidIdentifier(e.args[1]) {
+		if !events.ValidIdentifier(e.args[0]) || !events.ValidIdentifier(e.args[1]) {
 			return usagef("want an execution id and a team id")
 		}
 		st, err := e.reads(ctx)
@@ -93,7 +93,7 @@ func publish(eventType string) func(fs *flag.FlagSet) func(context.Context, *env
 		file := fs.String("file", "", "the event: its data object, or a whole CloudEvent (\"-\" reads standard input)")
 		id := fs.String("id", "", "the event id of a data object (default: derived from its content)")
 		return func(ctx context.Context, e *env) error {
-			if *file == "" || len(e.args) > 0 {
+			if *file == "" {
 				return usagef("want --file F")
 			}
 			raw, err := readFile(*file)

@@ -204,9 +204,6 @@ func archivedNote(r audit.Record) string {
 
 func promptsDiff(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 4 {
-			return usagef("want EXEC TEAM ROUND1 ROUND2")
-		}
 		exec, team, r1, err := teamRound(e.args[:3])
 		if err != nil {
 			return err
@@ -235,9 +232,6 @@ func promptsTail(fs *flag.FlagSet) func(context.Context, *env) error {
 	fromStart := fs.Bool("all", false, "start from the first record, not the next one")
 	count := fs.Int("count", 0, "stop after this many records (0: follow until interrupted)")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) > 0 {
-			return usagef("tail takes no arguments")
-		}
 		js, err := e.jetstream()
 		if err != nil {
 			return err

@@ -27,9 +27,6 @@ func storeRebuild(fs *flag.FlagSet) func(context.Context, *env) error {
 	show := fs.Int("show", 20, "executions whose leaderboard the report prints (newest first)")
 	noBar := fs.Bool("no-progress", false, "print a line every 10% instead of a progress bar")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 0 {
-			return usagef("store rebuild takes no arguments")
-		}
 		if *batchSize < 1 {
 			return usagef("--batch must be positive")
 		}

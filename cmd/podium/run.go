@@ -61,6 +61,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return usagef("%v", err)
 	}
+	if err := c.checkArgs(fs.Args()); err != nil {
+		return err
+	}
 	var cfg config
 	if err := service.Load("podium", &cfg); err != nil {
 		return &usageError{err.Error()}

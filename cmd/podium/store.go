@@ -14,9 +14,6 @@ import (
 func storeStatus(fs *flag.FlagSet) func(context.Context, *env) error {
 	asJSON := fs.Bool("json", false, "print JSON")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 0 {
-			return usagef("store status takes no arguments")
-		}
 		st, err := e.rank(ctx)
 		if err != nil {
 			return err

@@ -86,9 +86,6 @@ func readTemplate(path string) (string, map[string][]byte, error) {
 func templatesPush(fs *flag.FlagSet) func(context.Context, *env) error {
 	label := fs.String("label", "", "point this label at the new version (production makes it the default for the name)")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 1 {
-			return usagef("want one template folder or .mustache file")
-		}
 		name, files, err := readTemplate(e.args[0])
 		if err != nil {
 			return &usageError{err.Error()}
@@ -172,34 +169,36 @@ func templatesList(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
-// resolve finds the template a reference names exactly as a composer with the same template
-// settings resolves it (internal/library): the registry's version or label, else the built-in or
-// directory template of that name. One it does not find is a failed check.
-func (e *env) resolve(s registry.State, ref string) (compose.Version, error) {
+// resolve finds the templates references name exactly as a composer with the same template
+// settings resolves them (internal/library): the registry's version or label, else the built-in
+// or directory template of that name. One it does not find is a failed check.
+func (e *env) resolve(ctx context.Context, refs ...string) ([]compose.Version, error) {
+	s, err := e.registry(ctx)
+	if err != nil {
+		return nil, err
+	}
 	lib, err := e.templates.Load("", s)
 	if err != nil {
-		return compose.Version{}, &usageError{err.Error()}
+		return nil, &usageError{err.Error()}
 	}
-	t, err := lib.Lookup(ref)
-	if err != nil {
-		return compose.Version{}, &checkError{err.Error()}
+	out := make([]compose.Version, len(refs))
+	for i, ref := range refs {
+		t, err := lib.Lookup(ref)
+		if err != nil {
+			return nil, &checkError{err.Error()}
+		}
+		out[i] = compose.Version{Name: t.Name, Version: t.Version, Files: t.Files()}
 	}
-	return compose.Version{Name: t.Name, Version: t.Version, Files: t.Files()}, nil
+	return out, nil
 }
 
 func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 1 {
-			return usagef("want NAME, NAME@VERSION or NAME:LABEL")
-		}
-		s, err := e.registry(ctx)
+		vs, err := e.resolve(ctx, e.args[0])
 		if err != nil {
 			return err
 		}
-		v, err := e.resolve(s, e.args[0])
-		if err != nil {
-			return err
-		}
+		v := vs[0]
 		fmt.Fprintf(e.out, "%s@%d\n%s", v.Name, v.Version, registry.Source(v))
 		return nil
 	}
@@ -207,9 +206,6 @@ func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
 
 func templatesLabel(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) < 3 {
-			return usagef("want NAME VERSION[=WEIGHT]... LABEL")
-		}
 		name, label, specs := e.args[0], e.args[len(e.args)-1], e.args[1:len(e.args)-1]
 		split, err := registry.ParseSplit(strings.Join(specs, ","))
 		if err != nil {
@@ -244,7 +240,7 @@ func denial(err error, what string) error {
 
 func templatesHistory(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 1 || !events.ValidIdentifier(e.args[0]) {
+		if !events.ValidIdentifier(e.args[0]) {
 			return usagef("want one template name")
 		}
 		name := e.args[0]
@@ -271,21 +267,11 @@ func templatesHistory(fs *flag.FlagSet) func(context.Context, *env) error {
 
 func templatesDiff(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 2 {
-			return usagef("want two references: NAME@V, NAME:LABEL or NAME")
-		}
-		s, err := e.registry(ctx)
+		vs, err := e.resolve(ctx, e.args[0], e.args[1])
 		if err != nil {
 			return err
 		}
-		a, err := e.resolve(s, e.args[0])
-		if err != nil {
-			return err
-		}
-		b, err := e.resolve(s, e.args[1])
-		if err != nil {
-			return err
-		}
+		a, b := vs[0], vs[1]
 		textdiff.Unified(e.out, fmt.Sprintf("%s@%d", a.Name, a.Version), fmt.Sprintf("%s@%d", b.Name, b.Version), registry.Source(a), registry.Source(b), 3)
 		return nil
 	}
@@ -301,7 +287,7 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 	encoding := fs.String("encoding", "", "token encoding (default: COMPOSER_TOKEN_ENCODING, else o200k_base)")
 	asJSON := fs.Bool("json", false, "print the whole prompt.composed data")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 1 || *requestFile == "" {
+		if *requestFile == "" {
 			return usagef("want NAME (a built-in template, or a template folder or file) and --request FILE")
 		}
 		// The composers' templates and settings (not the registry: nothing is read from a server).

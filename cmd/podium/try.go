@@ -26,9 +26,6 @@ func templatesTry(fs *flag.FlagSet) func(context.Context, *env) error {
 	asJSON := fs.Bool("json", false, "print one object per request and a summary, as JSON")
 	diff := fs.Bool("diff", false, "print a unified diff of each recorded prompt and the candidate's")
 	return func(ctx context.Context, e *env) error {
-		if len(e.args) != 1 {
-			return usagef("want the candidate: NAME@VERSION, NAME:LABEL or NAME")
-		}
 		if _, err := events.ParseReference(e.args[0]); err != nil {
 			return usagef("%v", err)
 		}

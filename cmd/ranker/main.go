@@ -6,6 +6,7 @@ package main
 import (
 	"github.com/podium-llm/podium/internal/process"
 	"github.com/podium-llm/podium/internal/ranker"
+	"github.com/podium-llm/podium/internal/service"
 )
 
-func main() { process.Main("ranker", ranker.Main, nil) }
+func main() { process.Main("ranker", service.Main(ranker.Command, ranker.Run), nil) }

@@ -83,8 +83,7 @@ type archiver struct {
 // newSink is how the archiver writes records.
 func newSink(st archiveStore, m *metrics, writes *health.Condition, log *slog.Logger) *sink.Writer[chstore.ArchivedPrompt] {
 	return &sink.Writer[chstore.ArchivedPrompt]{Rows: "records", Table: "the prompts table", Insert: st.ArchivePrompts, Refusals: sink.Hold,
-		Writes: writes, Log: log, Metrics: sink.Metrics{BatchSize: m.batchSize, Errors: m.clickhouseErrors,
-			InsertDuration: func(_ context.Context, s float64) { m.insertDuration.Observe(s) }}}
+		Writes: writes, Log: log, Metrics: m.sink}
 }
 
 // newView is how the archiver fills its table again (internal/sink).

@@ -2,15 +2,16 @@ package archiver
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/podium-llm/podium/internal/series"
+	"github.com/podium-llm/podium/internal/sink"
 )
 
 // metrics are the archiver's Prometheus series; their names are stable because dashboards and
 // alerts in deploy/ depend on them.
 type metrics struct {
 	records          *prometheus.CounterVec
-	batchSize        prometheus.Histogram
-	insertDuration   prometheus.Histogram
+	sink             sink.Metrics // batch size, insert duration
 	clickhouseErrors *prometheus.CounterVec
 	refills          prometheus.Counter
 	refilling        prometheus.Gauge
@@ -20,46 +21,16 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	f := promauto.With(reg)
-	return &metrics{
-		records: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "archiver_records_total",
-			Help: "PROMPTS records handled, by outcome: archived, dead_lettered (not a prompt record, or refused by ClickHouse).",
-		}, []string{"outcome"}),
-		batchSize: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "archiver_batch_size",
-			Help:    "Records written per ClickHouse insert.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-		}),
-		insertDuration: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "archiver_insert_duration_seconds",
-			Help:    "Latency of one successful ClickHouse insert of records.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}),
-		clickhouseErrors: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "archiver_clickhouse_errors_total",
-			Help: "ClickHouse failures by kind: insert (retried), refused (a record the table refused: held until it takes it), refill (a try of a refill of the table that failed and starts over).",
-		}, []string{"kind"}),
-		refills: f.NewCounter(prometheus.CounterOpts{
-			Name: "archiver_refills_total",
-			Help: "Times the prompts table was found missing, made again and filled from the PROMPTS stream (counted once filled).",
-		}),
-		refilling: f.NewGauge(prometheus.GaugeOpts{
-			Name: "archiver_refilling",
-			Help: "1 while the archiver fills the prompts table again from PROMPTS (it is unready meanwhile), else 0.",
-		}),
-		lag: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "archiver_lag_seconds",
-			Help:    "From the stream storing a record to ClickHouse having it.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
-		}),
-		pending: f.NewGauge(prometheus.GaugeOpts{
-			Name: "archiver_pending_records",
-			Help: "Records PROMPTS holds that are not archived yet (the consumer's pending and unacknowledged).",
-		}),
-		oldest: f.NewGauge(prometheus.GaugeOpts{
-			Name: "archiver_oldest_unarchived_seconds",
-			Help: "Age of the oldest record not archived yet, 0 when none: PROMPTS must keep records at least this long (PROMPTS_MAX_AGE).",
-		}),
+	f := series.On(reg)
+	m := &metrics{
+		records:          f.CounterVec("archiver_records_total", "PROMPTS records handled, by outcome: archived, dead_lettered (not a prompt record, or refused by ClickHouse).", "outcome"),
+		clickhouseErrors: f.CounterVec("archiver_clickhouse_errors_total", "ClickHouse failures by kind: insert (retried), refused (a record the table refused: held until it takes it), refill (a try of a refill of the table that failed and starts over).", "kind"),
+		refills:          f.Counter("archiver_refills_total", "Times the prompts table was found missing, made again and filled from the PROMPTS stream (counted once filled)."),
+		refilling:        f.Gauge("archiver_refilling", "1 while the archiver fills the prompts table again from PROMPTS (it is unready meanwhile), else 0."),
+		lag:              f.Histogram("archiver_lag_seconds", "From the stream storing a record to ClickHouse having it.", series.Doubling(0.001, 18)),
+		pending:          f.Gauge("archiver_pending_records", "Records PROMPTS holds that are not archived yet (the consumer's pending and unacknowledged)."),
+		oldest:           f.Gauge("archiver_oldest_unarchived_seconds", "Age of the oldest record not archived yet, 0 when none: PROMPTS must keep records at least this long (PROMPTS_MAX_AGE)."),
 	}
+	m.sink = sink.NewMetrics(f.Under("archiver"), m.clickhouseErrors)
+	return m
 }

@@ -18,22 +18,18 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-const summary = `archiver: copies every record of the PROMPTS audit stream into ClickHouse (the prompts table),
+// Command is the service's command line (internal/service).
+var Command = service.Command{Name: "archiver", Summary: `archiver: copies every record of the PROMPTS audit stream into ClickHouse (the prompts table),
 once per event id, and acknowledges a record only once ClickHouse has it.
 
 Usage:
   archiver           run the service until SIGTERM or SIGINT
-  archiver --help    print this text`
+  archiver --help    print this text`}
 
-// Main is the whole service: it returns when ctx ends and everything in hand is finished, or on a
-// start-up error.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cfg Config
-	_, done, err := service.Prepare(args, stdout, "archiver", summary, &cfg)
-	if done || err != nil {
-		return err
-	}
-	log := service.NewLogger(stderr, cfg.LogLevel, "archiver")
+// Run is the whole service, its configuration read and checked: it returns when ctx ends and
+// the work in hand is finished, or on a start-up error.
+func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) error {
+	cfg, log := p.Config, p.Log
 	storeCfg := cfg.Store(log)
 	// The archiver makes its table itself, so it can start before or without a ranker.
 	st, _, err := service.OpenStore(ctx, storeCfg, log)
@@ -98,7 +94,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // consumeBatches runs the archiver's batches on the runtime: panics recovered into dead letters,
 // batches kept alive while they wait for ClickHouse.
-func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime, cons jetstream.Consumer, cfg Config) error {
+func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime, cons jetstream.Consumer, cfg *Config) error {
 	if err := a.start(stop, cons); err != nil {
 		if stop.Err() != nil {
 			return nil // stopped before it began

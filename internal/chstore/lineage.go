@@ -3,6 +3,7 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -167,19 +168,11 @@ func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 
 // Holds reports whether the evaluations table holds the row k names.
 func (s *Store) Holds(ctx context.Context, k RowKey) (bool, error) {
-	var n uint64
-	err := s.query(ctx, holdsQuery, []any{k.ExecutionID, k.TeamID, k.EventID}, func(rows driver.Rows) error {
-		var c uint64
-		if err := rows.Scan(&c); err != nil {
-			return err
-		}
-		n += c
-		return nil
-	})
+	counts, err := column[uint64](ctx, s, holdsQuery, k.ExecutionID, k.TeamID, k.EventID)
 	if err != nil {
 		return false, fmt.Errorf("rank: anchor: %w", err)
 	}
-	return n > 0, nil
+	return slices.ContainsFunc(counts, func(n uint64) bool { return n > 0 }), nil
 }
 
 // NewestRow returns the key of the newest row of the evaluations table (the largest stream

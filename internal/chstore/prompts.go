@@ -191,16 +191,7 @@ const markerType = "archive.epoch"
 // ArchiveEpochs are the epochs whose marker the table holds. A missing table is an error whose
 // FaultOf is Missing.
 func (s *Store) ArchiveEpochs(ctx context.Context) ([]string, error) {
-	var out []string
-	err := s.query(ctx, `SELECT event_id FROM prompts WHERE execution_id = '' AND team_id = '' AND event_type = '`+markerType+`'`, nil,
-		func(rows driver.Rows) error {
-			var epoch string
-			if err := rows.Scan(&epoch); err != nil {
-				return err
-			}
-			out = append(out, epoch)
-			return nil
-		})
+	out, err := column[string](ctx, s, `SELECT event_id FROM prompts WHERE execution_id = '' AND team_id = '' AND event_type = '`+markerType+`'`)
 	if err != nil {
 		return nil, fmt.Errorf("rank: archive epochs: %w", err)
 	}
@@ -223,16 +214,7 @@ func (s *Store) NoteArchiveEpoch(ctx context.Context, epoch string, at time.Time
 
 // TemplateExecutions are the executions the archive holds prompts of a template name of, sorted.
 func (s *Store) TemplateExecutions(ctx context.Context, name string) ([]string, error) {
-	var out []string
-	err := s.query(ctx, `SELECT DISTINCT execution_id FROM prompts WHERE template_name = ? AND event_type = 'prompt.composed' ORDER BY execution_id`,
-		[]any{name}, func(rows driver.Rows) error {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			out = append(out, id)
-			return nil
-		})
+	out, err := column[string](ctx, s, `SELECT DISTINCT execution_id FROM prompts WHERE template_name = ? AND event_type = 'prompt.composed' ORDER BY execution_id`, name)
 	if err != nil {
 		return nil, fmt.Errorf("rank: executions of template %s: %w", name, err)
 	}

@@ -223,6 +223,20 @@ func (s *Store) query(ctx context.Context, q string, args []any, scan func(drive
 	})
 }
 
+// column is the one column of q's rows, from every replica the read asks (as query).
+func column[T any](ctx context.Context, s *Store, q string, args ...any) ([]T, error) {
+	var out []T
+	err := s.query(ctx, q, args, func(rows driver.Rows) error {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
 // roundLimit turns "before round N" (0 = no limit) into an exclusive bound of the UInt32 column.
 func roundLimit(beforeRound int) uint32 {
 	if beforeRound <= 0 || beforeRound > math.MaxUint32 {

@@ -2,7 +2,8 @@ package composer
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/podium-llm/podium/internal/series"
 )
 
 // metrics are the composer's Prometheus series; their names are stable because dashboards and
@@ -20,47 +21,16 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	f := promauto.With(reg)
+	f := series.On(reg)
 	return &metrics{
-		requests: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "composer_requests_total",
-			Help: "round.requested handled, by outcome (composed, failed, dead_lettered) and failure code.",
-		}, []string{"outcome", "code"}),
-		renderDuration: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "composer_render_duration_seconds",
-			Help:    "Time to render one prompt from its inputs.",
-			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18),
-		}),
-		publishDuration: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "composer_publish_duration_seconds",
-			Help:    "Time to publish one answer (prompt.composed or prompt.failed) until JetStream acknowledged it.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
-		answerRetries: f.NewCounter(prometheus.CounterOpts{
-			Name: "composer_answer_retries_total",
-			Help: "Publishes of an answer that PROMPTS did not take (deleted, full, without a quorum); the request is held and the answer tried again.",
-		}),
-		inputsWait: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "composer_inputs_wait_seconds",
-			Help:    "Time waiting for the ranker to commit the evaluations acknowledged before a request.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}),
-		promptTokens: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "composer_prompt_tokens",
-			Help:    "Estimated tokens per published prompt.composed.",
-			Buckets: prometheus.ExponentialBuckets(64, 2, 12),
-		}),
-		truncations: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "composer_truncations_total",
-			Help: "Cuts the budget made in published prompts, by section.",
-		}, []string{"section"}),
-		templatesRejected: f.NewCounter(prometheus.CounterOpts{
-			Name: "composer_template_versions_rejected_total",
-			Help: "Entries of the template registry that failed their check (or are not of its layout) and are not served.",
-		}),
-		templatesLoaded: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "composer_templates_loaded",
-			Help: "1 for every loaded template, by name and version.",
-		}, []string{"name", "version"}),
+		requests:          f.CounterVec("composer_requests_total", "round.requested handled, by outcome (composed, failed, dead_lettered) and failure code.", "outcome", "code"),
+		renderDuration:    f.Histogram("composer_render_duration_seconds", "Time to render one prompt from its inputs.", series.Doubling(0.00001, 18)),
+		publishDuration:   f.Histogram("composer_publish_duration_seconds", "Time to publish one answer (prompt.composed or prompt.failed) until JetStream acknowledged it.", series.Doubling(0.0001, 16)),
+		answerRetries:     f.Counter("composer_answer_retries_total", "Publishes of an answer that PROMPTS did not take (deleted, full, without a quorum); the request is held and the answer tried again."),
+		inputsWait:        f.Histogram("composer_inputs_wait_seconds", "Time waiting for the ranker to commit the evaluations acknowledged before a request.", series.Doubling(0.0005, 16)),
+		promptTokens:      f.Histogram("composer_prompt_tokens", "Estimated tokens per published prompt.composed.", series.Doubling(64, 12)),
+		truncations:       f.CounterVec("composer_truncations_total", "Cuts the budget made in published prompts, by section.", "section"),
+		templatesRejected: f.Counter("composer_template_versions_rejected_total", "Entries of the template registry that failed their check (or are not of its layout) and are not served."),
+		templatesLoaded:   f.GaugeVec("composer_templates_loaded", "1 for every loaded template, by name and version.", "name", "version"),
 	}
 }

@@ -10,8 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,22 +28,18 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-const summary = `composer: answers every round.requested with prompt.composed or prompt.failed.
+// Command is the service's command line (internal/service).
+var Command = service.Command{Name: "composer", Subcommands: []string{"check-templates"}, Summary: `composer: answers every round.requested with prompt.composed or prompt.failed.
 
 Usage:
   composer                 run the service until SIGTERM or SIGINT
   composer check-templates load and check every template (built-in and COMPOSER_TEMPLATES_DIR), then exit
-  composer --help          print this text`
+  composer --help          print this text`}
 
-// Main is the whole service: it returns when ctx ends and the requests in hand are answered, or
-// on a start-up error.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cfg Config
-	sub, done, err := service.Prepare(args, stdout, "composer", summary, &cfg, "check-templates")
-	if done || err != nil {
-		return err
-	}
-	log := service.NewLogger(stderr, cfg.LogLevel, "composer")
+// Run is the whole service, its configuration read and checked: it returns when ctx ends and
+// the work in hand is finished, or on a start-up error.
+func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) error {
+	cfg, log, sub := p.Config, p.Log, p.Sub
 	lib, err := cfg.library()
 	if err != nil {
 		return err
@@ -73,13 +67,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		base.Close()
 		return err
 	}
-	kv, err := templateRegistry(ctx, base.JS, &cfg)
+	kv, err := templateRegistry(ctx, base.JS, cfg)
 	if err != nil {
 		base.Close()
 		return err
 	}
 	base.StoreMetrics(st)
-	c, err := newComposer(base, &cfg, st, lib)
+	c, err := newComposer(base, cfg, st, lib)
 	if err != nil {
 		base.Close()
 		return err
@@ -89,7 +83,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
-		Guard:           apiDoor(log, cfg.HTTPAddr, cfg.APIToken),
+		Guard:           door.API(log, cfg.HTTPAddr, cfg.APIToken, "COMPOSER_API_TOKEN", "the renders"),
 		API:             newAPI(rs),
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
@@ -107,16 +101,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runtime.Run(stop, work, cons, consume.Workers(cfg.Workers, stage, c.log.Warn))
 		},
 	})
-}
-
-// apiDoor guards the endpoints that serve tournament data (internal/door); probes and metrics
-// stay open.
-func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handler {
-	d := door.Door{Token: token, TokenVar: "COMPOSER_API_TOKEN"}
-	if token == "" && !door.Loopback(addr) {
-		log.Warn("HTTP_ADDR is beyond loopback and COMPOSER_API_TOKEN is not set: the renders answer 403 (probes and metrics are open)", "http_addr", addr)
-	}
-	return d.Guard(addr)
 }
 
 // newComposer wires the composer to its NATS connection, store and templates.

@@ -19,10 +19,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/internal/storeview"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -81,20 +81,14 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	f := promauto.With(reg)
+	f := series.On(reg).Under("console")
 	return &metrics{
-		pageSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: "console", Name: "page_seconds",
-			Help: "Time to answer a page, by page.", Buckets: []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"page"}),
-		pageErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: "console", Name: "page_errors_total",
-			Help: "Pages answered with an error because NATS or ClickHouse failed, by page."}, []string{"page"}),
-		viewers: f.NewGauge(prometheus.GaugeOpts{Namespace: "console", Name: "live_viewers",
-			Help: "Open live pages (Server-Sent Events responses)."}),
-		liveSent: f.NewCounter(prometheus.CounterOpts{Namespace: "console", Name: "live_notifications_total",
-			Help: "Update notifications handed to live pages (coalesced per page)."}),
-		streamReads: f.NewCounterVec(prometheus.CounterOpts{Namespace: "console", Name: "stream_messages_read_total",
-			Help: "Messages read from ROUNDS and PROMPTS to keep the grids of executions up to date, by stream."}, []string{"stream"}),
-		verifies: f.NewCounterVec(prometheus.CounterOpts{Namespace: "console", Name: "verifications_total",
-			Help: "Verify actions, by verdict: ok, differs, error."}, []string{"verdict"}),
+		pageSeconds: f.HistogramVec("page_seconds", "Time to answer a page, by page.", []float64{.002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "page"),
+		pageErrors:  f.CounterVec("page_errors_total", "Pages answered with an error because NATS or ClickHouse failed, by page.", "page"),
+		viewers:     f.Gauge("live_viewers", "Open live pages (Server-Sent Events responses)."),
+		liveSent:    f.Counter("live_notifications_total", "Update notifications handed to live pages (coalesced per page)."),
+		streamReads: f.CounterVec("stream_messages_read_total", "Messages read from ROUNDS and PROMPTS to keep the grids of executions up to date, by stream.", "stream"),
+		verifies:    f.CounterVec("verifications_total", "Verify actions, by verdict: ok, differs, error.", "verdict"),
 	}
 }
 

@@ -38,6 +38,9 @@ func TestMetricsReference(t *testing.T) {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
 			}
+			if filepath.Base(filepath.Dir(path)) == "series" {
+				return nil // the factory itself: it declares no series
+			}
 			found, err := metricsOf(path)
 			if err != nil {
 				return err
@@ -57,7 +60,7 @@ func TestMetricsReference(t *testing.T) {
 	page.WriteString("# Metrics reference\n\n" +
 		"Generated from the code: every Prometheus collector the services define (`go test ./internal/docs\n" +
 		"-run TestMetricsReference -update` writes this page again; the test fails when it differs).\n" +
-		"`<service>` is `ranker`, `composer`, `console` or `archiver`, for the collectors every service has. Beside these,\n" +
+		"`<service>` is `ranker`, `composer`, `console` or `archiver`, for the collectors several services share. Beside these,\n" +
 		"each service exports Go's and the process's (`go_*`, `process_*`). What they are for:\n" +
 		"[metrics.md](metrics.md).\n\n| metric | type | labels | meaning | defined in |\n|---|---|---|---|---|\n")
 	for _, m := range metrics {
@@ -76,10 +79,15 @@ func metricsOf(path string) ([]metric, error) {
 	if err != nil {
 		return nil, err
 	}
+	factories := factoriesOf(f)
 	var out []metric
 	ast.Inspect(f, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
 		if !ok || len(call.Args) == 0 {
+			return true
+		}
+		if m, ok := declared(call, factories); ok {
+			out = append(out, m)
 			return true
 		}
 		lit, ok := call.Args[0].(*ast.CompositeLit)
@@ -129,6 +137,88 @@ func metricsOf(path string) ([]metric, error) {
 		return true
 	})
 	return out, nil
+}
+
+// factoriesOf finds the internal/series factories of a file: variables assigned from series.On
+// (namespace from its Under, when there is one) and parameters of type series.Factory (the
+// caller's namespace: <service>).
+func factoriesOf(f *ast.File) map[string]string {
+	out := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch v := n.(type) {
+		case *ast.AssignStmt:
+			for i, rhs := range v.Rhs {
+				if ns, ok := factoryOf(rhs, out); ok && i < len(v.Lhs) {
+					out[v.Lhs[i].(*ast.Ident).Name] = ns
+				}
+			}
+		case *ast.Field:
+			if sel, ok := v.Type.(*ast.SelectorExpr); ok && sel.Sel.Name == "Factory" {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "series" {
+					for _, name := range v.Names {
+						out[name.Name] = "<service>"
+					}
+				}
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// factoryOf says whether e is a series factory, and its namespace.
+func factoryOf(e ast.Expr, known map[string]string) (string, bool) {
+	switch v := e.(type) {
+	case *ast.Ident:
+		ns, ok := known[v.Name]
+		return ns, ok
+	case *ast.CallExpr:
+		fn, ok := v.Fun.(*ast.SelectorExpr)
+		if !ok {
+			return "", false
+		}
+		if x, ok := fn.X.(*ast.Ident); ok && x.Name == "series" && fn.Sel.Name == "On" {
+			return "", true
+		}
+		if fn.Sel.Name == "Under" && len(v.Args) == 1 {
+			if _, ok := factoryOf(fn.X, known); ok {
+				return stringOf(v.Args[0]), true
+			}
+		}
+	}
+	return "", false
+}
+
+// declared reads a series declared through a factory: f.Counter(name, help), f.CounterVec(name,
+// help, labels...), f.Histogram(name, help, buckets), f.HistogramVec(name, help, buckets,
+// labels...), and the same for gauges.
+func declared(call *ast.CallExpr, factories map[string]string) (metric, bool) {
+	fn, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || len(call.Args) < 2 {
+		return metric{}, false
+	}
+	kind := strings.TrimSuffix(fn.Sel.Name, "Vec")
+	if kind != "Counter" && kind != "Gauge" && kind != "Histogram" {
+		return metric{}, false
+	}
+	ns, ok := factoryOf(fn.X, factories)
+	if !ok {
+		return metric{}, false
+	}
+	m := metric{kind: strings.ToLower(kind), name: stringOf(call.Args[0]), help: stringOf(call.Args[1])}
+	if ns != "" {
+		m.name = ns + "_" + m.name
+	}
+	if fn.Sel.Name != kind {
+		labels := call.Args[2:]
+		if kind == "Histogram" {
+			labels = labels[1:]
+		}
+		for _, l := range labels {
+			m.labels = append(m.labels, stringOf(l))
+		}
+	}
+	return m, true
 }
 
 // stringOf is a string literal's value, or <service> for anything computed (the namespace of the

@@ -17,6 +17,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -123,4 +124,14 @@ func (d Door) allows(r *http.Request) bool {
 func same(a, b string) bool {
 	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
 	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
+}
+
+// API guards a service's API on addr with token, named tokenVar in the messages; what names the
+// endpoints, for the warning a bind beyond loopback without a token gets (they then answer 403).
+func API(log *slog.Logger, addr, token, tokenVar, what string) func(http.Handler) http.Handler {
+	d := Door{Token: token, TokenVar: tokenVar}
+	if token == "" && !Loopback(addr) {
+		log.Warn("HTTP_ADDR is beyond loopback and "+tokenVar+" is not set: "+what+" answer 403 (probes and metrics are open)", "http_addr", addr)
+	}
+	return d.Guard(addr)
 }

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/internal/retry"
+	"github.com/podium-llm/podium/internal/series"
 )
 
 // Health is one service's conditions.
@@ -34,14 +34,12 @@ type Health struct {
 
 // New makes the health of the service namespace (its metrics' prefix).
 func New(reg prometheus.Registerer, namespace string) *Health {
-	f := promauto.With(reg)
+	f := series.On(reg).Under(namespace)
 	return &Health{
 		conditions: map[string]*Condition{},
 		probes:     map[string]func(context.Context) error{},
-		ready: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "ready",
-			Help: "1 when the service is ready (every condition of /readyz holds), else 0."}),
-		each: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "ready_condition",
-			Help: "1 while the named readiness condition holds, else 0 (/readyz says why)."}, []string{"condition"}),
+		ready:      f.Gauge("ready", "1 when the service is ready (every condition of /readyz holds), else 0."),
+		each:       f.GaugeVec("ready_condition", "1 while the named readiness condition holds, else 0 (/readyz says why).", "condition"),
 	}
 }
 

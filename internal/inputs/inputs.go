@@ -15,12 +15,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/render"
+	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -73,31 +73,13 @@ type Metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *Metrics {
-	f := promauto.With(reg)
+	f := series.On(reg)
 	return &Metrics{
-		storeRead: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "composer_store_read_duration_seconds",
-			Help:    "Time of one ClickHouse read of the scores of one or more executions (leaderboard and rounds of every team).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
-		contentRead: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "composer_content_read_duration_seconds",
-			Help:    "Time of one ClickHouse read of teams' own submissions and feedback (one query serves the teams that asked meanwhile), of the rounds their templates print: the fallback when the EVALUATIONS stream cannot give them.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
-		contentReads: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "composer_content_reads_total",
-			Help: "Where each request's own content came from: stream (EVALUATIONS messages by sequence) or clickhouse (the stream no longer held one of them).",
-		}, []string{"source"}),
-		requestReads: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "composer_request_read_seconds",
-			Help:    "Time one request spent getting its inputs, by read: scores (shared, kept or queried) and content (stream direct gets, or the ClickHouse fallback).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}, []string{"read"}),
-		storeReads: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "composer_store_reads_total",
-			Help: "How each request got its inputs: queried (a ClickHouse read started for it), snapshot (the ranker's score snapshot, complete through its sequence), shared (joined a read of its execution) or cached (a kept read covering its sequence).",
-		}, []string{"result"}),
+		storeRead:    f.Histogram("composer_store_read_duration_seconds", "Time of one ClickHouse read of the scores of one or more executions (leaderboard and rounds of every team).", series.Doubling(0.0001, 16)),
+		contentRead:  f.Histogram("composer_content_read_duration_seconds", "Time of one ClickHouse read of teams' own submissions and feedback (one query serves the teams that asked meanwhile), of the rounds their templates print: the fallback when the EVALUATIONS stream cannot give them.", series.Doubling(0.0001, 16)),
+		contentReads: f.CounterVec("composer_content_reads_total", "Where each request's own content came from: stream (EVALUATIONS messages by sequence) or clickhouse (the stream no longer held one of them).", "source"),
+		requestReads: f.HistogramVec("composer_request_read_seconds", "Time one request spent getting its inputs, by read: scores (shared, kept or queried) and content (stream direct gets, or the ClickHouse fallback).", series.Doubling(0.0001, 16), "read"),
+		storeReads:   f.CounterVec("composer_store_reads_total", "How each request got its inputs: queried (a ClickHouse read started for it), snapshot (the ranker's score snapshot, complete through its sequence), shared (joined a read of its execution) or cached (a kept read covering its sequence).", "result"),
 	}
 }
 

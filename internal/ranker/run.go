@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,22 +20,18 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-const summary = `ranker: stores evaluation.completed events in ClickHouse and serves exact leaderboards.
+// Command is the service's command line (internal/service).
+var Command = service.Command{Name: "ranker", Subcommands: []string{"migrate"}, Summary: `ranker: stores evaluation.completed events in ClickHouse and serves exact leaderboards.
 
 Usage:
   ranker           run the service until SIGTERM or SIGINT
   ranker migrate   apply the ClickHouse migrations and exit
-  ranker --help    print this text`
+  ranker --help    print this text`}
 
-// Main is the whole service: it returns when ctx ends and everything in hand is finished, or on a
-// start-up error.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cfg Config
-	sub, done, err := service.Prepare(args, stdout, "ranker", summary, &cfg, "migrate")
-	if done || err != nil {
-		return err
-	}
-	log := service.NewLogger(stderr, cfg.LogLevel, "ranker")
+// Run is the whole service, its configuration read and checked: it returns when ctx ends and
+// the work in hand is finished, or on a start-up error.
+func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) error {
+	cfg, log, sub := p.Config, p.Log, p.Sub
 	st, applied, err := service.OpenStore(ctx, cfg.Store(log), log)
 	if err != nil {
 		return err
@@ -51,7 +45,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r := newRanker(base, &cfg, st)
+	r := newRanker(base, cfg, st)
 	base.Health.Probe("clickhouse_ping", func(ctx context.Context) error {
 		err := st.Ping(ctx)
 		if err != nil {
@@ -59,7 +53,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	})
-	if r.snapshots, err = scoresBucket(ctx, base, &cfg); err != nil {
+	if r.snapshots, err = scoresBucket(ctx, base, cfg); err != nil {
 		base.Close()
 		return err
 	}
@@ -85,7 +79,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
-		Guard:           apiDoor(log, cfg.HTTPAddr, cfg.APIToken),
+		Guard:           door.API(log, cfg.HTTPAddr, cfg.APIToken, "RANKER_API_TOKEN", "the leaderboards and histories"),
 		API:             newAPI(log, st, r.m, r.refillReason),
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase},
@@ -97,16 +91,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			r.watchStore,
 		},
 	})
-}
-
-// apiDoor guards the endpoints that serve tournament data (internal/door); probes and metrics
-// stay open.
-func apiDoor(log *slog.Logger, addr, token string) func(http.Handler) http.Handler {
-	d := door.Door{Token: token, TokenVar: "RANKER_API_TOKEN"}
-	if token == "" && !door.Loopback(addr) {
-		log.Warn("HTTP_ADDR is beyond loopback and RANKER_API_TOKEN is not set: the leaderboards and histories answer 403 (probes and metrics are open)", "http_addr", addr)
-	}
-	return d.Guard(addr)
 }
 
 // newRanker wires the ranker to its NATS connection and store.

@@ -11,7 +11,6 @@ import (
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/sink"
-	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
@@ -35,8 +34,7 @@ const maxRepairs = 3
 func newSink(st store, m *metrics, writes *health.Condition, log *slog.Logger) *sink.Writer[rank.Record] {
 	return &sink.Writer[rank.Record]{Rows: "evaluations", Table: "the evaluations table", Insert: st.Insert, Refusals: sink.Split,
 		CheckTable: st.CheckTable, Writes: writes, Log: log,
-		Metrics: sink.Metrics{BatchSize: m.batchSize, Errors: m.clickhouseErrors, QuorumFailures: m.quorumFailures,
-			InsertDuration: func(ctx context.Context, s float64) { tracing.Observe(ctx, m.insertDuration, s) }}}
+		Metrics: m.sink}
 }
 
 // stopWith turns the ranker unready for good and stops its consumer with err as its exit error.

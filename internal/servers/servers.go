@@ -103,7 +103,7 @@ func newClickHouse(dir string, tcpPort, httpPort int, extra string) (*ClickHouse
 	if err := os.WriteFile(filepath.Join(dir, "config.xml"), []byte(clickhouseConfig(dir, tcpPort, httpPort, extra)), 0o644); err != nil {
 		return nil, fmt.Errorf("servers: clickhouse: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(clickhouseUsers), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(clickhouseUsers()), 0o644); err != nil {
 		return nil, fmt.Errorf("servers: clickhouse: %w", err)
 	}
 	args = append(args, "--config-file="+filepath.Join(dir, "config.xml"))
@@ -116,16 +116,10 @@ func (c *ClickHouse) Start(ctx context.Context) error {
 	if c.proc != nil && !c.proc.exited() {
 		return fmt.Errorf("servers: clickhouse-server at %s is already running", c.Addr)
 	}
-	p, err := startProcess(c.Dir, "stdout.log", c.bin, c.args)
-	if err != nil {
-		return fmt.Errorf("servers: clickhouse: %w", err)
-	}
+	p, err := launch{name: "clickhouse-server", addr: c.Addr, dir: c.Dir, out: "stdout.log", log: "clickhouse-server.err.log",
+		bin: c.bin, args: c.args, ready: c.ready}.start(ctx)
 	c.proc = p
-	if err := c.waitReady(ctx, 60*time.Second); err != nil {
-		c.Stop()
-		return err
-	}
-	return nil
+	return err
 }
 
 // Restart stops the server and starts it again on the same port with the same data, as an
@@ -145,13 +139,35 @@ func clickhouseCommand() (string, []string, error) {
 	return "", nil, ErrNoClickHouse
 }
 
-func (c *ClickHouse) waitReady(ctx context.Context, limit time.Duration) error {
-	return c.proc.waitReady(ctx, limit, "clickhouse-server", c.Addr, filepath.Join(c.Dir, "clickhouse-server.err.log"), func(ctx context.Context) error {
-		if err := c.Ping(ctx); err != nil || !c.zookeeper {
-			return err
-		}
-		return c.pingZooKeeper(ctx)
-	})
+// ready says whether the server answers queries and, a cluster replica, has its ZooKeeper session.
+func (c *ClickHouse) ready(ctx context.Context) error {
+	if err := c.Ping(ctx); err != nil || !c.zookeeper {
+		return err
+	}
+	return c.pingZooKeeper(ctx)
+}
+
+// launch is how a server process starts: its name and address for the messages, the folder it
+// runs in, the file its output goes to and the log a failed start names, and ready, which
+// answers nil once it serves.
+type launch struct {
+	name, addr, dir, out, log, bin string
+	args                           []string
+	ready                          func(context.Context) error
+}
+
+// start starts the process and waits until it serves (a minute at most); one that does not is
+// stopped, and returned with the error so that its owner can still look at it.
+func (l launch) start(ctx context.Context) (*process, error) {
+	p, err := startProcess(l.dir, l.out, l.bin, l.args)
+	if err != nil {
+		return nil, fmt.Errorf("servers: %s: %w", l.name, err)
+	}
+	if err := p.waitReady(ctx, 60*time.Second, l.name, l.addr, filepath.Join(l.dir, l.log), l.ready); err != nil {
+		p.stop(10 * time.Second)
+		return p, err
+	}
+	return p, nil
 }
 
 // waitReady polls ready every 100 ms until it answers nil, the process exits (its log named), or
@@ -215,9 +231,7 @@ func (c *ClickHouse) Resume() error { return c.proc.cmd.Process.Signal(syscall.S
 // Stop terminates the server, killing it if it does not exit within 10 seconds. Stopping a
 // server that is not running does nothing.
 func (c *ClickHouse) Stop() error {
-	if c.proc != nil {
-		c.proc.stop(10 * time.Second)
-	}
+	c.proc.stop(10 * time.Second)
 	return nil
 }
 
@@ -235,11 +249,13 @@ func (c *ClickHouse) Kill() error {
 
 // Logs returns the tail of the server's error log, for failure messages.
 func (c *ClickHouse) Logs() string {
-	b, _ := os.ReadFile(filepath.Join(c.Dir, "clickhouse-server.err.log"))
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	return string(b)
+	return tail(filepath.Join(c.Dir, "clickhouse-server.err.log"))
+}
+
+// tail is the end of a log file, at most 4 KiB.
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b[max(0, len(b)-4096):])
 }
 
 // Servers' ports come from 30000-32767, below the kernel's ephemeral range (32768 and up): a
@@ -315,7 +331,7 @@ func (p *process) exited() bool {
 
 // stop asks the process to exit (SIGTERM) and kills it after grace.
 func (p *process) stop(grace time.Duration) {
-	if p.exited() {
+	if p == nil || p.exited() {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot act on SIGTERM
@@ -374,7 +390,8 @@ func clickhouseConfig(dir string, tcpPort, httpPort int, extra string) string {
 // clickhouseUsers is the stock "default" user without password, reachable from loopback, and
 // "reader", who may only read (readonly=1: no writes, no DDL, no settings changed), as an operator
 // gives the web console.
-const clickhouseUsers = `<?xml version="1.0"?>
+func clickhouseUsers() string {
+	return `<?xml version="1.0"?>
 <yandex>
   <profiles>
     <default>
@@ -387,19 +404,7 @@ const clickhouseUsers = `<?xml version="1.0"?>
     </readonly>
   </profiles>
   <users>
-    <default>
-      <password></password>
-      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
-      <profile>default</profile>
-      <quota>default</quota>
-    </default>
-    <reader>
-      <password></password>
-      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
-      <profile>readonly</profile>
-      <quota>default</quota>
-    </reader>
-  </users>
+` + loopbackUser("default", "default") + loopbackUser("reader", "readonly") + `  </users>
   <quotas>
     <default>
       <interval>
@@ -414,6 +419,7 @@ const clickhouseUsers = `<?xml version="1.0"?>
   </quotas>
 </yandex>
 `
+}
 
 // StartNATSCluster starts n JetStream servers clustered with each other (each with its store
 // under dir), so streams may have n replicas; it returns once a meta leader is elected.
@@ -469,4 +475,15 @@ func StartNATSCluster(dir string, n int) ([]*server.Server, error) {
 			return nil, errors.New("servers: the nats cluster elected no JetStream meta leader within 20s")
 		}
 	}
+}
+
+// loopbackUser is a ClickHouse user without password, reachable from loopback, of a profile.
+func loopbackUser(name, profile string) string {
+	return fmt.Sprintf(`    <%[1]s>
+      <password></password>
+      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+      <profile>%[2]s</profile>
+      <quota>default</quota>
+    </%[1]s>
+`, name, profile)
 }

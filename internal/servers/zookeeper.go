@@ -87,25 +87,15 @@ admin.enableServer=false
 }
 
 func (z *ZooKeeper) start(ctx context.Context) error {
-	p, err := startProcess(z.Dir, "zookeeper.log", z.java, z.args)
-	if err != nil {
-		return fmt.Errorf("servers: zookeeper: %w", err)
-	}
+	// Ready once srvr reports a mode: ruok answers imok while the server is still loading its
+	// database and refusing sessions.
+	p, err := launch{name: "zookeeper", addr: z.Addr, dir: z.Dir, out: "zookeeper.log", log: "zookeeper.log", bin: z.java, args: z.args,
+		ready: func(ctx context.Context) error {
+			_, err := z.Mode(ctx)
+			return err
+		}}.start(ctx)
 	z.proc = p
-	if err := z.waitReady(ctx, 60*time.Second); err != nil {
-		z.Stop()
-		return err
-	}
-	return nil
-}
-
-// waitReady waits until srvr reports a mode: ruok answers imok while the server is still loading
-// its database and refusing sessions.
-func (z *ZooKeeper) waitReady(ctx context.Context, limit time.Duration) error {
-	return z.proc.waitReady(ctx, limit, "zookeeper", z.Addr, filepath.Join(z.Dir, "zookeeper.log"), func(ctx context.Context) error {
-		_, err := z.Mode(ctx)
-		return err
-	})
+	return err
 }
 
 // Mode asks the server with the four-letter command srvr and returns the mode it reports
@@ -137,17 +127,11 @@ func (z *ZooKeeper) Mode(ctx context.Context) (string, error) {
 // Stop terminates the server, killing it if it does not exit within 10 seconds. Stopping a
 // server that is not running does nothing.
 func (z *ZooKeeper) Stop() error {
-	if z.proc != nil {
-		z.proc.stop(10 * time.Second)
-	}
+	z.proc.stop(10 * time.Second)
 	return nil
 }
 
 // Logs returns the tail of the server's log, for failure messages.
 func (z *ZooKeeper) Logs() string {
-	b, _ := os.ReadFile(filepath.Join(z.Dir, "zookeeper.log"))
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	return string(b)
+	return tail(filepath.Join(z.Dir, "zookeeper.log"))
 }

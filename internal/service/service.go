@@ -13,17 +13,18 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
+	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -34,32 +35,63 @@ type Config interface {
 	Validate() error
 }
 
-// Prepare reads the command line and the configuration. It returns the subcommand ("" to run
-// the service), or done when --help was answered.
-func Prepare(args []string, stdout io.Writer, name, summary string, cfg Config, subcommands ...string) (sub string, done bool, err error) {
+// Command is what a service's command line knows: its name, its --help text and the
+// subcommands it takes besides running.
+type Command struct {
+	Name, Summary string
+	Subcommands   []string
+}
+
+// Prepared is a service's command line and configuration, read and checked.
+type Prepared[C any] struct {
+	Config *C
+	Sub    string // the subcommand, "" to run the service
+	Log    *slog.Logger
+}
+
+// Prepare reads the command line and the configuration C from the environment, checks it and
+// makes the service's logger on stderr. It returns nil when --help was answered.
+func Prepare[C any, P interface {
+	*C
+	Config
+}](args []string, stdout, stderr io.Writer, cmd Command) (*Prepared[C], error) {
+	var sub string
 	if len(args) > 1 {
 		sub = args[1]
 	}
+	cfg := P(new(C))
 	switch sub {
 	case "-h", "--help", "help":
-		return "", true, Usage(stdout, name, summary, cfg)
+		return nil, Usage(stdout, cmd.Name, cmd.Summary, cfg)
 	case "":
 	default:
-		known := false
-		for _, s := range subcommands {
-			known = known || s == sub
-		}
-		if !known {
-			return "", false, fmt.Errorf("unknown argument %q; see %s --help", sub, name)
+		if !slices.Contains(cmd.Subcommands, sub) {
+			return nil, fmt.Errorf("unknown argument %q; see %s --help", sub, cmd.Name)
 		}
 	}
-	if err := Load(name, cfg); err != nil {
-		return "", false, err
+	if err := Load(cmd.Name, cfg); err != nil {
+		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return "", false, fmt.Errorf("configuration: %w", err)
+		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	return sub, false, nil
+	return &Prepared[C]{Config: (*C)(cfg), Sub: sub, Log: NewLogger(stderr, cfg.Shared().LogLevel, cmd.Name)}, nil
+}
+
+// Main is a service's whole command for internal/process: the command line and configuration
+// read and checked (Prepare), then run, which returns when ctx ends and the work in hand is
+// finished, or on a start-up error.
+func Main[C any, P interface {
+	*C
+	Config
+}](cmd Command, run func(ctx context.Context, p *Prepared[C], stdout io.Writer) error) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		p, err := Prepare[C, P](args, stdout, stderr, cmd)
+		if p == nil {
+			return err // or --help answered
+		}
+		return run(ctx, p, stdout)
+	}
 }
 
 // Base is what every service has once started: its logger, metrics registry, NATS connection
@@ -161,10 +193,8 @@ func (b *Base) Consumer(ctx context.Context, stream, durable string, o events.Co
 		src.StreamConfig = &sc
 	}
 	rt := &consume.Runtime{Source: src, Log: b.Log, Buffer: buf, Consuming: b.Consuming, RecoverFor: recoverFor,
-		Recoveries: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "consumer_recoveries_total",
-			Help: "Times the durable consumer was made again after it (or its stream) was deleted under the running service."}),
-		Panics: promauto.With(b.Reg).NewCounter(prometheus.CounterOpts{Namespace: b.Name, Name: "handler_panics_total",
-			Help: "Messages whose handler panicked; each was dead-lettered with the panic as its reason."})}
+		Recoveries: series.On(b.Reg).Under(b.Name).Counter("consumer_recoveries_total", "Times the durable consumer was made again after it (or its stream) was deleted under the running service."),
+		Panics:     series.On(b.Reg).Under(b.Name).Counter("handler_panics_total", "Messages whose handler panicked; each was dead-lettered with the panic as its reason.")}
 	cons, err := rt.Open(ctx)
 	if err != nil {
 		return nil, nil, err

@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/podium-llm/podium/internal/retry"
+	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -66,14 +66,12 @@ type Settler struct {
 // New builds the settler of a service; its metrics are <service>_messages_settled_total{outcome}
 // and <service>_dead_letters_failed_total.
 func New(js jetstream.JetStream, log *slog.Logger, reg prometheus.Registerer, service string) *Settler {
-	f := promauto.With(reg)
+	f := series.On(reg).Under(service)
 	return &Settler{
-		js:  js,
-		log: log,
-		settled: f.NewCounterVec(prometheus.CounterOpts{Namespace: service, Name: "messages_settled_total",
-			Help: "Consumed messages by how they were settled: done (acked), retry (nak'ed with backoff), dead_lettered (copied to DEADLETTER and terminated)."}, []string{"outcome"}),
-		lost: f.NewCounter(prometheus.CounterOpts{Namespace: service, Name: "dead_letters_failed_total",
-			Help: "Poison messages terminated without a dead letter because publishing it kept failing (see the error log)."}),
+		js:      js,
+		log:     log,
+		settled: f.CounterVec("messages_settled_total", "Consumed messages by how they were settled: done (acked), retry (nak'ed with backoff), dead_lettered (copied to DEADLETTER and terminated).", "outcome"),
+		lost:    f.Counter("dead_letters_failed_total", "Poison messages terminated without a dead letter because publishing it kept failing (see the error log)."),
 	}
 }
 

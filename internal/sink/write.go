@@ -24,6 +24,8 @@ import (
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
+	"github.com/podium-llm/podium/internal/series"
+	"github.com/podium-llm/podium/internal/tracing"
 )
 
 // ErrTableLost is a write that found the database or the table missing.
@@ -44,12 +46,23 @@ const (
 	Hold
 )
 
-// Metrics are a sink's series (the service's own names; QuorumFailures may be nil).
+// Metrics are a sink's series (QuorumFailures may be nil).
 type Metrics struct {
 	BatchSize      prometheus.Histogram
-	InsertDuration func(ctx context.Context, seconds float64) // with the trace as exemplar, where there is one
-	Errors         *prometheus.CounterVec                     // by kind: insert, refused
+	InsertDuration prometheus.Histogram   // with the trace as exemplar, where there is one
+	Errors         *prometheus.CounterVec // by kind: insert, refused
 	QuorumFailures prometheus.Counter
+}
+
+// NewMetrics declares a writer's series under f's namespace (the service's name):
+// batch_size and insert_duration_seconds. Errors is the service's clickhouse_errors_total, in
+// which other parts count other kinds.
+func NewMetrics(f series.Factory, errors *prometheus.CounterVec) Metrics {
+	return Metrics{
+		BatchSize:      f.Histogram("batch_size", "Rows written per ClickHouse insert (the ranker's evaluations, the archiver's prompt records).", series.Doubling(1, 14)),
+		InsertDuration: f.Histogram("insert_duration_seconds", "Latency of one successful ClickHouse insert of a batch.", series.Doubling(0.0005, 16)),
+		Errors:         errors,
+	}
 }
 
 // Writer writes batches of R.
@@ -165,9 +178,7 @@ func (w *Writer[R]) insert(ctx context.Context, rows []R) error {
 		}
 		busySince, busyWait = time.Time{}, quorumBusyFirst
 		if err == nil {
-			if w.Metrics.InsertDuration != nil {
-				w.Metrics.InsertDuration(ctx, time.Since(start).Seconds())
-			}
+			tracing.Observe(ctx, w.Metrics.InsertDuration, time.Since(start).Seconds())
 			w.Metrics.BatchSize.Observe(float64(len(rows)))
 			if w.Writes.Holds() {
 				w.Log.InfoContext(ctx, "clickhouse insert recovered", "attempts", attempt)

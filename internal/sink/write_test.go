@@ -31,7 +31,8 @@ func writer(t *testing.T, st *chstore.Store, policy sink.Refusals, insert func(c
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "errors"}, []string{"kind"})
 	return &sink.Writer[rank.Record]{Rows: "evaluations", Table: "the evaluations table", Insert: insert, Refusals: policy,
 		CheckTable: st.CheckTable, Writes: writes, Log: slog.New(slog.DiscardHandler),
-		Metrics: sink.Metrics{BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "batch"}), Errors: errs}}, writes, errs
+		Metrics: sink.Metrics{BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "batch"}),
+			InsertDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "insert"}), Errors: errs}}, writes, errs
 }
 
 func records(n int) []rank.Record {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -29,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -50,9 +50,8 @@ const exportErrorsEvery = 10 * time.Second
 // OTEL_RESOURCE_ATTRIBUTES and OTEL_BSP_*, read by the SDK itself. Export runs in the
 // background: a collector that is down never delays or fails the work (spans are dropped).
 func Setup(ctx context.Context, service string, reg prometheus.Registerer, log *slog.Logger) (*Tracing, error) {
-	f := promauto.With(reg)
-	t := &Tracing{malformed: f.NewCounter(prometheus.CounterOpts{Namespace: service, Name: "trace_context_malformed_total",
-		Help: "Incoming traceparent values that were not W3C trace context and were ignored (the event was handled all the same)."})}
+	f := series.On(reg).Under(service)
+	t := &Tracing{malformed: f.Counter("trace_context_malformed_total", "Incoming traceparent values that were not W3C trace context and were ignored (the event was handled all the same).")}
 	noEndpoint := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == ""
 	if noEndpoint || os.Getenv("OTEL_SDK_DISABLED") == "true" || os.Getenv("OTEL_TRACES_EXPORTER") == "none" {
 		t.Tracer = noop.NewTracerProvider().Tracer(service)
@@ -69,8 +68,7 @@ func Setup(ctx context.Context, service string, reg prometheus.Registerer, log *
 	// The SDK reports export failures through the process's one error handler (it would print
 	// plain text on stderr): they go to the service's JSON log instead, at most one line per
 	// exportErrorsEvery, and are all counted.
-	failures := f.NewCounter(prometheus.CounterOpts{Namespace: service, Name: "trace_export_errors_total",
-		Help: "Errors of the OpenTelemetry SDK, mostly span batches the OTLP receiver did not take (the spans are dropped; work goes on)."})
+	failures := f.Counter("trace_export_errors_total", "Errors of the OpenTelemetry SDK, mostly span batches the OTLP receiver did not take (the spans are dropped; work goes on).")
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -84,15 +84,20 @@ func (l *Library) WithTemplates(ts []*Template) *Library {
 		out.registry[name] = &registered{versions: maps.Clone(r.versions), labels: maps.Clone(r.labels), splits: maps.Clone(r.splits), latest: r.latest}
 	}
 	for _, t := range ts {
-		r := out.registry[t.Name]
-		if r == nil {
-			r = &registered{versions: map[int]*Template{}, labels: map[string]int{}, splits: map[string]Split{}}
-			out.registry[t.Name] = r
-		}
-		r.versions[t.Version] = t
-		r.latest = max(r.latest, t.Version)
+		out.register(t)
 	}
 	return &out
+}
+
+// register adds t to the registry's versions of its name.
+func (l *Library) register(t *Template) {
+	r := l.registry[t.Name]
+	if r == nil {
+		r = &registered{versions: map[int]*Template{}, labels: map[string]int{}, splits: map[string]Split{}}
+		l.registry[t.Name] = r
+	}
+	r.versions[t.Version] = t
+	r.latest = max(r.latest, t.Version)
 }
 
 // WithRegistry returns a library that serves, besides l's templates, the registry's versions
@@ -109,13 +114,7 @@ func (l *Library) WithRegistry(versions []Version, labels map[string]map[string]
 			errs = append(errs, err)
 			continue
 		}
-		r := out.registry[v.Name]
-		if r == nil {
-			r = &registered{versions: map[int]*Template{}, labels: map[string]int{}, splits: map[string]Split{}}
-			out.registry[v.Name] = r
-		}
-		r.versions[v.Version] = t
-		r.latest = max(r.latest, v.Version)
+		out.register(t)
 	}
 	for name, ls := range labels {
 		r := out.registry[name]

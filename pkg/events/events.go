@@ -159,15 +159,7 @@ const (
 )
 
 // ParseScoreOrder accepts "", "desc" and "asc".
-func ParseScoreOrder(s string) (ScoreOrder, bool) {
-	switch s {
-	case "", string(Desc):
-		return Desc, true
-	case string(Asc):
-		return Asc, true
-	}
-	return "", false
-}
+func ParseScoreOrder(s string) (ScoreOrder, bool) { return parseEnum(s, Desc, Asc) }
 
 // Standings says which evaluations a prompt's leaderboard counts (docs/contract.md#read-your-writes).
 type Standings string
@@ -183,12 +175,17 @@ const (
 )
 
 // ParseStandings accepts "", "live" and "before_round".
-func ParseStandings(s string) (Standings, bool) {
-	switch s {
-	case "", string(Live):
-		return Live, true
-	case string(BeforeRound):
-		return BeforeRound, true
+func ParseStandings(s string) (Standings, bool) { return parseEnum(s, Live, BeforeRound) }
+
+// parseEnum accepts "" (the zero value, which means def), def and each of others.
+func parseEnum[T ~string](s string, def T, others ...T) (T, bool) {
+	if s == "" || s == string(def) {
+		return def, true
+	}
+	for _, o := range others {
+		if s == string(o) {
+			return o, true
+		}
 	}
 	return "", false
 }

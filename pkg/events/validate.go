@@ -435,15 +435,10 @@ func (c *checker) promptComposed(m map[string]any, p string) (exec, team string)
 	c.nonEmpty(m, p, "team_name")
 	c.round(m, p, "round_number")
 	c.str(m, p, "prompt", true)
-	for i, it := range c.array(m, p, "messages", false) {
-		ip := fmt.Sprintf("%s.messages[%d]", p, i)
-		if o, ok := it.(map[string]any); ok {
-			c.nonEmpty(o, ip, "role")
-			c.str(o, ip, "content", true)
-		} else {
-			c.add(ip, "must be an object, got "+JSONKind(it))
-		}
-	}
+	c.objects(m, p, "messages", false, func(o map[string]any, ip string) {
+		c.nonEmpty(o, ip, "role")
+		c.str(o, ip, "content", true)
+	})
 	if v, ok := c.str(m, p, "prompt_sha256", true); ok && !isHex64(v) {
 		c.add(join(p, "prompt_sha256"), "must be 64 lowercase hex digits")
 	}
@@ -463,15 +458,10 @@ func (c *checker) promptComposed(m map[string]any, p string) (exec, team string)
 	c.str(m, p, "model", false)
 	c.integer(m, p, "token_estimate", true, 0, math.MaxInt32)
 	c.nonEmpty(m, p, "token_encoding")
-	for i, it := range c.array(m, p, "truncated", true) {
-		ip := fmt.Sprintf("%s.truncated[%d]", p, i)
-		if o, ok := it.(map[string]any); ok {
-			c.nonEmpty(o, ip, "section")
-			c.str(o, ip, "detail", true)
-		} else {
-			c.add(ip, "must be an object, got "+JSONKind(it))
-		}
-	}
+	c.objects(m, p, "truncated", true, func(o map[string]any, ip string) {
+		c.nonEmpty(o, ip, "section")
+		c.str(o, ip, "detail", true)
+	})
 	if in := c.object(m, p, "inputs", true); in != nil {
 		ip := join(p, "inputs")
 		for i, it := range c.array(in, ip, "evaluation_ids", true) {
@@ -733,6 +723,19 @@ func (c *checker) array(m map[string]any, p, key string, required bool) []any {
 		c.add(join(p, key), "must be an array, got "+JSONKind(v))
 	}
 	return a
+}
+
+// objects checks each element of the array m[key] with each: an element that is not an object
+// is an error of its own.
+func (c *checker) objects(m map[string]any, p, key string, required bool, each func(o map[string]any, ip string)) {
+	for i, it := range c.array(m, p, key, required) {
+		ip := fmt.Sprintf("%s.%s[%d]", p, key, i)
+		if o, ok := it.(map[string]any); ok {
+			each(o, ip)
+		} else {
+			c.add(ip, "must be an object, got "+JSONKind(it))
+		}
+	}
 }
 
 // JSONKind names the JSON type of a decoded value ("a string", "null", ...) for error messages.
