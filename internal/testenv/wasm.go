@@ -1,0 +1,26 @@
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// BuildWasm builds the Go command in dir (a package path, relative to the test's folder, like
+// "./testdata/loop") as a WASI preview 1 module and returns its bytes: what an author of a prompt
+// builder does (docs/builders.md).
+func BuildWasm(tb testing.TB, dir string) []byte {
+	tb.Helper()
+	out := filepath.Join(tb.TempDir(), filepath.Base(dir)+".wasm")
+	cmd := exec.Command("go", "build", "-o", out, dir)
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("building %s for wasip1: %v\n%s", dir, err, msg)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,217 @@
+// Package wasm runs prompt builders (docs/builders.md) in-process with wazero, pure Go: each call
+// instantiates the module anew as a WASI preview 1 command, writes one input to its stdin and
+// reads its stdout. A module gets nothing else of the host: the wall clock is the request's time,
+// the monotonic clock a counter, the random source a fixed seed, and it has no files, no
+// environment, no arguments but its name and no network (WASI preview 1 has no sockets). So the
+// same module and the same input give the same bytes, which is what lets `prompts verify` run a
+// recorded version again.
+//
+// Limits: memory (pages of 64 KiB, for the whole runtime's modules), time (ctx: the module is
+// closed when it ends), and the bytes of stdout and stderr.
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Limits bound one call.
+type Limits struct {
+	MemoryPages uint32 // of 64 KiB each, per instance
+	OutputBytes int    // stdout
+	StderrBytes int    // kept for the reason of a failure
+}
+
+// Reasons a call fails, recorded with a fallback.
+const (
+	ReasonLoad     = "load"           // the module does not compile or is not a WASI command
+	ReasonTimeout  = "timeout"        // still running when ctx ended (its deadline: the render's)
+	ReasonTrap     = "trap"           // a WebAssembly trap: unreachable, out of bounds, stack exhausted
+	ReasonExit     = "exit"           // a non-zero exit status (a Go builder out of memory exits 2)
+	ReasonTooLarge = "too_large"      // stdout over OutputBytes
+	ReasonInvalid  = "invalid_output" // stdout is not the answer the ABI asks for
+	ReasonClock    = "clock"          // it read the wall clock
+	ReasonMemory   = "memory"         // it ran out of memory (Limits.MemoryPages)
+)
+
+// Failure is a call that gave no usable answer: Reason is one of the Reason constants, Detail
+// says what happened (with the module's stderr, bounded).
+type Failure struct {
+	Reason, Detail string
+}
+
+func (f *Failure) Error() string { return "builder " + f.Reason + ": " + f.Detail }
+
+// Engine compiles modules once and runs them.
+type Engine struct {
+	rt     wazero.Runtime
+	limits Limits
+
+	mu       sync.Mutex
+	compiled map[string]wazero.CompiledModule // by sha256 of the bytes
+}
+
+// NewEngine starts a runtime with WASI preview 1 and limits.
+func NewEngine(ctx context.Context, limits Limits) (*Engine, error) {
+	if limits.MemoryPages == 0 || limits.MemoryPages > 65536 || limits.OutputBytes < 1 || limits.StderrBytes < 0 {
+		return nil, fmt.Errorf("wasm: limits %+v: memory pages must be 1-65536 and output bytes positive", limits)
+	}
+	cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(limits.MemoryPages).WithCloseOnContextDone(true)
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("wasm: WASI: %w", err)
+	}
+	return &Engine{rt: rt, limits: limits, compiled: map[string]wazero.CompiledModule{}}, nil
+}
+
+// Close frees every compiled module and the runtime.
+func (e *Engine) Close(ctx context.Context) error { return e.rt.Close(ctx) }
+
+// SHA256 is the hex sha256 of a module's bytes: its identity.
+func SHA256(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return hex.EncodeToString(sum[:])
+}
+
+// Module is a compiled module.
+type Module struct {
+	e      *Engine
+	c      wazero.CompiledModule
+	SHA256 string
+}
+
+// Load compiles wasm, once per content: a module already compiled is shared. A module that is
+// not a WASI command (no _start) is refused here, not at its first call.
+func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
+	sum := SHA256(wasm)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c, ok := e.compiled[sum]; ok {
+		return &Module{e: e, c: c, SHA256: sum}, nil
+	}
+	c, err := e.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
+	}
+	if _, ok := c.ExportedFunctions()["_start"]; !ok {
+		_ = c.Close(ctx)
+		return nil, &Failure{Reason: ReasonLoad, Detail: "the module exports no _start: it is not a WASI command (build Go with GOOS=wasip1 GOARCH=wasm)"}
+	}
+	e.compiled[sum] = c
+	return &Module{e: e, c: c, SHA256: sum}, nil
+}
+
+// Forget drops the compiled modules whose sha256 keep does not hold (a registry that moved on).
+func (e *Engine) Forget(ctx context.Context, keep map[string]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for sum, c := range e.compiled {
+		if !keep[sum] {
+			_ = c.Close(ctx)
+			delete(e.compiled, sum)
+		}
+	}
+}
+
+// Run runs the module once: input on stdin, now as its wall clock. It returns stdout, or a
+// *Failure.
+func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, error) {
+	stdout := &capped{limit: m.e.limits.OutputBytes}
+	stderr := &capped{limit: m.e.limits.StderrBytes}
+	var ticks int64
+	var readClock bool
+	// Every call starts from the same random source, so a module that asks for randomness (Go's
+	// runtime does, for map order) gives the same bytes each time.
+	seed := sha256.Sum256([]byte("podium prompt builder"))
+	cfg := wazero.NewModuleConfig().
+		WithName(""). // anonymous: calls run side by side
+		WithArgs("builder").
+		WithStdin(bytes.NewReader(input)).
+		WithStdout(stdout).
+		WithStderr(stderr).
+		WithRandSource(rand.NewChaCha8(seed)).
+		// The wall clock reads the request's time, and a module that reads it fails: its answer
+		// must follow from its input alone (the request's time is context.current_datetime).
+		WithWalltime(func() (int64, int32) {
+			readClock = true
+			return now.Unix(), int32(now.Nanosecond())
+		}, sys.ClockResolution(1)).
+		// A counter, not a clock: runtimes that loop on it until time passes (Go's sleep) still
+		// end, and the same run reads the same values.
+		WithNanotime(func() int64 { ticks += int64(time.Microsecond); return ticks }, sys.ClockResolution(1))
+	mod, err := m.e.rt.InstantiateModule(ctx, m.c, cfg)
+	if mod != nil {
+		_ = mod.Close(context.WithoutCancel(ctx))
+	}
+	switch {
+	case stdout.over: // whatever the module did when its writes were refused
+		return nil, &Failure{Reason: ReasonTooLarge, Detail: fmt.Sprintf("the answer is over %d bytes", m.e.limits.OutputBytes)}
+	case err != nil:
+		return nil, failureOf(ctx, err, stderr)
+	case readClock:
+		return nil, &Failure{Reason: ReasonClock, Detail: "the builder read the wall clock; the request's time is context.current_datetime"}
+	}
+	return stdout.buf.Bytes(), nil
+}
+
+// failureOf names why a run failed, with the first lines of what the module said on stderr.
+func failureOf(ctx context.Context, err error, stderr *capped) *Failure {
+	var exit *sys.ExitError
+	said := firstLines(stderr.buf.String(), 3, 400)
+	if said != "" {
+		said = ": " + said
+	}
+	switch {
+	case strings.Contains(said, "out of memory") || strings.Contains(said, "memory allocation of"):
+		// Go's runtime ("fatal error: out of memory") and Rust's ("memory allocation of N bytes
+		// failed") say so before they trap or exit.
+		return &Failure{Reason: ReasonMemory, Detail: "the module ran out of its memory" + said}
+	case ctx.Err() != nil || errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled):
+		return &Failure{Reason: ReasonTimeout, Detail: "still running when the render's deadline passed" + said}
+	case errors.As(err, &exit):
+		return &Failure{Reason: ReasonExit, Detail: fmt.Sprintf("exit status %d%s", exit.ExitCode(), said)}
+	}
+	// A trap's message is wazero's: its first line names it ("wasm error: unreachable").
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return &Failure{Reason: ReasonTrap, Detail: msg + said}
+}
+
+// capped keeps the first limit bytes written to it and refuses the rest, so a module that
+// prints without end costs no more memory than the limit.
+type capped struct {
+	buf   bytes.Buffer
+	limit int
+	over  bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.limit - c.buf.Len(); len(p) > room {
+		c.buf.Write(p[:max(room, 0)])
+		c.over = true
+		return max(room, 0), errors.New("wasm: output over its limit")
+	}
+	return c.buf.Write(p)
+}
+
+// firstLines is s's first n lines, joined by " | ", cut to at most size bytes.
+func firstLines(s string, n, size int) string {
+	lines := strings.SplitN(strings.TrimSpace(s), "\n", n+1)
+	out := strings.Join(lines[:min(n, len(lines))], " | ")
+	if len(out) > size {
+		out = strings.ToValidUTF8(out[:size], "") + "..."
+	}
+	return out
+}
