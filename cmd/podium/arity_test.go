@@ -11,6 +11,7 @@ func TestArityOfEveryCommand(t *testing.T) {
 		"templates push": {1, 1}, "templates list": {0, 0}, "templates show": {1, 1}, "templates history": {1, 1},
 		"templates diff": {2, 2}, "templates label": {3, -1}, "templates render": {1, 1}, "templates try": {1, 1},
 		"templates compare": {1, 1}, "templates import-mixseek": {1, 1},
+		"builders push": {1, 1}, "builders label": {3, 3}, "builders list": {0, 0}, "builders parse": {1, 1},
 		"prompts show": {3, 3}, "prompts verify": {alternatives}, "prompts diff": {4, 4}, "prompts tail": {0, 0},
 		"export": {0, 0}, "leaderboard": {1, 1}, "history": {2, 2}, "publish evaluation": {0, 0}, "publish round": {0, 0},
 		"deadletters list": {0, 0}, "deadletters replay": {alternatives}, "store status": {0, 0}, "store rebuild": {0, 0},

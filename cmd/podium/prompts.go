@@ -143,7 +143,13 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		return verifyRecords(ctx, e, audit.NewVerifier(settings, reg, render.Store{St: st}), recs)
+		v := audit.NewVerifier(settings, reg, render.Store{St: st})
+		if src, err := e.builderSource(ctx); err != nil {
+			return err
+		} else if src != nil {
+			v.WithBuilders(src)
+		}
+		return verifyRecords(ctx, e, v, recs)
 	}
 }
 

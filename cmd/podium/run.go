@@ -24,6 +24,9 @@ import (
 type config struct {
 	service.Common
 	service.ClickHouseWriter
+	// The composers' limits of a prompt builder's run, so that verify runs one as they did.
+	BuilderMemoryPages uint32 `envconfig:"COMPOSER_BUILDER_MEMORY_PAGES" default:"1024" desc:"the composers' memory of a prompt builder's run, in pages of 64 KiB, for verify"`
+	BuilderOutputBytes int    `envconfig:"COMPOSER_BUILDER_OUTPUT_BYTES" default:"1048576" desc:"the composers' limit of a prompt builder's answer, for verify"`
 }
 
 // Validate checks the shared settings.

@@ -43,6 +43,9 @@ type Verifier struct {
 	registry registry.State
 	reader   render.Reader
 	extra    []*compose.Template // served by name@version before anything else (a bundle's)
+	// builders runs the builder version a record names at the record's time (WithBuilders); nil:
+	// a record built by a builder cannot be verified here.
+	builders func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error)
 
 	mu   sync.Mutex
 	libs map[string]*compose.Library // by token encoding
@@ -52,6 +55,13 @@ type Verifier struct {
 // versions, and reads the store through reader.
 func NewVerifier(settings library.Settings, reg registry.State, reader render.Reader) *Verifier {
 	return &Verifier{settings: settings, registry: reg, reader: reader, libs: map[string]*compose.Library{}}
+}
+
+// WithBuilders has records built by a prompt builder verified by running the version they name
+// again (internal/builders.Recorded).
+func (v *Verifier) WithBuilders(src func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error)) *Verifier {
+	v.builders = src
+	return v
 }
 
 func (v *Verifier) library(encoding string) (*compose.Library, error) {
@@ -103,6 +113,15 @@ func (v *Verifier) Verify(ctx context.Context, r Record) error {
 	if err != nil {
 		return err
 	}
+	if b := d.Builder; b != nil && !b.Fallback {
+		// Built by a builder: the same module bytes, the same input, the same answer.
+		if v.builders == nil {
+			return differs("it was built by builder %s@%d, and no builder registry is at hand to run it again", b.Name, b.Version)
+		}
+		if in.Builder, err = v.builders(ctx, *b, at); err != nil {
+			return differs("builder %s@%d: %v", b.Name, b.Version, err)
+		}
+	}
 	out, err := lib.Compose(ctx, in)
 	if err != nil {
 		if _, isFailure := events.AsFailure(err); !isFailure {
@@ -121,6 +140,11 @@ func (v *Verifier) Verify(ctx context.Context, r Record) error {
 	// label chose, is what renders again).
 	out.Request, d.Request = nil, nil
 	out.Template.Label = d.Template.Label
+	if d.Builder != nil && d.Builder.Fallback {
+		// A fallback is verified on its template: the builder's failure (a timeout) need not
+		// happen again, and the prompt is the template's.
+		out.Builder = d.Builder
+	}
 	var got, want map[string]json.RawMessage
 	g, _ := json.Marshal(out)
 	w, _ := json.Marshal(d)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -117,72 +118,97 @@ func newAPI(rs *renders) http.Handler {
 // renderSubject is where podium.render listens: the micro service "podium", endpoint "render".
 const renderSubject = "podium.render"
 
+// parseSubject is where podium.parse listens: the micro service "podium", endpoint "parse".
+const parseSubject = "podium.parse"
+
 // startRenderService serves renders over NATS as the micro service "podium", discoverable with
-// $SRV.PING, $SRV.INFO and $SRV.STATS; replicas share the queue group. The answer is the same
-// JSON as POST /v1/render's; a failure is also marked with the micro error headers (the HTTP
-// status as the code). Renders stop with work. The returned stop ends the service and waits
-// for the renders in flight to publish their answers, so the connection is drained after them.
-func startRenderService(work context.Context, nc *nats.Conn, rs *renders) (stop func(), err error) {
-	// micro drains the endpoint's subscription in the background after Stop, so the handler can
-	// still run afterwards: stopping, under mu, turns those requests away instead of starting
-	// renders that the Wait below would miss.
-	var (
-		mu       sync.Mutex
-		stopping bool
-		inFlight sync.WaitGroup
-	)
-	handler := micro.HandlerFunc(func(req micro.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopping {
+// $SRV.PING, $SRV.INFO and $SRV.STATS; replicas share the queue group. The answer of "render" is
+// the same JSON as POST /v1/render's, that of "parse" a prompt builder's parse (builders.go); a
+// failure is also marked with the micro error headers (the HTTP status as the code). Requests
+// stop with work. The returned stop ends the service and waits for the requests in flight to
+// publish their answers, so the connection is drained after them.
+func startRenderService(work context.Context, nc *nats.Conn, rs *renders, pb *promptBuilders, parseTimeout time.Duration) (stop func(), err error) {
+	ep := &endpoints{work: work, nc: nc, trace: rs.c.trace}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        "podium",
+		Version:     "1.0.0",
+		Description: "renders round.requested data into the prompt.composed data it would publish (as POST /v1/render), and splits a model's output the way its prompt builder does",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("micro service podium: %w", err)
+	}
+	// Named endpoints, so $SRV.INFO lists "render" and "parse" (an endpoint given in the
+	// service's config is named "default").
+	if err := svc.AddEndpoint("render", ep.handler(rs.render), micro.WithEndpointSubject(renderSubject)); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("micro service podium: endpoint render: %w", err)
+	}
+	parse := func(ctx context.Context, data []byte) (int, any, bool) {
+		status, answer := pb.parse(ctx, data, parseTimeout)
+		return status, answer, true
+	}
+	if err := svc.AddEndpoint("parse", ep.handler(parse), micro.WithEndpointSubject(parseSubject)); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("micro service podium: endpoint parse: %w", err)
+	}
+	return func() {
+		ep.mu.Lock()
+		ep.stopping = true
+		ep.mu.Unlock()
+		_ = svc.Stop() // no new requests
+		ep.inFlight.Wait()
+	}, nil
+}
+
+// endpoints answers the requests of the micro service, each in its own goroutine: a render may
+// wait seconds for inputs, and the subscription must not. micro drains the endpoints'
+// subscriptions in the background after Stop, so a handler can still run afterwards: stopping,
+// under mu, turns those requests away instead of starting work that the Wait of stop would miss.
+type endpoints struct {
+	work     context.Context
+	nc       *nats.Conn
+	trace    *tracing.Tracing
+	mu       sync.Mutex
+	stopping bool
+	inFlight sync.WaitGroup
+}
+
+func (ep *endpoints) handler(answer func(ctx context.Context, data []byte) (int, any, bool)) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		if ep.stopping {
 			// The same JSON and headers as any failure of the endpoint: retry on another replica.
 			e := service.Error{Code: "shutting_down", Message: "the composer is shutting down; retry"}
 			_ = req.Error(strconv.Itoa(http.StatusServiceUnavailable), e.Message, service.EncodeJSON(e))
 			return
 		}
-		inFlight.Go(func() { // a render may wait seconds for inputs: the subscription must not
-			status, answer, ok := rs.render(rs.c.trace.Extract(work, events.TraceContext{}, nats.Header(req.Headers())), req.Data())
-			if !ok {
-				return
+		ep.inFlight.Go(func() {
+			ctx := ep.trace.Extract(ep.work, events.TraceContext{}, nats.Header(req.Headers()))
+			status, body, ok := answer(ctx, req.Data())
+			if ok {
+				ep.reply(req.Reply(), status, body)
 			}
-			body := service.EncodeJSON(answer)
-			if limit := nc.MaxPayload() - 1024; status == http.StatusOK && int64(len(body)) > limit {
-				// It can never be sent: answer why, as a prompt.composed too large is answered.
-				status, answer, _ = failure(events.Failf(events.CodeBudgetExceeded, "the answer would be %d bytes, over the largest message the server takes (%d bytes)", len(body), nc.MaxPayload()))
-				body = service.EncodeJSON(answer)
-			}
-			// Published here rather than with req.Respond: micro's request is not safe to use
-			// after its handler returned, and this answer comes later.
-			reply := nats.NewMsg(req.Reply())
-			reply.Data = body
-			if status != http.StatusOK {
-				reply.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(status))
-				if e, isErr := answer.(service.Error); isErr {
-					reply.Header.Set(micro.ErrorHeader, e.Message)
-				}
-			}
-			_ = nc.PublishMsg(reply)
 		})
 	})
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        "podium",
-		Version:     "1.0.0",
-		Description: "renders round.requested data into the prompt.composed data it would publish (as POST /v1/render)",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("micro service podium: %w", err)
+}
+
+// reply publishes an answer: here rather than with req.Respond, because micro's request is not
+// safe to use after its handler returned, and this answer comes later.
+func (ep *endpoints) reply(subject string, status int, answer any) {
+	body := service.EncodeJSON(answer)
+	if limit := ep.nc.MaxPayload() - 1024; status == http.StatusOK && int64(len(body)) > limit {
+		// It can never be sent: answer why, as a prompt.composed too large is answered.
+		status, answer, _ = failure(events.Failf(events.CodeBudgetExceeded, "the answer would be %d bytes, over the largest message the server takes (%d bytes)", len(body), ep.nc.MaxPayload()))
+		body = service.EncodeJSON(answer)
 	}
-	// A named endpoint, so $SRV.INFO lists "render" (an endpoint given in the service's config
-	// is named "default").
-	if err := svc.AddEndpoint("render", handler, micro.WithEndpointSubject(renderSubject)); err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("micro service podium: endpoint render: %w", err)
+	reply := nats.NewMsg(subject)
+	reply.Data = body
+	if status != http.StatusOK {
+		reply.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(status))
+		if e, isErr := answer.(service.Error); isErr {
+			reply.Header.Set(micro.ErrorHeader, e.Message)
+		}
 	}
-	return func() {
-		mu.Lock()
-		stopping = true
-		mu.Unlock()
-		_ = svc.Stop() // no new requests
-		inFlight.Wait()
-	}, nil
+	_ = ep.nc.PublishMsg(reply)
 }

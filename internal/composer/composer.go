@@ -29,6 +29,7 @@ type composer struct {
 	trace         *tracing.Tracing
 	inputs        *inputs.Inputs
 	templates     *templates
+	builders      *promptBuilders
 	m             *metrics
 	source        string
 	maxBytes      int
@@ -169,6 +170,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	sctx, span := c.trace.Start(ctx, "composer.render")
 	rctx, cancel := context.WithTimeout(sctx, c.renderTimeout)
 	defer cancel()
+	if r := c.builders.For(req.Model, at); r != nil {
+		in.Builder = r
+	}
 	out, err := lib.Compose(rctx, in)
 	tracing.Observe(sctx, c.m.renderDuration, time.Since(renderStart).Seconds())
 	if err == nil && span.IsRecording() { // nothing is built when nothing is exported
@@ -191,6 +195,12 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	out.Template.Label = label
 	if out.Template.Fallback {
 		c.log.WarnContext(ctx, "model variant failed; composed with the base template", "request_id", requestID, "template", out.Template.Name, "variant", out.Template.Variant, "model", req.Model)
+	}
+	if b := out.Builder; b != nil {
+		c.m.builds.WithLabelValues(buildResult(b)).Inc()
+		if b.Fallback {
+			c.log.WarnContext(ctx, "prompt builder failed; composed with the template", "request_id", requestID, "builder", b.Name, "version", b.Version, "reason", b.Reason, "template", out.Template.Name)
+		}
 	}
 	return out, nil
 }

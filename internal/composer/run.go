@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/door"
@@ -24,6 +25,7 @@ import (
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/wasm"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -72,12 +74,24 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		base.Close()
 		return err
 	}
+	builderKV, modules, err := builderRegistry(ctx, base.JS, cfg)
+	if err != nil {
+		base.Close()
+		return err
+	}
+	engine, err := wasm.NewEngine(ctx, cfg.BuilderLimits.wasm())
+	if err != nil {
+		base.Close()
+		return err
+	}
+	defer engine.Close(context.WithoutCancel(ctx))
 	base.StoreMetrics(st)
 	c, err := newComposer(base, cfg, st, lib)
 	if err != nil {
 		base.Close()
 		return err
 	}
+	c.builders = newPromptBuilders(engine, modules, base.Log, c.m, base.Health)
 	base.Health.Probe("clickhouse", st.Ping)
 	base.Health.Probe("inputs", c.inputs.Ready)
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
@@ -88,8 +102,9 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"templates", len(lib.Templates()), "default_template", cfg.DefaultTemplate, "workers", cfg.Workers},
 		Consume: func(stop, work context.Context) error {
-			c.templates.follow(work, kv)
-			stopRenders, err := startRenderService(work, base.NC, rs)
+			c.templates.registry.follow(work, kv)
+			c.builders.registry.follow(work, builderKV)
+			stopRenders, err := startRenderService(work, base.NC, rs, c.builders, cfg.RenderTimeout)
 			if err != nil {
 				return err
 			}
@@ -151,6 +166,35 @@ func templateRegistry(ctx context.Context, js jetstream.JetStream, cfg *Config) 
 		return nil, fmt.Errorf("template registry %s: %w", registry.Bucket, err)
 	}
 	return kv, nil
+}
+
+// builderRegistry opens the BUILDERS bucket and the modules' object store, creating them when the
+// composer manages its streams; nils when an operator-managed deployment has none (no request is
+// built by a builder).
+func builderRegistry(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+	if cfg.ManageStreams {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, builders.BucketConfig(cfg.StreamReplicas))
+		if err != nil {
+			return nil, nil, fmt.Errorf("builder registry %s: %w", builders.Bucket, err)
+		}
+		obj, err := js.CreateOrUpdateObjectStore(ctx, builders.ModulesConfig(cfg.StreamReplicas))
+		if err != nil {
+			return nil, nil, fmt.Errorf("builder modules %s: %w", builders.Modules, err)
+		}
+		return kv, obj, nil
+	}
+	kv, err := js.KeyValue(ctx, builders.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("builder registry %s: %w", builders.Bucket, err)
+	}
+	obj, err := js.ObjectStore(ctx, builders.Modules)
+	if err != nil {
+		return nil, nil, fmt.Errorf("builder modules %s: %w", builders.Modules, err)
+	}
+	return kv, obj, nil
 }
 
 // printTemplates is check-templates' report: one line per template and one per variant.

@@ -40,6 +40,9 @@ type Inputs struct {
 	// Template is the template the request resolved to (Library.Resolve, once per request); nil:
 	// Compose looks up the request's.
 	Template *Template
+	// Builder is the prompt builder that serves the request's model, if any: it builds the prompt,
+	// and the template renders it only when the builder fails (build.go).
+	Builder Builder
 }
 
 // Compose renders the prompt for in: the template the request names, in the model's variant when
@@ -70,7 +73,24 @@ func (l *Library) Compose(ctx context.Context, in Inputs) (events.PromptComposed
 
 	ref := events.TemplateRef{Name: t.Name, Version: t.Version, SHA256: t.SHA256}
 	var r rendered
-	if v := t.variantFor(in.Request.Model); v != nil {
+	var builtBy *events.BuilderRef
+	var params map[string]any
+	if in.Builder != nil {
+		b := in.Builder.Ref()
+		builtBy = &b
+		r, params, err = l.build(ctx, in, lim, loc, from)
+		if ctx.Err() != nil {
+			return events.PromptComposed{}, ctx.Err()
+		}
+		if err != nil {
+			// The template is the tested path: a builder that fails costs its format, not the
+			// prompt, and the record says why.
+			b.Fallback, b.Reason = true, err.Error()
+		}
+	}
+	switch v := t.variantFor(in.Request.Model); {
+	case builtBy != nil && !builtBy.Fallback:
+	case v != nil:
 		parts := v.parts
 		if parts == nil {
 			parts = t.parts
@@ -82,7 +102,7 @@ func (l *Library) Compose(ctx context.Context, in Inputs) (events.PromptComposed
 			ref.Fallback = true
 			r, err = l.renderBudgeted(ctx, t.Name, t.parts, "", in, lim, loc, from)
 		}
-	} else {
+	default:
 		r, err = l.renderBudgeted(ctx, t.Name, t.parts, "", in, lim, loc, from)
 	}
 	if err != nil {
@@ -104,8 +124,10 @@ func (l *Library) Compose(ctx context.Context, in Inputs) (events.PromptComposed
 		Truncated:     r.cuts.truncations(in, lim),
 		Inputs:        recordInputs(in),
 		Request:       &events.RequestRecord{Time: in.Time.UTC().Format(time.RFC3339Nano), Data: in.Request},
+		Builder:       builtBy,
+		Params:        params,
 	}
-	if t.Roles() || ref.Variant != "" && !ref.Fallback {
+	if t.Roles() || ref.Variant != "" && !ref.Fallback || builtBy != nil && !builtBy.Fallback {
 		out.Messages = r.messages
 	}
 	return out, nil

@@ -232,6 +232,20 @@ type PromptComposed struct {
 	// Request is what the prompt was rendered from (a compatible addition): with the template
 	// version and inputs.evaluations_seq, an auditor renders the record again from itself.
 	Request *RequestRecord `json:"request,omitempty"`
+	// Builder is the prompt builder that built the prompt, or that failed and left it to the
+	// template (Fallback, with its Reason): a compatible addition (docs/builders.md).
+	Builder *BuilderRef `json:"builder,omitempty"`
+	// Params are the builder's hints for the model (a recommended temperature), as it gave them.
+	Params map[string]any `json:"params,omitempty"`
+}
+
+// BuilderRef names a prompt builder's version as a record does.
+type BuilderRef struct {
+	Name     string `json:"name"`
+	Version  int    `json:"version"`
+	SHA256   string `json:"sha256"` // of the module's bytes
+	Fallback bool   `json:"fallback"`
+	Reason   string `json:"reason,omitempty"` // why it fell back
 }
 
 // RequestRecord is a round request as a prompt.composed records it.

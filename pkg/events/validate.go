@@ -455,6 +455,19 @@ func (c *checker) promptComposed(m map[string]any, p string) (exec, team string)
 			c.add(join(tp, "label"), "must be an identifier")
 		}
 	}
+	if b := c.object(m, p, "builder", false); b != nil {
+		bp := join(p, "builder")
+		if v, ok := c.str(b, bp, "name", true); ok && !ValidIdentifier(v) {
+			c.add(join(bp, "name"), "must be an identifier")
+		}
+		c.integer(b, bp, "version", true, 1, math.MaxInt32)
+		if v, ok := c.str(b, bp, "sha256", true); ok && !isHex64(v) {
+			c.add(join(bp, "sha256"), "must be 64 lowercase hex digits")
+		}
+		c.boolean(b, bp, "fallback", true)
+		c.str(b, bp, "reason", false)
+	}
+	c.object(m, p, "params", false)
 	c.str(m, p, "model", false)
 	c.integer(m, p, "token_estimate", true, 0, math.MaxInt32)
 	c.nonEmpty(m, p, "token_encoding")

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/builders"
+	"github.com/podium-llm/podium/internal/wasm"
+	"github.com/podium-llm/podium/pkg/compose"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// builderSees is what every builder is handed, said before an operator labels one
+// (docs/builders.md, "What a builder sees").
+const builderSees = "a team's whole context: its task, its submissions and the evaluator's feedback of the rounds its template would print, the leaderboard, and the request's vars"
+
+// builderBuckets opens the BUILDERS bucket and the modules' object store; create makes them when
+// missing (a first push).
+func (e *env) builderBuckets(ctx context.Context, create bool) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+	js, err := e.jetstream()
+	if err != nil {
+		return nil, nil, err
+	}
+	kv, err := js.KeyValue(ctx, builders.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound) && create:
+		kv, err = js.CreateKeyValue(ctx, builders.BucketConfig(e.cfg.StreamReplicas))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, builders.Bucket) // made meanwhile by another
+		}
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, nil, &checkError{"the builder registry is empty: nothing was pushed yet"}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	obj, err := js.ObjectStore(ctx, builders.Modules)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && create {
+		obj, err = js.CreateObjectStore(ctx, builders.ModulesConfig(e.cfg.StreamReplicas))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			obj, err = js.ObjectStore(ctx, builders.Modules)
+		}
+	}
+	return kv, obj, err
+}
+
+// builderSource runs the builder versions records name, from the registry (nil when there is
+// none): what `prompts verify` needs for records a builder built.
+func (e *env) builderSource(ctx context.Context) (func(context.Context, events.BuilderRef, time.Time) (compose.Builder, error), error) {
+	kv, obj, err := e.builderBuckets(ctx, false)
+	var empty *checkError
+	if errors.As(err, &empty) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	engine, err := wasm.NewEngine(ctx, wasm.Limits{MemoryPages: e.cfg.BuilderMemoryPages, OutputBytes: e.cfg.BuilderOutputBytes, StderrBytes: 4096})
+	if err != nil {
+		return nil, err
+	}
+	e.close = append(e.close, func() { engine.Close(context.Background()) })
+	loader := &builders.Loader{Engine: engine, Modules: obj}
+	return func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
+		return builders.Recorded(ctx, kv, loader, ref, at)
+	}, nil
+}
+
+// globList is a repeatable --models.
+type globList []string
+
+func (l *globList) String() string { return strings.Join(*l, ",") }
+
+func (l *globList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// buildersPush stores a module as the next version of a builder, after loading it as composers
+// will; it serves nothing until labelled production.
+func buildersPush(fs *flag.FlagSet) func(context.Context, *env) error {
+	name := fs.String("name", "", "the builder's name (an identifier)")
+	var models globList
+	fs.Var(&models, "models", "a model glob the builder serves (path.Match, case-insensitive; repeat for several)")
+	priority := fs.Int("priority", 0, "among the builders whose globs match a model, the highest priority builds it (then the name)")
+	label := fs.String("label", "", "point this label at the new version (production serves it)")
+	return func(ctx context.Context, e *env) error {
+		if *name == "" || len(models) == 0 {
+			return usagef("builders push takes --name NAME and at least one --models GLOB")
+		}
+		module, err := os.ReadFile(e.args[0])
+		if err != nil {
+			return &usageError{err.Error()}
+		}
+		kv, obj, err := e.builderBuckets(ctx, true)
+		if err != nil {
+			return err
+		}
+		var v builders.Version
+		err = e.permitted(ctx, func(ctx context.Context) (err error) {
+			v, err = builders.Push(ctx, kv, obj, *name, module, models, *priority, loadable(ctx, e.cfg.BuilderMemoryPages))
+			return err
+		})
+		if err != nil {
+			return &checkError{"refused: " + denial(err, "push versions of builder "+*name).Error()}
+		}
+		fmt.Fprintf(e.out, "pushed builder %s@%d (sha256 %s, %d bytes, models %s, priority %d)\n", v.Name, v.Version, v.SHA256, v.Size, strings.Join(v.Models, " "), v.Priority)
+		if *label == "" {
+			fmt.Fprintf(e.out, "it serves nothing until labelled production; it will see %s\n", builderSees)
+			return nil
+		}
+		return labelBuilder(ctx, e, kv, v.Name, v.Version, *label)
+	}
+}
+
+// loadable checks a module the way composers load it: it compiles within their memory limit, and
+// it is a WASI command.
+func loadable(ctx context.Context, memoryPages uint32) func([]byte) error {
+	return func(module []byte) error {
+		engine, err := wasm.NewEngine(ctx, wasm.Limits{MemoryPages: memoryPages, OutputBytes: 1, StderrBytes: 0})
+		if err != nil {
+			return err
+		}
+		defer engine.Close(ctx)
+		_, err = engine.Load(ctx, module)
+		return err
+	}
+}
+
+func labelBuilder(ctx context.Context, e *env, kv jetstream.KeyValue, name string, version int, label string) error {
+	err := e.permitted(ctx, func(ctx context.Context) error { return builders.Label(ctx, kv, name, label, version) })
+	if err != nil {
+		return &checkError{denial(err, fmt.Sprintf("move the %s label of builder %s", label, name)).Error()}
+	}
+	fmt.Fprintf(e.out, "label %s of builder %s -> %d\n", label, name, version)
+	return nil
+}
+
+func buildersLabel(fs *flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		name, label := e.args[0], e.args[2]
+		version, err := strconv.Atoi(e.args[1])
+		if err != nil || version < 1 {
+			return usagef("VERSION must be a version number, got %s", events.Quote(e.args[1]))
+		}
+		kv, _, err := e.builderBuckets(ctx, false)
+		if err != nil {
+			return err
+		}
+		return labelBuilder(ctx, e, kv, name, version, label)
+	}
+}
+
+// buildersList prints every version, its models, priority and labels, and what a builder sees.
+func buildersList(fs *flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		kv, _, err := e.builderBuckets(ctx, false)
+		if err != nil {
+			return err
+		}
+		s, bad, err := builders.Load(ctx, kv)
+		if err != nil {
+			return err
+		}
+		for _, err := range bad {
+			fmt.Fprintln(e.stderr, "left out:", err)
+		}
+		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "BUILDER\tVERSION\tSHA256\tBYTES\tMODELS\tPRIORITY\tLABELS")
+		for _, v := range s.Versions {
+			var labels []string
+			for l, n := range s.Labels[v.Name] {
+				if n == v.Version {
+					labels = append(labels, l)
+				}
+			}
+			slices.Sort(labels)
+			fmt.Fprintf(tw, "%s\t%d\t%.12s\t%d\t%s\t%d\t%s\n", v.Name, v.Version, v.SHA256, v.Size, strings.Join(v.Models, " "), v.Priority, strings.Join(labels, " "))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "\nEvery builder sees %s. A version serves requests only once labelled production.\n", builderSees)
+		return nil
+	}
+}
+
+// buildersParse splits a model's output (stdin) the way its production builder does, through
+// the composers' podium.parse.
+func buildersParse(fs *flag.FlagSet) func(context.Context, *env) error {
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for a composer's answer")
+	return func(ctx context.Context, e *env) error {
+		output, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20+1))
+		if err != nil {
+			return err
+		}
+		if len(output) > 1<<20 {
+			return usagef("the output on stdin is over 1 MiB")
+		}
+		js, err := e.jetstream()
+		if err != nil {
+			return err
+		}
+		body, err := json.Marshal(map[string]string{"model": e.args[0], "output": string(output)})
+		if err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		reply, err := js.Conn().RequestWithContext(rctx, "podium.parse", body)
+		if err != nil {
+			return fmt.Errorf("podium.parse: %w (is a composer running?)", err)
+		}
+		if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return &checkError{"podium.parse: " + string(reply.Data)}
+		}
+		_, err = fmt.Fprintf(e.out, "%s\n", reply.Data)
+		return err
+	}
+}

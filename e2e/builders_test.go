@@ -1,0 +1,196 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// trapWasm is a WASI command whose _start executes unreachable (the same bytes as
+// internal/wasm's test).
+var trapWasm = []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x04, 0x01, 0x60, 0x00, 0x00, 0x03, 0x02, 0x01, 0x00,
+	0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00, 0x0a, 0x05, 0x01, 0x03, 0x00, 0x00, 0x0b}
+
+// writeModule writes a module to a file a push can name.
+func writeModule(t *testing.T, name string, module []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".wasm")
+	if err := os.WriteFile(path, module, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// composedFor reads the prompt.composed answer of one request.
+func (e *env) composedFor(t *testing.T, execID, team string) events.PromptComposed {
+	t.Helper()
+	msgs := e.collect(events.StreamPrompts, events.PromptComposedSubject(execID, team), 1, 30*time.Second)
+	if len(msgs) != 1 {
+		t.Fatalf("no prompt.composed for %s/%s", execID, team)
+	}
+	var out events.PromptComposed
+	dataOf(t, msgs[0].Body, &out)
+	return out
+}
+
+// TestPromptBuilders: the example builder, pushed and labelled production, builds the prompts of
+// the models its globs match, recorded with its version and sha256, and verifies; pushed but not
+// labelled it serves nothing; every hostile builder falls back to the template within the render
+// deadline with its reason recorded and counted, and the composer goes on serving; podium.parse
+// answers over NATS and through the CLI.
+func TestPromptBuilders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composer := e.start("composer", "COMPOSER_RENDER_TIMEOUT=4s")
+
+	const execution = "builders"
+	e.publishEvaluation("b-e1", evaluation(execution, "t1", "One", 1, 0.4, "bubble sort", t0))
+	e.publishEvaluation("b-e2", evaluation(execution, "t2", "Two", 1, 0.9, "merge sort", t0))
+	request := func(team, name, model string, vars map[string]any) events.PromptComposed {
+		t.Helper()
+		e.requestRound("req-"+team, events.RoundRequested{ExecutionID: execution, TeamID: team, TeamName: name, RoundNumber: 2,
+			UserPrompt: "Sort the list.", Model: model, Vars: vars}, t0.Add(time.Minute))
+		return e.composedFor(t, execution, team)
+	}
+
+	phi := writeModule(t, "phi4mini", testenv.BuildWasm(t, "../builders/phi4mini"))
+	out, code := e.podium(t, nil, "builders", "push", phi, "--name", "phi4mini", "--models", "phi-4*", "--models", "microsoft/phi-4*", "--priority", "10")
+	t.Logf("$ podium builders push phi4mini.wasm ...\n%s", out)
+	if code != 0 || !strings.Contains(out, "pushed builder phi4mini@1") || !strings.Contains(out, "serves nothing until labelled production") {
+		t.Fatalf("push: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "builders", "push", writeModule(t, "junk", []byte("not wasm")), "--name", "junk", "--models", "*"); code != 1 || !strings.Contains(out, "refused") {
+		t.Fatalf("a module that does not load was not refused: exit %d\n%s", code, out)
+	}
+
+	// Pushed, not labelled: the template (its phi-4 variant) answers.
+	before := request("t1", "One", "phi-4-mini", nil)
+	if before.Builder != nil || before.Template.Variant != "phi-4" {
+		t.Fatalf("an unlabelled builder served: builder %+v, variant %q", before.Builder, before.Template.Variant)
+	}
+
+	out, code = e.podium(t, nil, "builders", "list")
+	t.Logf("$ podium builders list\n%s", out)
+	if code != 0 || !strings.Contains(out, "phi4mini  1") || !strings.Contains(out, "its submissions and the evaluator's feedback") {
+		t.Fatalf("list: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "builders", "label", "phi4mini", "1", "production"); code != 0 {
+		t.Fatalf("label: exit %d\n%s", code, out)
+	}
+	// The label reaches the composer: a render of the model is built.
+	testenv.WaitFor(t, 10*time.Second, "the composer serving the labelled builder", func() (bool, string) {
+		status, body := composer.render(t, map[string]any{"execution_id": execution, "team_id": "t9", "team_name": "Nine", "round_number": 1,
+			"user_prompt": "Go.", "model": "phi-4-mini", "time": t0.Format(time.RFC3339)})
+		return status == 200 && strings.Contains(string(body), `"builder":{"name":"phi4mini"`), fmt.Sprintf("%d %.300s", status, body)
+	})
+
+	tools := []any{map[string]any{"name": "run_tests", "description": "runs the tests"}}
+	built := request("t2", "Two", "phi-4-mini", map[string]any{"tools": tools})
+	if built.Builder == nil || built.Builder.Fallback || built.Builder.Name != "phi4mini" || built.Builder.Version != 1 || len(built.Builder.SHA256) != 64 {
+		t.Fatalf("not built by phi4mini@1: %+v", built.Builder)
+	}
+	// The prompt, checked against what this test published: the team's own round, the board.
+	for _, want := range []string{"<|system|>You are Two (team id t2)", `<|tool|>[{"description":"runs the tests","name":"run_tests"}]<|/tool|><|end|>`,
+		"<|user|># Task\nSort the list.", "## Round 1: 0.90", "merge sort", "1. Two: best 0.90 in round 1 <- your team", "2. One: best 0.40 in round 1", "<|assistant|>"} {
+		if !strings.Contains(built.Prompt, want) {
+			t.Fatalf("the built prompt lacks %q:\n%s", want, built.Prompt)
+		}
+	}
+	if strings.Contains(built.Prompt, "bubble sort") {
+		t.Fatalf("team t2's prompt carries team t1's submission:\n%s", built.Prompt)
+	}
+	if built.Params["temperature"] != 0.2 || len(built.Messages) != 2 {
+		t.Fatalf("params %v, messages %d", built.Params, len(built.Messages))
+	}
+	out, code = e.podium(t, nil, "prompts", "verify", execution, "t2", "2")
+	t.Logf("$ podium prompts verify %s t2 2\n%s", execution, out)
+	if code != 0 {
+		t.Fatalf("verify of a built prompt: exit %d\n%s", code, out)
+	}
+
+	// Hostile builders: each serves its own model, and each falls back within the deadline.
+	hostile := []struct{ kind, reason string }{
+		{"trap", "builder trap: "}, {"loop", "builder timeout: "}, {"alloc", "builder memory: "},
+		{"clock", "builder clock: "}, {"file", "builder exit: exit status 3: cannot read /etc/passwd"}, {"badjson", "builder invalid_output: "},
+	}
+	for i, h := range hostile {
+		module := trapWasm
+		if h.kind != "trap" {
+			module = testenv.BuildWasm(t, "../internal/wasm/testdata/"+h.kind)
+		}
+		name := "hostile-" + h.kind
+		if out, code := e.podium(t, nil, "builders", "push", writeModule(t, name, module), "--name", name, "--models", name, "--label", "production"); code != 0 {
+			t.Fatalf("push %s: exit %d\n%s", name, code, out)
+		}
+		team := fmt.Sprintf("h%d", i)
+		var got events.PromptComposed
+		testenv.WaitFor(t, 10*time.Second, name+" served", func() (bool, string) {
+			status, body := composer.render(t, map[string]any{"execution_id": execution, "team_id": "t9", "team_name": "Nine", "round_number": 1,
+				"user_prompt": "Go.", "model": name, "time": t0.Format(time.RFC3339)})
+			return status == 200 && strings.Contains(string(body), `"builder":{"name":"`+name), fmt.Sprintf("%d %.300s", status, body)
+		})
+		start := time.Now()
+		got = request(team, "Hostile", name, nil)
+		took := time.Since(start)
+		if got.Builder == nil || !got.Builder.Fallback || got.Builder.Name != name || !strings.HasPrefix(got.Builder.Reason, h.reason[:strings.Index(h.reason, ":")+1]) || !strings.Contains(got.Builder.Reason, strings.TrimPrefix(h.reason, h.reason[:strings.Index(h.reason, ":")+2])) {
+			t.Fatalf("%s: builder %+v, want a fallback with reason %q", name, got.Builder, h.reason)
+		}
+		if !strings.HasPrefix(got.Prompt, "You are Hostile (team id "+team+")") {
+			t.Fatalf("%s: the fallback is not the template's prompt:\n%.300s", name, got.Prompt)
+		}
+		t.Logf("%s fell back in %s: %.160s", name, took.Round(time.Millisecond), got.Builder.Reason)
+		if out, code := e.podium(t, nil, "prompts", "verify", execution, team, "2"); code != 0 {
+			t.Fatalf("verify of %s's fallback: exit %d\n%s", name, code, out)
+		}
+	}
+	if n := composer.metric(t, `composer_builder_builds_total{reason="timeout",result="fallback"}`); n < 1 {
+		t.Fatalf("the timeout fallback is not counted: %v", n)
+	}
+	// Unharmed: still ready, and the example builder still builds.
+	if code := composer.getJSON(t, "/readyz", nil); code != 200 {
+		t.Fatalf("the composer is unready after the hostile builders: %d", code)
+	}
+	if again := request("t3", "Three", "phi-4-mini", nil); again.Builder == nil || again.Builder.Fallback {
+		t.Fatalf("after the hostile builders: %+v", again.Builder)
+	}
+
+	// Parse over NATS, and through the CLI.
+	output := `Running them. <|tool_call|>[{"name":"run_tests","arguments":{"only":"sort"}}]<|/tool_call|> Done.<|end|>`
+	body, _ := json.Marshal(map[string]string{"model": "phi-4-mini", "output": output})
+	reply, err := e.nc.Request("podium.parse", body, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		FinalAnswer  string `json:"final_answer"`
+		ToolRequests []struct {
+			Name      string         `json:"name"`
+			Arguments map[string]any `json:"arguments"`
+		} `json:"tool_requests"`
+	}
+	if err := json.Unmarshal(reply.Data, &parsed); err != nil || parsed.FinalAnswer != "Running them.  Done." || len(parsed.ToolRequests) != 1 ||
+		parsed.ToolRequests[0].Name != "run_tests" || parsed.ToolRequests[0].Arguments["only"] != "sort" {
+		t.Fatalf("podium.parse: %v %s", err, reply.Data)
+	}
+	body, _ = json.Marshal(map[string]string{"model": "gpt-9", "output": "x"})
+	if reply, err := e.nc.Request("podium.parse", body, 10*time.Second); err != nil || reply.Header.Get("Nats-Service-Error-Code") != "404" {
+		t.Fatalf("parse of a model no builder serves: %v %s", err, reply.Data)
+	}
+	cmd := exec.Command(filepath.Join(bins.dir, "podium"), "builders", "parse", "phi-4-mini")
+	cmd.Env = e.baseEnv()
+	cmd.Stdin = strings.NewReader(output)
+	cli, err := cmd.CombinedOutput()
+	t.Logf("$ podium builders parse phi-4-mini < output\n%s", cli)
+	if err != nil || !strings.Contains(string(cli), `"final_answer":"Running them.  Done."`) {
+		t.Fatalf("builders parse: %v\n%s", err, cli)
+	}
+}

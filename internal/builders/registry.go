@@ -1,0 +1,276 @@
+// Package builders is the registry of prompt builders (docs/builders.md) in JetStream. A module's
+// bytes are an object of the object store BUILDER_MODULES named by their sha256: the store cuts
+// them into chunks, so a module of megabytes (a Go builder is about 3 MiB) fits however small the
+// server's max payload, and a module pushed twice is stored once. Versions and labels are keys of
+// the key-value bucket BUILDERS, every change kept, as the template registry keeps its own:
+//
+//	<name>.v<N>            a version: JSON {"name", "version", "sha256", "size", "models", "priority"}
+//	<name>.label.<label>   the version a label points at, in decimal
+//
+// A pushed version serves nothing: a request is built by the version its name's production label
+// points at, and only when its model matches that version's globs.
+package builders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/wasm"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// Bucket and Modules are the key-value bucket of versions and labels and the object store of the
+// modules' bytes.
+const (
+	Bucket  = "BUILDERS"
+	Modules = "BUILDER_MODULES"
+)
+
+// Production is the label that serves requests.
+const Production = "production"
+
+// BucketConfig keeps every change (a label's moves, a name's versions) and expires nothing.
+func BucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: Bucket, Description: "podium prompt builders: versions and labels",
+		History: 64, Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
+}
+
+// ModulesConfig is the object store of the modules.
+func ModulesConfig(replicas int) jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{Bucket: Modules, Description: "podium prompt builders: the modules' bytes, named by sha256",
+		Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
+}
+
+// Version is one pushed version of a builder.
+type Version struct {
+	Name     string   `json:"name"`
+	Version  int      `json:"version"`
+	SHA256   string   `json:"sha256"`
+	Size     int64    `json:"size"`
+	Models   []string `json:"models"`   // globs (path.Match), matched case-insensitively
+	Priority int      `json:"priority"` // the highest wins among the builders of a model; then the name
+}
+
+// Serves reports whether the version's globs match model.
+func (v Version) Serves(model string) bool {
+	model = strings.ToLower(model)
+	return model != "" && slices.ContainsFunc(v.Models, func(glob string) bool {
+		ok, _ := path.Match(strings.ToLower(glob), model)
+		return ok
+	})
+}
+
+// State is the registry's content.
+type State struct {
+	Versions []Version
+	Labels   map[string]map[string]int // name -> label -> version
+}
+
+// Labelled is the version a label of name points at.
+func (s State) Labelled(name, label string) (Version, bool) {
+	n, ok := s.Labels[name][label]
+	if !ok {
+		return Version{}, false
+	}
+	return s.Version(name, n)
+}
+
+// Version is name's version n.
+func (s State) Version(name string, n int) (Version, bool) {
+	i := slices.IndexFunc(s.Versions, func(v Version) bool { return v.Name == name && v.Version == n })
+	if i < 0 {
+		return Version{}, false
+	}
+	return s.Versions[i], true
+}
+
+// Serving is every version a production label points at, in the order a model's builder is
+// chosen: the highest priority first, then the name.
+func (s State) Serving() []Version {
+	var out []Version
+	for _, name := range s.names() {
+		if v, ok := s.Labelled(name, Production); ok {
+			out = append(out, v)
+		}
+	}
+	slices.SortFunc(out, func(a, b Version) int {
+		if a.Priority != b.Priority {
+			return b.Priority - a.Priority
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+// For is the builder of model: the first of Serving whose globs match it.
+func (s State) For(model string) (Version, bool) {
+	for _, v := range s.Serving() {
+		if v.Serves(model) {
+			return v, true
+		}
+	}
+	return Version{}, false
+}
+
+func (s State) names() []string {
+	var out []string
+	for _, v := range s.Versions {
+		out = append(out, v.Name)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func versionKey(name string, version int) string { return name + ".v" + strconv.Itoa(version) }
+
+func labelKey(name, label string) string { return name + ".label." + label }
+
+// Parse reads the bucket's current entries; an entry of another layout is an error, left out.
+func Parse(entries map[string][]byte) (State, []error) {
+	s := State{Labels: map[string]map[string]int{}}
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(entries)) {
+		value := entries[key]
+		name, rest, _ := strings.Cut(key, ".")
+		switch {
+		case strings.HasPrefix(rest, "label."):
+			n, err := strconv.Atoi(string(value))
+			if err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("builders: label %s holds %s, not a version", key, events.Quote(string(value))))
+				continue
+			}
+			if s.Labels[name] == nil {
+				s.Labels[name] = map[string]int{}
+			}
+			s.Labels[name][strings.TrimPrefix(rest, "label.")] = n
+		case strings.HasPrefix(rest, "v"):
+			var v Version
+			n, err := strconv.Atoi(rest[1:])
+			if err == nil {
+				err = json.Unmarshal(value, &v)
+			}
+			if err != nil || v.Name != name || v.Version != n || len(v.SHA256) != 64 {
+				errs = append(errs, fmt.Errorf("builders: %s is not a version of %s (%v)", key, name, err))
+				continue
+			}
+			s.Versions = append(s.Versions, v)
+		default:
+			errs = append(errs, fmt.Errorf("builders: unknown key %s", key))
+		}
+	}
+	slices.SortFunc(s.Versions, func(a, b Version) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return a.Version - b.Version
+	})
+	return s, errs
+}
+
+// Load reads the bucket and parses it: the state, and the entries it had to leave out.
+func Load(ctx context.Context, kv jetstream.KeyValue) (State, []error, error) {
+	keys, err := kv.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return State{}, nil, fmt.Errorf("builders: list: %w", err)
+	}
+	entries := map[string][]byte{}
+	if keys != nil {
+		for key := range keys.Keys() {
+			e, err := kv.Get(ctx, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				return State{}, nil, fmt.Errorf("builders: get %s: %w", key, err)
+			}
+			entries[key] = e.Value()
+		}
+	}
+	s, bad := Parse(entries)
+	return s, bad, nil
+}
+
+// Push stores module as the next version of name, serving models with priority. check runs
+// first (the CLI loads the module as composers will): a module that cannot load is refused here.
+// The bytes are stored before the version that names them, so no version ever names bytes that
+// are missing; the version number is claimed with a create, so two pushes never share one.
+func Push(ctx context.Context, kv jetstream.KeyValue, obj jetstream.ObjectStore, name string, module []byte, models []string, priority int, check func([]byte) error) (Version, error) {
+	if !events.ValidIdentifier(name) {
+		return Version{}, fmt.Errorf("builders: name %s must be an identifier", events.Quote(name))
+	}
+	if len(models) == 0 {
+		return Version{}, errors.New("builders: a builder serves at least one model glob (--models)")
+	}
+	for _, g := range models {
+		if _, err := path.Match(g, ""); err != nil || g == "" {
+			return Version{}, fmt.Errorf("builders: model glob %s is not a glob", events.Quote(g))
+		}
+	}
+	if err := check(module); err != nil {
+		return Version{}, err
+	}
+	sum := wasm.SHA256(module)
+	if _, err := obj.PutBytes(ctx, sum, module); err != nil {
+		return Version{}, fmt.Errorf("builders: store the module: %w", err)
+	}
+	s, _, err := Load(ctx, kv)
+	if err != nil {
+		return Version{}, err
+	}
+	next := 1
+	for _, v := range s.Versions {
+		if v.Name == name {
+			next = max(next, v.Version+1)
+		}
+	}
+	for ; ; next++ {
+		v := Version{Name: name, Version: next, SHA256: sum, Size: int64(len(module)), Models: models, Priority: priority}
+		doc, err := json.Marshal(v)
+		if err != nil {
+			return Version{}, err
+		}
+		_, err = kv.Create(ctx, versionKey(name, next), doc)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			continue // pushed by someone else meanwhile: take the next number
+		}
+		if err != nil {
+			return Version{}, fmt.Errorf("builders: push %s: %w", name, err)
+		}
+		return v, nil
+	}
+}
+
+// Label points a label of name at one of its versions: a release, or a rollback.
+func Label(ctx context.Context, kv jetstream.KeyValue, name, label string, version int) error {
+	if !events.ValidIdentifier(label) || label == "latest" {
+		return fmt.Errorf("builders: label %s must be an identifier other than latest", events.Quote(label))
+	}
+	if _, err := kv.Get(ctx, versionKey(name, version)); err != nil {
+		return fmt.Errorf("builders: %s has no version %d: %w", name, version, err)
+	}
+	if _, err := kv.Put(ctx, labelKey(name, label), []byte(strconv.Itoa(version))); err != nil {
+		return fmt.Errorf("builders: label %s: %w", label, err)
+	}
+	return nil
+}
+
+// Module reads a version's bytes and checks them against its sha256.
+func Module(ctx context.Context, obj jetstream.ObjectStore, v Version) ([]byte, error) {
+	b, err := obj.GetBytes(ctx, v.SHA256)
+	if err != nil {
+		return nil, fmt.Errorf("builders: the module of %s@%d: %w", v.Name, v.Version, err)
+	}
+	if got := wasm.SHA256(b); got != v.SHA256 {
+		return nil, fmt.Errorf("builders: the module of %s@%d has sha256 %s, not %s", v.Name, v.Version, got, v.SHA256)
+	}
+	return b, nil
+}

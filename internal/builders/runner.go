@@ -1,0 +1,125 @@
+package builders
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/wasm"
+	"github.com/podium-llm/podium/pkg/builder"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// Runner runs one version's module for one request (a compose.Builder): with the request's time
+// as its clock, and half the time left to the caller's deadline, so that the template renders
+// within the other half when the module fails. Err is why the module could not load: every run
+// then fails with it.
+type Runner struct {
+	V      Version
+	Module *wasm.Module
+	Err    error
+	At     time.Time
+}
+
+// Ref names the version as a record does.
+func (r *Runner) Ref() events.BuilderRef {
+	return events.BuilderRef{Name: r.V.Name, Version: r.V.Version, SHA256: r.V.SHA256}
+}
+
+// Build runs the module's build and checks its answer.
+func (r *Runner) Build(ctx context.Context, req builder.BuildRequest) (builder.Built, error) {
+	out, err := r.run(ctx, req)
+	if err != nil {
+		return builder.Built{}, err
+	}
+	built, err := builder.DecodeBuilt(out)
+	if err != nil {
+		return builder.Built{}, &wasm.Failure{Reason: wasm.ReasonInvalid, Detail: err.Error()}
+	}
+	return built, nil
+}
+
+// Parse runs the module's parse of a model's output and checks its answer.
+func (r *Runner) Parse(ctx context.Context, model, output string) (builder.Parsed, error) {
+	out, err := r.run(ctx, builder.ParseRequest{Op: builder.OpParse, Model: model, Output: output})
+	if err != nil {
+		return builder.Parsed{}, err
+	}
+	parsed, err := builder.DecodeParsed(out)
+	if err != nil {
+		return builder.Parsed{}, &wasm.Failure{Reason: wasm.ReasonInvalid, Detail: err.Error()}
+	}
+	return parsed, nil
+}
+
+func (r *Runner) run(ctx context.Context, req any) ([]byte, error) {
+	if r.Err != nil {
+		return nil, &wasm.Failure{Reason: wasm.ReasonLoad, Detail: r.Err.Error()}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+		defer cancel()
+	}
+	in, err := json.Marshal(req)
+	if err != nil {
+		return nil, &wasm.Failure{Reason: wasm.ReasonInvalid, Detail: "the input does not encode: " + err.Error()}
+	}
+	return r.Module.Run(ctx, in, r.At)
+}
+
+// Loader reads versions' modules from the object store and compiles them, once per sha256.
+type Loader struct {
+	Engine  *wasm.Engine
+	Modules jetstream.ObjectStore
+
+	mu     sync.Mutex
+	loaded map[string]*wasm.Module
+}
+
+// Load is the compiled module of v; its bytes are checked against v's sha256.
+func (l *Loader) Load(ctx context.Context, v Version) (*wasm.Module, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m, ok := l.loaded[v.SHA256]; ok {
+		return m, nil
+	}
+	module, err := Module(ctx, l.Modules, v)
+	if err != nil {
+		return nil, err
+	}
+	m, err := l.Engine.Load(ctx, module)
+	if err != nil {
+		return nil, err
+	}
+	if l.loaded == nil {
+		l.loaded = map[string]*wasm.Module{}
+	}
+	l.loaded[v.SHA256] = m
+	return m, nil
+}
+
+// Recorded is the runner of the version a record names, for verifying it: the registry's
+// version of that name and number, whose sha256 must be the record's.
+func Recorded(ctx context.Context, kv jetstream.KeyValue, l *Loader, ref events.BuilderRef, at time.Time) (*Runner, error) {
+	s, _, err := Load(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := s.Version(ref.Name, ref.Version)
+	if !ok {
+		return nil, fmt.Errorf("the registry has no builder %s@%d", ref.Name, ref.Version)
+	}
+	if v.SHA256 != ref.SHA256 {
+		return nil, fmt.Errorf("builder %s@%d is sha256 %.12s… in the registry, %.12s… in the record", ref.Name, ref.Version, v.SHA256, ref.SHA256)
+	}
+	m, err := l.Load(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{V: v, Module: m, At: at}, nil
+}

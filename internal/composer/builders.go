@@ -1,0 +1,118 @@
+package composer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/builders"
+	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/internal/wasm"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// promptBuilders are the prompt builders the composer serves (docs/builders.md): the versions
+// the BUILDERS bucket labels production, their modules compiled once, swapped whole whenever the
+// bucket changes. A request takes the set once.
+type promptBuilders struct {
+	loader   *builders.Loader
+	log      *slog.Logger
+	m        *metrics
+	cur      atomic.Pointer[[]builders.Runner] // one per production version, without a time
+	registry *follower
+}
+
+func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *slog.Logger, m *metrics, h *health.Health) *promptBuilders {
+	b := &promptBuilders{loader: &builders.Loader{Engine: engine, Modules: modules}, log: log, m: m}
+	b.registry = &follower{what: "builder registry", bucket: builders.Bucket, log: log, followed: h.Condition("builders", nil), apply: b.rebuild}
+	b.cur.Store(&[]builders.Runner{})
+	return b
+}
+
+// rebuild serves the bucket's current production versions. A module is read and compiled once
+// per sha256; one that cannot be read or compiled is served all the same, and every request of
+// its models falls back to its template saying why.
+func (b *promptBuilders) rebuild(ctx context.Context, entries map[string][]byte) {
+	state, bad := builders.Parse(entries)
+	for _, err := range bad {
+		b.log.Error("builder registry entry rejected; it is not served", "error", err)
+	}
+	var next []builders.Runner
+	for _, v := range state.Serving() {
+		m, err := b.loader.Load(ctx, v)
+		if err != nil {
+			b.log.Error("builder module cannot load; requests of its models fall back to their templates", "builder", v.Name, "version", v.Version, "error", err)
+		}
+		next = append(next, builders.Runner{V: v, Module: m, Err: err})
+		b.m.buildersServed.WithLabelValues(v.Name, strconv.Itoa(v.Version)).Set(1)
+	}
+	b.cur.Store(&next)
+	b.log.Info("builders swapped", "serving", len(next))
+}
+
+// For is the builder of a request's model at its time, nil when no production builder serves it.
+func (b *promptBuilders) For(model string, at time.Time) *builders.Runner {
+	if b == nil || model == "" {
+		return nil
+	}
+	for _, r := range *b.cur.Load() {
+		if r.V.Serves(model) {
+			r.At = at
+			return &r
+		}
+	}
+	return nil
+}
+
+// buildResult is the labels of composer_builder_builds_total for a record's builder: built, or
+// fallback with the kind of failure (the reason's first word: "builder timeout: ..." is timeout,
+// "budget: ..." is budget).
+func buildResult(b *events.BuilderRef) (result, reason string) {
+	if !b.Fallback {
+		return "built", ""
+	}
+	kind, _, _ := strings.Cut(strings.TrimPrefix(b.Reason, "builder "), ":")
+	return "fallback", kind
+}
+
+// parseRequest is what podium.parse takes.
+type parseRequest struct {
+	Model  string  `json:"model"`
+	Output *string `json:"output"`
+}
+
+// parse answers podium.parse: the output split by the production builder of the model, within
+// timeout. The builder's wall clock reads the Unix epoch: a parse has no request time.
+func (b *promptBuilders) parse(ctx context.Context, data []byte, timeout time.Duration) (int, any) {
+	var req parseRequest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Model == "" || req.Output == nil {
+		msg := `want {"model": "...", "output": "..."}`
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		return http.StatusBadRequest, service.Error{Code: string(events.CodeInvalidRequest), Message: msg}
+	}
+	r := b.For(req.Model, time.Unix(0, 0).UTC())
+	if r == nil {
+		return http.StatusNotFound, service.Error{Code: "no_builder", Message: fmt.Sprintf("no builder labelled production serves model %s", events.Quote(req.Model))}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	parsed, err := r.Parse(ctx, req.Model, *req.Output)
+	if err != nil {
+		return http.StatusBadGateway, service.Error{Code: "builder_failed", Message: fmt.Sprintf("%s@%d: %v", r.V.Name, r.V.Version, err)}
+	}
+	return http.StatusOK, parsed
+}
