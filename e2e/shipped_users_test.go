@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/servers"
+	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -208,6 +209,7 @@ func TestShippedUsers(t *testing.T) {
 		{"console", "$JS.API.CONSUMER.DELETE." + events.StreamEvaluations + "." + events.ConsumerRanker},
 		{"auditor", "$JS.API.STREAM.PURGE." + events.StreamPrompts},
 		{"author", "$KV.TEMPLATES.greet.label.production"},
+		{"author", "$KV.BUILDERS.phi4mini.label.production"},
 		{"author", events.EvaluationSubject(exec, "t1")},
 	} {
 		refused(t, ns, c.role, c.subject)
@@ -226,6 +228,24 @@ func TestShippedUsers(t *testing.T) {
 	}
 	if out, code := e.podium(t, as("release"), "templates", "label", "greet", "2", "production"); code != 0 {
 		t.Errorf("the release user's move of production: exit %d\n%s", code, out)
+	}
+	// Builders: the same rule (docs/builders.md); the composer follows them under its user.
+	module := writeModule(t, "phi4mini", testenv.BuildWasm(t, "../builders/phi4mini"))
+	if out, code := e.podium(t, as("author"), "builders", "push", module, "--name", "phi4mini", "--models", "phi-4*"); code != 0 {
+		t.Fatalf("the author's push of a builder: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, as("author"), "builders", "label", "phi4mini", "1", "production"); code != 1 || !strings.Contains(out, "not permitted") {
+		t.Errorf("the author's move of a builder's production: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, as("release"), "builders", "label", "phi4mini", "1", "production"); code != 0 {
+		t.Errorf("the release user's move of a builder's production: exit %d\n%s", code, out)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the composer serving phi4mini@1", func() (bool, string) {
+		return procs[1].metric(t, `composer_builders_served{name="phi4mini",version="1"}`) == 1, procs[1].logs.String()
+	})
+	e.requestRound("sec-phi", events.RoundRequested{ExecutionID: exec, TeamID: "t2", TeamName: "Team t2", RoundNumber: 2, UserPrompt: "Again.", Model: "phi-4-mini"}, t0.Add(time.Hour))
+	if a := e.answers("prompt.*."+exec+".t2", 1, 30*time.Second)["sec-phi"]; !a.ok() || a.composed.Builder == nil || a.composed.Builder.Fallback {
+		t.Errorf("a request of the builder's model under the shipped users: %s %+v %+v", a.subject, a.failed, a.composed.Builder)
 	}
 	// The services were refused nothing they asked.
 	for _, p := range procs {
