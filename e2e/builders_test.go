@@ -20,7 +20,7 @@ var trapWasm = []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x04
 	0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x00, 0x0a, 0x05, 0x01, 0x03, 0x00, 0x00, 0x0b}
 
 // writeModule writes a module to a file a push can name.
-func writeModule(t *testing.T, name string, module []byte) string {
+func writeModule(t testing.TB, name string, module []byte) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".wasm")
 	if err := os.WriteFile(path, module, 0o644); err != nil {
@@ -163,6 +163,21 @@ func TestPromptBuilders(t *testing.T) {
 		t.Fatalf("after the hostile builders: %+v", again.Builder)
 	}
 
+	// The execution's bundle carries the builder's module: its records verify with no server.
+	bundle := filepath.Join(t.TempDir(), "builders.podium.json.gz")
+	out, code = e.podium(t, nil, "export", "--execution", execution, "--out", bundle)
+	t.Logf("$ podium export --execution %s\n%s", execution, out)
+	if code != 0 || !strings.Contains(out, "1 builder versions") {
+		t.Fatalf("export: exit %d\n%s", code, out)
+	}
+	cmd := exec.Command(filepath.Join(bins.dir, "podium"), "prompts", "verify", "--bundle", bundle)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "NATS_URL=nats://127.0.0.1:1", "CLICKHOUSE_ADDR=127.0.0.1:1"} // no server
+	offline, err := cmd.CombinedOutput()
+	t.Logf("$ podium prompts verify --bundle (no servers)\n%s", offline)
+	if err != nil || !strings.Contains(string(offline), "record(s) verified") {
+		t.Fatalf("verify --bundle: %v\n%s", err, offline)
+	}
+
 	// Parse over NATS, and through the CLI.
 	output := `Running them. <|tool_call|>[{"name":"run_tests","arguments":{"only":"sort"}}]<|/tool_call|> Done.<|end|>`
 	body, _ := json.Marshal(map[string]string{"model": "phi-4-mini", "output": output})
@@ -185,7 +200,7 @@ func TestPromptBuilders(t *testing.T) {
 	if reply, err := e.nc.Request("podium.parse", body, 10*time.Second); err != nil || reply.Header.Get("Nats-Service-Error-Code") != "404" {
 		t.Fatalf("parse of a model no builder serves: %v %s", err, reply.Data)
 	}
-	cmd := exec.Command(filepath.Join(bins.dir, "podium"), "builders", "parse", "phi-4-mini")
+	cmd = exec.Command(filepath.Join(bins.dir, "podium"), "builders", "parse", "phi-4-mini")
 	cmd.Env = e.baseEnv()
 	cmd.Stdin = strings.NewReader(output)
 	cli, err := cmd.CombinedOutput()

@@ -60,7 +60,9 @@ func TestRenderOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got micro.Info
-	if err := json.Unmarshal(info.Data, &got); err != nil || got.Name != "podium" || len(got.Endpoints) != 1 || got.Endpoints[0].Subject != "podium.render" || got.Endpoints[0].Name != "render" {
+	// render, and parse (docs/builders.md), in the order they were added.
+	if err := json.Unmarshal(info.Data, &got); err != nil || got.Name != "podium" || len(got.Endpoints) != 2 || got.Endpoints[0].Subject != "podium.render" || got.Endpoints[0].Name != "render" ||
+		got.Endpoints[1].Subject != "podium.parse" || got.Endpoints[1].Name != "parse" {
 		t.Errorf("$SRV.INFO.podium = %s (ping %s)", info.Data, ping.Data)
 	}
 }

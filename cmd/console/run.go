@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/console"
 	"github.com/podium-llm/podium/internal/consume"
@@ -17,6 +18,7 @@ import (
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/service"
+	"github.com/podium-llm/podium/internal/wasm"
 )
 
 // command is the console's command line (internal/service).
@@ -41,6 +43,7 @@ a loopback host only (localhost, 127.0.0.1, [::1]): a page elsewhere cannot rebi
 type config struct {
 	service.Common
 	service.ClickHouse
+	builders.ComposersLimits
 	Addr            string `envconfig:"ADDR" default:"127.0.0.1:8090" desc:"address the console listens on (CONSOLE_ADDR); any but loopback needs a credential"`
 	AuthToken       string `envconfig:"AUTH_TOKEN" desc:"token every request must carry (CONSOLE_AUTH_TOKEN): Authorization: Bearer, or the basic-auth password"`
 	BasicUser       string `envconfig:"BASIC_USER" desc:"basic-auth user (CONSOLE_BASIC_USER), with CONSOLE_BASIC_PASSWORD"`
@@ -93,7 +96,13 @@ func run(ctx context.Context, p *service.Prepared[config], stdout io.Writer) err
 	if err != nil {
 		return err
 	}
-	// A verifier over the registry as it is now: a record names the version that rendered it.
+	// Prompt builders run as the composers run them (their limits), for verify.
+	engine, err := wasm.NewEngine(ctx, cfg.ComposersLimits.Limits().Wasm())
+	if err != nil {
+		return err
+	}
+	defer engine.Close(context.WithoutCancel(ctx))
+	// A verifier over the registries as they are now: a record names the version that rendered it.
 	verifier := func(ctx context.Context) (*audit.Verifier, error) {
 		var reg registry.State
 		if kv, err := base.JS.KeyValue(ctx, registry.Bucket); err == nil {
@@ -101,7 +110,16 @@ func run(ctx context.Context, p *service.Prepared[config], stdout io.Writer) err
 				return nil, err
 			}
 		}
-		return audit.NewVerifier(settings, reg, render.Store{St: st}), nil
+		v := audit.NewVerifier(settings, reg, render.Store{St: st})
+		kv, err := base.JS.KeyValue(ctx, builders.Bucket)
+		if err != nil {
+			return v, nil // no builder registry: a built record says it cannot be run again
+		}
+		obj, err := base.JS.ObjectStore(ctx, builders.Modules)
+		if err != nil {
+			return nil, err
+		}
+		return v.WithBuilders(builders.Source(kv, &builders.Loader{Engine: engine, Modules: obj})), nil
 	}
 	con, err := console.New(console.Deps{
 		Log: log, Reg: base.Reg, NC: base.NC, JS: base.JS, Store: st, Builtin: lib.Templates(),

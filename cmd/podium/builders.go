@@ -22,10 +22,6 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// builderSees is what every builder is handed, said before an operator labels one
-// (docs/builders.md, "What a builder sees").
-const builderSees = "a team's whole context: its task, its submissions and the evaluator's feedback of the rounds its template would print, the leaderboard, and the request's vars"
-
 // builderBuckets opens the BUILDERS bucket and the modules' object store; create makes them when
 // missing (a first push).
 func (e *env) builderBuckets(ctx context.Context, create bool) (jetstream.KeyValue, jetstream.ObjectStore, error) {
@@ -67,14 +63,44 @@ func (e *env) builderSource(ctx context.Context) (func(context.Context, events.B
 	if err != nil {
 		return nil, err
 	}
-	engine, err := wasm.NewEngine(ctx, wasm.Limits{MemoryPages: e.cfg.BuilderMemoryPages, OutputBytes: e.cfg.BuilderOutputBytes, StderrBytes: 4096})
+	engine, err := e.builderEngine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return builders.Source(kv, &builders.Loader{Engine: engine, Modules: obj}), nil
+}
+
+// builderEngine runs builders as the composers do (their limits), closed when the command ends.
+func (e *env) builderEngine(ctx context.Context) (*wasm.Engine, error) {
+	engine, err := wasm.NewEngine(ctx, e.cfg.ComposersLimits.Limits().Wasm())
 	if err != nil {
 		return nil, err
 	}
 	e.close = append(e.close, func() { engine.Close(context.Background()) })
-	loader := &builders.Loader{Engine: engine, Modules: obj}
-	return func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
-		return builders.Recorded(ctx, kv, loader, ref, at)
+	return engine, nil
+}
+
+// builderModules reads the module of a builder version from the registry, for a bundle (nil when
+// there is no registry).
+func (e *env) builderModules(ctx context.Context) (func(events.BuilderRef) ([]byte, error), error) {
+	kv, obj, err := e.builderBuckets(ctx, false)
+	var empty *checkError
+	if errors.As(err, &empty) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s, _, err := builders.Load(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	return func(ref events.BuilderRef) ([]byte, error) {
+		v, ok := s.Version(ref.Name, ref.Version)
+		if !ok || v.SHA256 != ref.SHA256 {
+			return nil, fmt.Errorf("the registry does not hold it with sha256 %.12s…", ref.SHA256)
+		}
+		return builders.Module(ctx, obj, v)
 	}, nil
 }
 
@@ -110,7 +136,7 @@ func buildersPush(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		var v builders.Version
 		err = e.permitted(ctx, func(ctx context.Context) (err error) {
-			v, err = builders.Push(ctx, kv, obj, *name, module, models, *priority, loadable(ctx, e.cfg.BuilderMemoryPages))
+			v, err = builders.Push(ctx, kv, obj, *name, module, models, *priority, loadable(ctx, e.cfg.ComposersMemoryPages))
 			return err
 		})
 		if err != nil {
@@ -118,7 +144,7 @@ func buildersPush(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		fmt.Fprintf(e.out, "pushed builder %s@%d (sha256 %s, %d bytes, models %s, priority %d)\n", v.Name, v.Version, v.SHA256, v.Size, strings.Join(v.Models, " "), v.Priority)
 		if *label == "" {
-			fmt.Fprintf(e.out, "it serves nothing until labelled production; it will see %s\n", builderSees)
+			fmt.Fprintf(e.out, "it serves nothing until labelled production; it will see %s\n", builders.Sees)
 			return nil
 		}
 		return labelBuilder(ctx, e, kv, v.Name, v.Version, *label)
@@ -192,7 +218,7 @@ func buildersList(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.out, "\nEvery builder sees %s. A version serves requests only once labelled production.\n", builderSees)
+		fmt.Fprintf(e.out, "\nEvery builder sees %s. A version serves requests only once labelled production.\n", builders.Sees)
 		return nil
 	}
 }

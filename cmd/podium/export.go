@@ -59,7 +59,11 @@ func export(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return usagef("%v", err)
 		}
-		b, err := audit.NewBundle(*execution, settings.TZ, evals, recs, lib)
+		modules, err := e.builderModules(ctx)
+		if err != nil {
+			return err
+		}
+		b, err := audit.NewBundle(*execution, settings.TZ, evals, recs, lib, modules)
 		if err != nil {
 			return &checkError{err.Error()}
 		}
@@ -75,8 +79,8 @@ func export(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 			return &usageError{err.Error()}
 		}
-		fmt.Fprintf(e.out, "%s: %d evaluations, %d prompts, %d template versions of %s (%d bytes); verify it anywhere with `podium prompts verify --bundle %s`\n",
-			path, len(b.Evaluations), len(b.Prompts), len(b.Templates), *execution, buf.Len(), path)
+		fmt.Fprintf(e.out, "%s: %d evaluations, %d prompts, %d template versions, %d builder versions of %s (%d bytes); verify it anywhere with `podium prompts verify --bundle %s`\n",
+			path, len(b.Evaluations), len(b.Prompts), len(b.Templates), len(b.Builders), *execution, buf.Len(), path)
 		return nil
 	}
 }

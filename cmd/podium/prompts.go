@@ -13,8 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/textdiff"
+	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -195,6 +197,19 @@ func verifyBundle(ctx context.Context, e *env, path, tz string) error {
 	v, err := b.Verifier(tz)
 	if err != nil {
 		return &checkError{err.Error()}
+	}
+	if len(b.Builders) > 0 {
+		engine, err := e.builderEngine(ctx)
+		if err != nil {
+			return err
+		}
+		v.WithBuilders(func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
+			module, ok := b.Module(ref)
+			if !ok {
+				return nil, fmt.Errorf("the bundle does not hold its module")
+			}
+			return builders.FromBytes(ctx, engine, ref, module, at)
+		})
 	}
 	fmt.Fprintf(e.out, "bundle of %s: %d evaluations, %d prompts, %d template versions\n", b.ExecutionID, len(b.Evaluations), len(recs), len(b.Templates))
 	return verifyRecords(ctx, e, v, recs)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/service"
@@ -24,14 +25,12 @@ import (
 type config struct {
 	service.Common
 	service.ClickHouseWriter
-	// The composers' limits of a prompt builder's run, so that verify runs one as they did.
-	BuilderMemoryPages uint32 `envconfig:"COMPOSER_BUILDER_MEMORY_PAGES" default:"1024" desc:"the composers' memory of a prompt builder's run, in pages of 64 KiB, for verify"`
-	BuilderOutputBytes int    `envconfig:"COMPOSER_BUILDER_OUTPUT_BYTES" default:"1048576" desc:"the composers' limit of a prompt builder's answer, for verify"`
+	builders.ComposersLimits
 }
 
 // Validate checks the shared settings.
 func (c *config) Validate() error {
-	return errors.Join(c.ValidateShared("PODIUM"), c.ClickHouseWriter.Validate("PODIUM"))
+	return errors.Join(c.ValidateShared("PODIUM"), c.ClickHouseWriter.Validate("PODIUM"), c.ComposersLimits.Limits().Validate("COMPOSER"))
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

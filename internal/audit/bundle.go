@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,18 @@ type Bundle struct {
 	Evaluations []BundleEvaluation `json:"evaluations"`  // by EVALUATIONS sequence
 	Prompts     []BundlePrompt     `json:"prompts"`      // in the order PROMPTS stored them
 	Templates   []BundleTemplate   `json:"templates"`    // by name, then version
+	// Builders are the prompt builders' modules the records name (a compatible addition, absent
+	// when none), so a built record verifies with no server.
+	Builders []BundleBuilder `json:"builders,omitempty"` // by name, then version
+}
+
+// BundleBuilder is one prompt builder version a record names, with its module's bytes (base64 in
+// the JSON).
+type BundleBuilder struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	SHA256  string `json:"sha256"`
+	Module  []byte `json:"module"`
 }
 
 // BundleEvaluation is one stored copy of an evaluation.
@@ -67,10 +80,14 @@ type BundleTemplate struct {
 }
 
 // NewBundle gathers an execution's bundle: its evaluations as the store holds them, its records,
-// and the template versions they name from lib (a record whose version lib does not hold, with
-// the same sha256, cannot be exported).
-func NewBundle(executionID, tz string, evals []rank.Record, recs []Record, lib *compose.Library) (Bundle, error) {
+// the template versions they name from lib (a record whose version lib does not hold, with the
+// same sha256, cannot be exported), and the modules of the builders that built them from modules
+// (nil: there is no builder registry).
+func NewBundle(executionID, tz string, evals []rank.Record, recs []Record, lib *compose.Library, modules func(events.BuilderRef) ([]byte, error)) (Bundle, error) {
 	b := Bundle{Format: BundleFormat, ExecutionID: executionID, TZ: tz}
+	if err := b.addBuilders(recs, modules); err != nil {
+		return Bundle{}, err
+	}
 	for _, r := range evals {
 		b.Evaluations = append(b.Evaluations, BundleEvaluation{Seq: r.Seq, Era: r.Era, EventID: r.EventID, Source: r.Source, Data: r.EvaluationCompleted})
 	}
@@ -106,6 +123,44 @@ func NewBundle(executionID, tz string, evals []rank.Record, recs []Record, lib *
 		b.Templates = append(b.Templates, templates[ref])
 	}
 	return b, nil
+}
+
+// addBuilders adds the module of every builder version that built one of recs.
+func (b *Bundle) addBuilders(recs []Record, modules func(events.BuilderRef) ([]byte, error)) error {
+	seen := map[string]bool{}
+	for _, r := range recs {
+		ref := r.Data.Builder
+		if ref == nil || ref.Fallback || seen[ref.Name+"@"+strconv.Itoa(ref.Version)] {
+			continue
+		}
+		seen[ref.Name+"@"+strconv.Itoa(ref.Version)] = true
+		if modules == nil {
+			return fmt.Errorf("builder %s@%d of %s %s round %d: there is no builder registry to export it from", ref.Name, ref.Version, r.Data.ExecutionID, r.Data.TeamID, r.Data.RoundNumber)
+		}
+		module, err := modules(*ref)
+		if err != nil {
+			return fmt.Errorf("builder %s@%d of %s %s round %d: %w", ref.Name, ref.Version, r.Data.ExecutionID, r.Data.TeamID, r.Data.RoundNumber, err)
+		}
+		b.Builders = append(b.Builders, BundleBuilder{Name: ref.Name, Version: ref.Version, SHA256: ref.SHA256, Module: module})
+	}
+	slices.SortFunc(b.Builders, func(x, y BundleBuilder) int {
+		if c := strings.Compare(x.Name, y.Name); c != 0 {
+			return c
+		}
+		return x.Version - y.Version
+	})
+	return nil
+}
+
+// Module is the bytes of the bundle's builder version ref names, if the bundle holds it with
+// ref's sha256.
+func (b Bundle) Module(ref events.BuilderRef) ([]byte, bool) {
+	for _, bb := range b.Builders {
+		if bb.Name == ref.Name && bb.Version == ref.Version && bb.SHA256 == ref.SHA256 {
+			return bb.Module, true
+		}
+	}
+	return nil, false
 }
 
 // Write writes the bundle as JSON, gzip-compressed when compressed (the same bundle gives the

@@ -40,6 +40,10 @@ const (
 // Production is the label that serves requests.
 const Production = "production"
 
+// Sees is what every builder is handed, said before anyone labels one (docs/builders.md, "What a
+// builder sees").
+const Sees = "a team's whole context: its task, its submissions and the evaluator's feedback of the rounds its template would print, the leaderboard, and the request's vars"
+
 // BucketConfig keeps every change (a label's moves, a name's versions) and expires nothing.
 func BucketConfig(replicas int) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: Bucket, Description: "podium prompt builders: versions and labels",

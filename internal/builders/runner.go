@@ -11,6 +11,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/wasm"
 	"github.com/podium-llm/podium/pkg/builder"
+	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -122,4 +123,24 @@ func Recorded(ctx context.Context, kv jetstream.KeyValue, l *Loader, ref events.
 		return nil, err
 	}
 	return &Runner{V: v, Module: m, At: at}, nil
+}
+
+// FromBytes is the runner of a version known by its bytes alone (a bundle's), which must be its
+// sha256.
+func FromBytes(ctx context.Context, engine *wasm.Engine, ref events.BuilderRef, module []byte, at time.Time) (*Runner, error) {
+	if got := wasm.SHA256(module); got != ref.SHA256 {
+		return nil, fmt.Errorf("its module is sha256 %.12s…, the record says %.12s…", got, ref.SHA256)
+	}
+	m, err := engine.Load(ctx, module)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{V: Version{Name: ref.Name, Version: ref.Version, SHA256: ref.SHA256}, Module: m, At: at}, nil
+}
+
+// Source runs the versions records name from the registry (Recorded), for a verifier.
+func Source(kv jetstream.KeyValue, l *Loader) func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
+	return func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
+		return Recorded(ctx, kv, l, ref, at)
+	}
 }

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/service"
-	"github.com/podium-llm/podium/internal/wasm"
 	"github.com/podium-llm/podium/pkg/compose"
 )
 
@@ -30,23 +30,12 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish requests in hand after SIGTERM"`
 	RenderTimeout   time.Duration `envconfig:"RENDER_TIMEOUT" default:"10s" desc:"longest render of one prompt (counting a hostile text may take long); past it the request answers budget_exceeded"`
 	RenderAPILimit  int           `envconfig:"RENDER_CONCURRENCY" default:"4" desc:"POST /v1/render requests served at once; more answer 429"`
-	BuilderLimits
-}
-
-// BuilderLimits bound one run of a prompt builder (docs/builders.md); its time is half of what is
-// left of COMPOSER_RENDER_TIMEOUT.
-type BuilderLimits struct {
-	MemoryPages uint32 `envconfig:"BUILDER_MEMORY_PAGES" default:"1024" desc:"memory of one run of a prompt builder, in pages of 64 KiB (1024: 64 MiB); past it the builder falls back"`
-	OutputBytes int    `envconfig:"BUILDER_OUTPUT_BYTES" default:"1048576" desc:"bytes a prompt builder may write as its answer; past them it falls back"`
-}
-
-func (b BuilderLimits) wasm() wasm.Limits {
-	return wasm.Limits{MemoryPages: b.MemoryPages, OutputBytes: b.OutputBytes, StderrBytes: 4096}
+	builders.Limits
 }
 
 // Validate checks every setting; the error names each bad variable.
 func (c *Config) Validate() error {
-	errs := []error{c.ValidateShared("COMPOSER"), c.ClickHouse.Validate("COMPOSER")}
+	errs := []error{c.ValidateShared("COMPOSER"), c.ClickHouse.Validate("COMPOSER"), c.Limits.Validate("COMPOSER")}
 	if c.InputsTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_INPUTS_TIMEOUT must be positive, got %s", c.InputsTimeout))
 	}
@@ -67,12 +56,6 @@ func (c *Config) Validate() error {
 	}
 	if c.RenderAPILimit < 1 {
 		errs = append(errs, fmt.Errorf("COMPOSER_RENDER_CONCURRENCY must be at least 1, got %d", c.RenderAPILimit))
-	}
-	if c.MemoryPages < 16 || c.MemoryPages > 65536 {
-		errs = append(errs, fmt.Errorf("COMPOSER_BUILDER_MEMORY_PAGES must be 16 to 65536 (1 MiB to 4 GiB), got %d", c.MemoryPages))
-	}
-	if c.OutputBytes < 1024 {
-		errs = append(errs, fmt.Errorf("COMPOSER_BUILDER_OUTPUT_BYTES must be at least 1024, got %d", c.OutputBytes))
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout))

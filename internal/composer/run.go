@@ -79,7 +79,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		base.Close()
 		return err
 	}
-	engine, err := wasm.NewEngine(ctx, cfg.BuilderLimits.wasm())
+	engine, err := wasm.NewEngine(ctx, cfg.Limits.Wasm())
 	if err != nil {
 		base.Close()
 		return err

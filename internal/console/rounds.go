@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,6 +33,8 @@ type recordView struct {
 	Template        string // name@version
 	TemplateSHA     string
 	Variant         string
+	Builder         *events.BuilderRef // the prompt builder that built it, or fell back
+	Params          string             // the builder's hints, as JSON
 	Model           string
 	PromptSHA       string
 	Tokens          int
@@ -161,6 +164,11 @@ func viewRecord(rec audit.Record) *recordView {
 		Model: d.Model, PromptSHA: d.PromptSHA256, Tokens: d.TokenEstimate, Encoding: d.TokenEncoding, Cuts: d.Truncated,
 		EvaluationsSeq: d.Inputs.EvaluationsSeq, Prompt: clip(d.Prompt, promptBytes), TeamName: d.TeamName,
 		TeamCount: d.Inputs.TeamCount, HistoryRounds: d.Inputs.HistoryRounds}
+	v.Builder = d.Builder
+	if len(d.Params) > 0 {
+		p, _ := json.Marshal(d.Params)
+		v.Params = string(p)
+	}
 	v.TeamPosition = "unranked"
 	if d.Inputs.TeamPosition != nil {
 		v.TeamPosition = strconv.Itoa(*d.Inputs.TeamPosition)

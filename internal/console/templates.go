@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/textdiff"
 	"github.com/podium-llm/podium/pkg/compose"
@@ -21,6 +22,10 @@ type templatesPage struct {
 	NoRegistry  bool
 	RegistryErr []string // entries the registry holds that are not versions or labels
 	Builtin     []*compose.Template
+	Builders    []builders.Version
+	BuilderTags map[string]string // name@version -> its labels
+	BuildersErr []string
+	Sees        string // what every builder is handed
 }
 
 type registryName struct {
@@ -62,6 +67,9 @@ func (c *Console) templates(r *http.Request) (any, error) {
 	for _, e := range bad {
 		p.RegistryErr = append(p.RegistryErr, e.Error())
 	}
+	if err := c.addBuilders(r, &p); err != nil {
+		return nil, err
+	}
 	for _, name := range s.Names() {
 		n := registryName{Name: name}
 		for _, v := range s.VersionsOf(name) {
@@ -71,6 +79,35 @@ func (c *Console) templates(r *http.Request) (any, error) {
 		p.Registry = append(p.Registry, n)
 	}
 	return p, nil
+}
+
+// addBuilders lists the prompt builders' versions and labels, when there is a registry of them.
+func (c *Console) addBuilders(r *http.Request, p *templatesPage) error {
+	kv, err := c.d.JS.KeyValue(r.Context(), builders.Bucket)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("builders: %w", err)
+	}
+	s, bad, err := builders.Load(r.Context(), kv)
+	if err != nil {
+		return err
+	}
+	p.Builders, p.BuilderTags, p.Sees = s.Versions, map[string]string{}, builders.Sees
+	for _, v := range s.Versions {
+		var tags []string
+		for _, l := range sortedLabels(s.Labels[v.Name]) {
+			if l.Version == v.Version {
+				tags = append(tags, l.Label)
+			}
+		}
+		p.BuilderTags[fmt.Sprintf("%s@%d", v.Name, v.Version)] = strings.Join(tags, " ")
+	}
+	for _, e := range bad {
+		p.BuildersErr = append(p.BuildersErr, e.Error())
+	}
+	return nil
 }
 
 // splitsOf are a name's labels split between versions, as `podium templates list` writes them.

@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// BenchmarkBuilderVersusTemplate composes the same prompts twice through one composer: with the
+// example builder (builders/phi4mini, labelled production for the model) and with the team-round
+// template (a model no builder serves), and reports the composer's CPU per prompt of each and
+// their ratio. The executions hold distinct texts (coldText), so no read or render is a repeat.
+// BENCH_PROMPTS sets the prompts of each path (default 200).
+func BenchmarkBuilderVersusTemplate(b *testing.B) {
+	prompts := 200
+	if s := os.Getenv("BENCH_PROMPTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("BENCH_PROMPTS=%q: want a whole number of 1 or more", s)
+		}
+		prompts = n
+	}
+	e := newEnv(b)
+	e.start("ranker")
+	composer := e.start("composer")
+	module := writeModule(b, "phi4mini", testenv.BuildWasm(b, "../builders/phi4mini"))
+	for _, args := range [][]string{{"builders", "push", module, "--name", "phi4mini", "--models", "bench-phi*"}, {"builders", "label", "phi4mini", "1", "production"}} {
+		if out, code := e.podium(b, nil, args...); code != 0 {
+			b.Fatalf("podium %v: exit %d\n%s", args, code, out)
+		}
+	}
+	testenv.WaitFor(b, 10*time.Second, "the composer serving phi4mini", func() (bool, string) {
+		return composer.metric(b, `composer_builders_served{name="phi4mini",version="1"}`) == 1, ""
+	})
+	const teams, rounds = 10, 4
+	// Two executions with the same evaluations: one composed through the builder, one through the
+	// template.
+	for _, exec := range []string{"bench-builder", "bench-template"} {
+		for team := range teams {
+			for round := 1; round <= rounds; round++ {
+				id := fmt.Sprintf("%s-%d-%d", exec, team, round)
+				e.publishEvaluation(id, evaluation(exec, fmt.Sprintf("t%02d", team), fmt.Sprintf("Team %02d", team), round,
+					float64((team*7+round*3)%100)/100, coldText(uint64(team*100+round), 1500), t0))
+			}
+		}
+	}
+	pid := composer.cmd.Process.Pid
+	b.ResetTimer()
+	perPrompt := map[string]float64{}
+	for _, path := range []struct{ exec, model string }{{"bench-builder", "bench-phi-4-mini"}, {"bench-template", "bench-plain"}} {
+		cpu := cpuSince(pid)
+		for i := range prompts {
+			team := i % teams
+			e.requestRound(fmt.Sprintf("%s-req-%d", path.exec, i), events.RoundRequested{ExecutionID: path.exec, TeamID: fmt.Sprintf("t%02d", team),
+				TeamName: fmt.Sprintf("Team %02d", team), RoundNumber: rounds + 1 + i/teams, UserPrompt: "Write the best possible design document for a rate limiter.",
+				Model: path.model}, t0.Add(time.Duration(i)*time.Second))
+		}
+		answers := e.answers("prompt.*."+path.exec+".*", prompts, 5*time.Minute)
+		used := cpu()[0]
+		for id, a := range answers {
+			built := a.ok() && a.composed.Builder != nil && !a.composed.Builder.Fallback
+			if !a.ok() || built != strings.Contains(path.model, "phi") {
+				b.Fatalf("%s: answered %s, built %v", id, a.subject, built)
+			}
+		}
+		perPrompt[path.exec] = used / float64(prompts) * 1e6
+	}
+	b.StopTimer()
+	b.ReportMetric(perPrompt["bench-builder"], "builder-cpu-us/prompt")
+	b.ReportMetric(perPrompt["bench-template"], "template-cpu-us/prompt")
+	b.ReportMetric(perPrompt["bench-builder"]/perPrompt["bench-template"], "builder/template")
+	b.Logf("composer CPU per prompt: builder %.0f us, template %.0f us (x%.2f), %d prompts each",
+		perPrompt["bench-builder"], perPrompt["bench-template"], perPrompt["bench-builder"]/perPrompt["bench-template"], prompts)
+}
