@@ -28,7 +28,7 @@ func BenchmarkBuilderVersusTemplate(b *testing.B) {
 	}
 	e := newEnv(b)
 	e.start("ranker")
-	composer := e.start("composer")
+	composer := e.start("composer", "PPROF=true")
 	module := writeModule(b, "phi4mini", testenv.BuildWasm(b, "../builders/phi4mini"))
 	for _, args := range [][]string{{"builders", "push", module, "--name", "phi4mini", "--models", "bench-phi*"}, {"builders", "label", "phi4mini", "1", "production"}} {
 		if out, code := e.podium(b, nil, args...); code != 0 {
@@ -55,6 +55,9 @@ func BenchmarkBuilderVersusTemplate(b *testing.B) {
 	perPrompt := map[string]float64{}
 	for _, path := range []struct{ exec, model string }{{"bench-builder", "bench-phi-4-mini"}, {"bench-template", "bench-plain"}} {
 		cpu := cpuSince(pid)
+		if out := os.Getenv("BENCH_BUILDER_PROFILE"); out != "" && path.exec == "bench-builder" {
+			go saveProfile(b, composer, out) // two seconds of the composer building
+		}
 		for i := range prompts {
 			team := i % teams
 			e.requestRound(fmt.Sprintf("%s-req-%d", path.exec, i), events.RoundRequested{ExecutionID: path.exec, TeamID: fmt.Sprintf("t%02d", team),

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -152,7 +153,7 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 		// A counter, not a clock: runtimes that loop on it until time passes (Go's sleep) still
 		// end, and the same run reads the same values.
 		WithNanotime(func() int64 { ticks += int64(time.Microsecond); return ticks }, sys.ClockResolution(1))
-	mod, err := m.e.rt.InstantiateModule(ctx, m.c, cfg)
+	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mmapAllocator()), m.c, cfg)
 	if mod != nil {
 		_ = mod.Close(context.WithoutCancel(ctx))
 	}
