@@ -152,6 +152,21 @@ func TestPromptBuilders(t *testing.T) {
 			t.Fatalf("verify of %s's fallback: exit %d\n%s", name, code, out)
 		}
 	}
+	// The console: what a builder sees, before and after labels; a prompt's builder, or its fallback.
+	console := e.start("console")
+	status, page := getPage(t, "http://"+console.addr+"/templates")
+	if status != 200 || !strings.Contains(page, `id="builder-sees"`) || !strings.Contains(page, "its submissions and the evaluator&#39;s feedback") ||
+		!strings.Contains(page, "<td>phi4mini</td>") || !strings.Contains(page, `<span class="label">production</span>`) {
+		t.Fatalf("the console's builders: %d\n%s", status, page)
+	}
+	status, page = getPage(t, "http://"+console.addr+"/executions/"+execution+"/teams/t2/rounds/2?verify=1")
+	if status != 200 || !strings.Contains(page, `id="builder">phi4mini@1`) || !strings.Contains(page, "built this prompt") || !strings.Contains(page, `class="verdict ok"`) {
+		t.Fatalf("the console's page of a built prompt: %d\n%s", status, page)
+	}
+	status, page = getPage(t, "http://"+console.addr+"/executions/"+execution+"/teams/h1/rounds/2")
+	if status != 200 || !strings.Contains(page, `id="builder-fallback"`) || !strings.Contains(page, "builder timeout") {
+		t.Fatalf("the console's page of a fallback: %d\n%s", status, page)
+	}
 	if n := composer.metric(t, `composer_builder_builds_total{reason="timeout",result="fallback"}`); n < 1 {
 		t.Fatalf("the timeout fallback is not counted: %v", n)
 	}

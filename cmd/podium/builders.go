@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -25,23 +24,11 @@ import (
 // builderBuckets opens the BUILDERS bucket and the modules' object store; create makes them when
 // missing (a first push).
 func (e *env) builderBuckets(ctx context.Context, create bool) (jetstream.KeyValue, jetstream.ObjectStore, error) {
-	js, err := e.jetstream()
+	kv, err := e.keyValue(ctx, builders.BucketConfig(e.cfg.StreamReplicas), create, "the builder registry")
 	if err != nil {
 		return nil, nil, err
 	}
-	kv, err := js.KeyValue(ctx, builders.Bucket)
-	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound) && create:
-		kv, err = js.CreateKeyValue(ctx, builders.BucketConfig(e.cfg.StreamReplicas))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, builders.Bucket) // made meanwhile by another
-		}
-	case errors.Is(err, jetstream.ErrBucketNotFound):
-		return nil, nil, &checkError{"the builder registry is empty: nothing was pushed yet"}
-	}
-	if err != nil {
-		return nil, nil, err
-	}
+	js := e.js // opened by keyValue
 	obj, err := js.ObjectStore(ctx, builders.Modules)
 	if errors.Is(err, jetstream.ErrBucketNotFound) && create {
 		obj, err = js.CreateObjectStore(ctx, builders.ModulesConfig(e.cfg.StreamReplicas))
@@ -52,15 +39,21 @@ func (e *env) builderBuckets(ctx context.Context, create bool) (jetstream.KeyVal
 	return kv, obj, err
 }
 
-// builderSource runs the builder versions records name, from the registry (nil when there is
-// none): what `prompts verify` needs for records a builder built.
-func (e *env) builderSource(ctx context.Context) (func(context.Context, events.BuilderRef, time.Time) (compose.Builder, error), error) {
+// existingBuilderBuckets are the builder registry's buckets, nils when there is none.
+func (e *env) existingBuilderBuckets(ctx context.Context) (jetstream.KeyValue, jetstream.ObjectStore, error) {
 	kv, obj, err := e.builderBuckets(ctx, false)
 	var empty *checkError
 	if errors.As(err, &empty) {
-		return nil, nil
+		return nil, nil, nil
 	}
-	if err != nil {
+	return kv, obj, err
+}
+
+// builderSource runs the builder versions records name, from the registry (nil when there is
+// none): what `prompts verify` needs for records a builder built.
+func (e *env) builderSource(ctx context.Context) (func(context.Context, events.BuilderRef, time.Time) (compose.Builder, error), error) {
+	kv, obj, err := e.existingBuilderBuckets(ctx)
+	if kv == nil || err != nil {
 		return nil, err
 	}
 	engine, err := e.builderEngine(ctx)
@@ -83,12 +76,8 @@ func (e *env) builderEngine(ctx context.Context) (*wasm.Engine, error) {
 // builderModules reads the module of a builder version from the registry, for a bundle (nil when
 // there is no registry).
 func (e *env) builderModules(ctx context.Context) (func(events.BuilderRef) ([]byte, error), error) {
-	kv, obj, err := e.builderBuckets(ctx, false)
-	var empty *checkError
-	if errors.As(err, &empty) {
-		return nil, nil
-	}
-	if err != nil {
+	kv, obj, err := e.existingBuilderBuckets(ctx)
+	if kv == nil || err != nil {
 		return nil, err
 	}
 	s, _, err := builders.Load(ctx, kv)
@@ -102,6 +91,20 @@ func (e *env) builderModules(ctx context.Context) (func(events.BuilderRef) ([]by
 		}
 		return builders.Module(ctx, obj, v)
 	}, nil
+}
+
+// loadable checks a module the way composers load it: it compiles within their memory limit, and
+// it is a WASI command.
+func loadable(ctx context.Context, memoryPages uint32) func([]byte) error {
+	return func(module []byte) error {
+		engine, err := wasm.NewEngine(ctx, wasm.Limits{MemoryPages: memoryPages, OutputBytes: 1, StderrBytes: 0})
+		if err != nil {
+			return err
+		}
+		defer engine.Close(ctx)
+		_, err = engine.Load(ctx, module)
+		return err
+	}
 }
 
 // globList is a repeatable --models.
@@ -151,20 +154,7 @@ func buildersPush(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
-// loadable checks a module the way composers load it: it compiles within their memory limit, and
-// it is a WASI command.
-func loadable(ctx context.Context, memoryPages uint32) func([]byte) error {
-	return func(module []byte) error {
-		engine, err := wasm.NewEngine(ctx, wasm.Limits{MemoryPages: memoryPages, OutputBytes: 1, StderrBytes: 0})
-		if err != nil {
-			return err
-		}
-		defer engine.Close(ctx)
-		_, err = engine.Load(ctx, module)
-		return err
-	}
-}
-
+// labelBuilder moves a label of a builder, saying where the server refused it.
 func labelBuilder(ctx context.Context, e *env, kv jetstream.KeyValue, name string, version int, label string) error {
 	err := e.permitted(ctx, func(ctx context.Context) error { return builders.Label(ctx, kv, name, label, version) })
 	if err != nil {
@@ -206,14 +196,7 @@ func buildersList(fs *flag.FlagSet) func(context.Context, *env) error {
 		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "BUILDER\tVERSION\tSHA256\tBYTES\tMODELS\tPRIORITY\tLABELS")
 		for _, v := range s.Versions {
-			var labels []string
-			for l, n := range s.Labels[v.Name] {
-				if n == v.Version {
-					labels = append(labels, l)
-				}
-			}
-			slices.Sort(labels)
-			fmt.Fprintf(tw, "%s\t%d\t%.12s\t%d\t%s\t%d\t%s\n", v.Name, v.Version, v.SHA256, v.Size, strings.Join(v.Models, " "), v.Priority, strings.Join(labels, " "))
+			fmt.Fprintf(tw, "%s\t%d\t%.12s\t%d\t%s\t%d\t%s\n", v.Name, v.Version, v.SHA256, v.Size, strings.Join(v.Models, " "), v.Priority, strings.Join(s.LabelsOf(v), " "))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

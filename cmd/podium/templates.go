@@ -28,21 +28,27 @@ import (
 
 // registryKV opens the TEMPLATES bucket; create makes it when missing (a first push).
 func (e *env) registryKV(ctx context.Context, create bool) (jetstream.KeyValue, error) {
+	return e.keyValue(ctx, registry.Config(e.cfg.StreamReplicas), create, "the template registry")
+}
+
+// keyValue opens a registry's bucket; create makes it when missing (a first push), else a
+// missing one is a failed check naming what (the template registry).
+func (e *env) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig, create bool, what string) (jetstream.KeyValue, error) {
 	js, err := e.jetstream()
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, registry.Bucket)
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound) && create:
 		// Made, never updated: a bucket that exists keeps the configuration its owner gave it,
 		// and an author needs no right to change it (deploy/nats/nats.conf).
-		kv, err = js.CreateKeyValue(ctx, registry.Config(e.cfg.StreamReplicas))
+		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, registry.Bucket) // made meanwhile by another
+			kv, err = js.KeyValue(ctx, cfg.Bucket) // made meanwhile by another
 		}
 	case errors.Is(err, jetstream.ErrBucketNotFound):
-		return nil, &checkError{"the template registry is empty: nothing was pushed yet"}
+		return nil, &checkError{what + " is empty: nothing was pushed yet"}
 	}
 	return kv, err
 }

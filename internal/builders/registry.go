@@ -90,6 +90,18 @@ func (s State) Labelled(name, label string) (Version, bool) {
 	return s.Version(name, n)
 }
 
+// LabelsOf are the labels that point at v, sorted.
+func (s State) LabelsOf(v Version) []string {
+	var out []string
+	for label, n := range s.Labels[v.Name] {
+		if n == v.Version {
+			out = append(out, label)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Version is name's version n.
 func (s State) Version(name string, n int) (Version, bool) {
 	i := slices.IndexFunc(s.Versions, func(v Version) bool { return v.Name == name && v.Version == n })

@@ -3,6 +3,7 @@ package builders
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -34,27 +35,27 @@ func (r *Runner) Ref() events.BuilderRef {
 // Build runs the module's build and checks its answer.
 func (r *Runner) Build(ctx context.Context, req builder.BuildRequest) (builder.Built, error) {
 	out, err := r.run(ctx, req)
-	if err != nil {
-		return builder.Built{}, err
-	}
-	built, err := builder.DecodeBuilt(out)
-	if err != nil {
-		return builder.Built{}, &wasm.Failure{Reason: wasm.ReasonInvalid, Detail: err.Error()}
-	}
-	return built, nil
+	return decodeAnswer(out, err, builder.DecodeBuilt)
 }
 
 // Parse runs the module's parse of a model's output and checks its answer.
 func (r *Runner) Parse(ctx context.Context, model, output string) (builder.Parsed, error) {
 	out, err := r.run(ctx, builder.ParseRequest{Op: builder.OpParse, Model: model, Output: output})
+	return decodeAnswer(out, err, builder.DecodeParsed)
+}
+
+// decodeAnswer decodes a run's output: a run that failed is its failure, an answer decode
+// refuses is invalid_output.
+func decodeAnswer[T any](out []byte, err error, decode func([]byte) (T, error)) (T, error) {
+	var zero T
 	if err != nil {
-		return builder.Parsed{}, err
+		return zero, err
 	}
-	parsed, err := builder.DecodeParsed(out)
+	v, err := decode(out)
 	if err != nil {
-		return builder.Parsed{}, &wasm.Failure{Reason: wasm.ReasonInvalid, Detail: err.Error()}
+		return zero, &wasm.Failure{Reason: wasm.ReasonInvalid, Detail: err.Error()}
 	}
-	return parsed, nil
+	return v, nil
 }
 
 func (r *Runner) run(ctx context.Context, req any) ([]byte, error) {
@@ -143,4 +144,40 @@ func Source(kv jetstream.KeyValue, l *Loader) func(ctx context.Context, ref even
 	return func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
 		return Recorded(ctx, kv, l, ref, at)
 	}
+}
+
+// Limits bound one run of a builder: the composer's settings (COMPOSER_BUILDER_*). Its time is half
+// of what is left of the render's deadline (Runner).
+type Limits struct {
+	BuilderMemoryPages uint32 `envconfig:"BUILDER_MEMORY_PAGES" default:"1024" desc:"memory of one run of a prompt builder, in pages of 64 KiB (1024: 64 MiB); past it the builder falls back"`
+	BuilderOutputBytes int    `envconfig:"BUILDER_OUTPUT_BYTES" default:"1048576" desc:"bytes a prompt builder may write as its answer; past them it falls back"`
+}
+
+// ComposersLimits are the composers' Limits as another program reads them (the console, the CLI),
+// under the composers' names, so that its verify runs a builder as they do.
+type ComposersLimits struct {
+	ComposersMemoryPages uint32 `envconfig:"COMPOSER_BUILDER_MEMORY_PAGES" default:"1024" desc:"the composers' memory of a prompt builder's run, in pages of 64 KiB, for verify"`
+	ComposersOutputBytes int    `envconfig:"COMPOSER_BUILDER_OUTPUT_BYTES" default:"1048576" desc:"the composers' limit of a prompt builder's answer, for verify"`
+}
+
+// Limits are the composers' limits.
+func (c ComposersLimits) Limits() Limits {
+	return Limits{BuilderMemoryPages: c.ComposersMemoryPages, BuilderOutputBytes: c.ComposersOutputBytes}
+}
+
+// Wasm is the engine's limits.
+func (l Limits) Wasm() wasm.Limits {
+	return wasm.Limits{MemoryPages: l.BuilderMemoryPages, OutputBytes: l.BuilderOutputBytes, StderrBytes: 4096}
+}
+
+// Validate checks the limits; prefix (COMPOSER) names the variables.
+func (l Limits) Validate(prefix string) error {
+	var errs []error
+	if l.BuilderMemoryPages < 16 || l.BuilderMemoryPages > 65536 {
+		errs = append(errs, fmt.Errorf("%s_BUILDER_MEMORY_PAGES must be 16 to 65536 (1 MiB to 4 GiB), got %d", prefix, l.BuilderMemoryPages))
+	}
+	if l.BuilderOutputBytes < 1024 {
+		errs = append(errs, fmt.Errorf("%s_BUILDER_OUTPUT_BYTES must be at least 1024, got %d", prefix, l.BuilderOutputBytes))
+	}
+	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,9 +14,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/wasm"
 	"github.com/podium-llm/podium/pkg/events"
@@ -27,13 +30,17 @@ import (
 type promptBuilders struct {
 	loader   *builders.Loader
 	log      *slog.Logger
-	m        *metrics
 	cur      atomic.Pointer[[]builders.Runner] // one per production version, without a time
 	registry *follower
+	builds   *prometheus.CounterVec // by result and reason
+	served   *prometheus.GaugeVec   // by name and version
 }
 
-func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *slog.Logger, m *metrics, h *health.Health) *promptBuilders {
-	b := &promptBuilders{loader: &builders.Loader{Engine: engine, Modules: modules}, log: log, m: m}
+func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *slog.Logger, reg prometheus.Registerer, h *health.Health) *promptBuilders {
+	f := series.On(reg)
+	b := &promptBuilders{loader: &builders.Loader{Engine: engine, Modules: modules}, log: log,
+		builds: f.CounterVec("composer_builder_builds_total", "Prompts a prompt builder was asked to build, by result: built, or fallback (the template rendered) with the reason: load, timeout, trap, exit, memory, clock, too_large, invalid_output, budget (over max_prompt_tokens).", "result", "reason"),
+		served: f.GaugeVec("composer_builders_served", "1 for every prompt builder version a production label serves, by name and version.", "name", "version")}
 	b.registry = &follower{what: "builder registry", bucket: builders.Bucket, log: log, followed: h.Condition("builders", nil), apply: b.rebuild}
 	b.cur.Store(&[]builders.Runner{})
 	return b
@@ -54,10 +61,39 @@ func (b *promptBuilders) rebuild(ctx context.Context, entries map[string][]byte)
 			b.log.Error("builder module cannot load; requests of its models fall back to their templates", "builder", v.Name, "version", v.Version, "error", err)
 		}
 		next = append(next, builders.Runner{V: v, Module: m, Err: err})
-		b.m.buildersServed.WithLabelValues(v.Name, strconv.Itoa(v.Version)).Set(1)
+		b.served.WithLabelValues(v.Name, strconv.Itoa(v.Version)).Set(1)
 	}
 	b.cur.Store(&next)
 	b.log.Info("builders swapped", "serving", len(next))
+}
+
+// builderRegistry opens the BUILDERS bucket and the modules' object store, creating them when the
+// composer manages its streams; nils when an operator-managed deployment has none (no request is
+// built by a builder).
+func builderRegistry(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+	if cfg.ManageStreams {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, builders.BucketConfig(cfg.StreamReplicas))
+		if err != nil {
+			return nil, nil, fmt.Errorf("builder registry %s: %w", builders.Bucket, err)
+		}
+		obj, err := js.CreateOrUpdateObjectStore(ctx, builders.ModulesConfig(cfg.StreamReplicas))
+		if err != nil {
+			return nil, nil, fmt.Errorf("builder modules %s: %w", builders.Modules, err)
+		}
+		return kv, obj, nil
+	}
+	kv, err := js.KeyValue(ctx, builders.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("builder registry %s: %w", builders.Bucket, err)
+	}
+	obj, err := js.ObjectStore(ctx, builders.Modules)
+	if err != nil {
+		return nil, nil, fmt.Errorf("builder modules %s: %w", builders.Modules, err)
+	}
+	return kv, obj, nil
 }
 
 // For is the builder of a request's model at its time, nil when no production builder serves it.
@@ -74,15 +110,16 @@ func (b *promptBuilders) For(model string, at time.Time) *builders.Runner {
 	return nil
 }
 
-// buildResult is the labels of composer_builder_builds_total for a record's builder: built, or
-// fallback with the kind of failure (the reason's first word: "builder timeout: ..." is timeout,
-// "budget: ..." is budget).
-func buildResult(b *events.BuilderRef) (result, reason string) {
-	if !b.Fallback {
-		return "built", ""
+// count counts a record's builder in composer_builder_builds_total: built, or fallback with the
+// kind of failure (the reason's first word: "builder timeout: ..." is timeout, "budget: ..." is
+// budget).
+func (b *promptBuilders) count(ref *events.BuilderRef) {
+	if !ref.Fallback {
+		b.builds.WithLabelValues("built", "").Inc()
+		return
 	}
-	kind, _, _ := strings.Cut(strings.TrimPrefix(b.Reason, "builder "), ":")
-	return "fallback", kind
+	kind, _, _ := strings.Cut(strings.TrimPrefix(ref.Reason, "builder "), ":")
+	b.builds.WithLabelValues("fallback", kind).Inc()
 }
 
 // parseRequest is what podium.parse takes.

@@ -197,7 +197,7 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 		c.log.WarnContext(ctx, "model variant failed; composed with the base template", "request_id", requestID, "template", out.Template.Name, "variant", out.Template.Variant, "model", req.Model)
 	}
 	if b := out.Builder; b != nil {
-		c.m.builds.WithLabelValues(buildResult(b)).Inc()
+		c.builders.count(b)
 		if b.Fallback {
 			c.log.WarnContext(ctx, "prompt builder failed; composed with the template", "request_id", requestID, "builder", b.Name, "version", b.Version, "reason", b.Reason, "template", out.Template.Name)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,13 +30,11 @@ func (f *follower) follow(ctx context.Context, kv jetstream.KeyValue) {
 	if kv == nil {
 		return
 	}
-	ready := make(chan struct{})
-	go f.run(ctx, kv, sync.OnceFunc(func() { close(ready) }))
-	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	select {
-	case <-ready:
-	case <-wait.Done():
+	// Loaded is a cancel: called once or many times, it ends the wait below.
+	loaded, done := context.WithTimeout(ctx, 5*time.Second)
+	go f.run(ctx, kv, done)
+	<-loaded.Done()
+	if errors.Is(loaded.Err(), context.DeadlineExceeded) {
 		f.log.Warn(f.what + " not loaded within 5s; starting without it")
 	}
 }

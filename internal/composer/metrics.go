@@ -18,8 +18,6 @@ type metrics struct {
 	truncations       *prometheus.CounterVec
 	templatesLoaded   *prometheus.GaugeVec
 	templatesRejected prometheus.Counter
-	builds            *prometheus.CounterVec
-	buildersServed    *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,7 +32,5 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		truncations:       f.CounterVec("composer_truncations_total", "Cuts the budget made in published prompts, by section.", "section"),
 		templatesRejected: f.Counter("composer_template_versions_rejected_total", "Entries of the template registry that failed their check (or are not of its layout) and are not served."),
 		templatesLoaded:   f.GaugeVec("composer_templates_loaded", "1 for every loaded template, by name and version.", "name", "version"),
-		builds:            f.CounterVec("composer_builder_builds_total", "Prompts a prompt builder was asked to build, by result: built, or fallback (the template rendered) with the reason: load, timeout, trap, exit, memory, clock, too_large, invalid_output, budget (over max_prompt_tokens).", "result", "reason"),
-		buildersServed:    f.GaugeVec("composer_builders_served", "1 for every prompt builder version a production label serves, by name and version.", "name", "version"),
 	}
 }

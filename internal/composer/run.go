@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/door"
@@ -91,7 +90,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		base.Close()
 		return err
 	}
-	c.builders = newPromptBuilders(engine, modules, base.Log, c.m, base.Health)
+	c.builders = newPromptBuilders(engine, modules, base.Log, base.Reg, base.Health)
 	base.Health.Probe("clickhouse", st.Ping)
 	base.Health.Probe("inputs", c.inputs.Ready)
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
@@ -166,35 +165,6 @@ func templateRegistry(ctx context.Context, js jetstream.JetStream, cfg *Config) 
 		return nil, fmt.Errorf("template registry %s: %w", registry.Bucket, err)
 	}
 	return kv, nil
-}
-
-// builderRegistry opens the BUILDERS bucket and the modules' object store, creating them when the
-// composer manages its streams; nils when an operator-managed deployment has none (no request is
-// built by a builder).
-func builderRegistry(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.KeyValue, jetstream.ObjectStore, error) {
-	if cfg.ManageStreams {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, builders.BucketConfig(cfg.StreamReplicas))
-		if err != nil {
-			return nil, nil, fmt.Errorf("builder registry %s: %w", builders.Bucket, err)
-		}
-		obj, err := js.CreateOrUpdateObjectStore(ctx, builders.ModulesConfig(cfg.StreamReplicas))
-		if err != nil {
-			return nil, nil, fmt.Errorf("builder modules %s: %w", builders.Modules, err)
-		}
-		return kv, obj, nil
-	}
-	kv, err := js.KeyValue(ctx, builders.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("builder registry %s: %w", builders.Bucket, err)
-	}
-	obj, err := js.ObjectStore(ctx, builders.Modules)
-	if err != nil {
-		return nil, nil, fmt.Errorf("builder modules %s: %w", builders.Modules, err)
-	}
-	return kv, obj, nil
 }
 
 // printTemplates is check-templates' report: one line per template and one per variant.

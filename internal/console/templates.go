@@ -96,13 +96,7 @@ func (c *Console) addBuilders(r *http.Request, p *templatesPage) error {
 	}
 	p.Builders, p.BuilderTags, p.Sees = s.Versions, map[string]string{}, builders.Sees
 	for _, v := range s.Versions {
-		var tags []string
-		for _, l := range sortedLabels(s.Labels[v.Name]) {
-			if l.Version == v.Version {
-				tags = append(tags, l.Label)
-			}
-		}
-		p.BuilderTags[fmt.Sprintf("%s@%d", v.Name, v.Version)] = strings.Join(tags, " ")
+		p.BuilderTags[fmt.Sprintf("%s@%d", v.Name, v.Version)] = strings.Join(s.LabelsOf(v), " ")
 	}
 	for _, e := range bad {
 		p.BuildersErr = append(p.BuildersErr, e.Error())
