@@ -67,7 +67,9 @@ func TestBuilderBuildsOrFallsBack(t *testing.T) {
 	}
 
 	for name, build := range map[string]func(builder.BuildRequest) (builder.Built, error){
-		"builder trap: unreachable": func(builder.BuildRequest) (builder.Built, error) { return builder.Built{}, errors.New("builder trap: unreachable") },
+		"builder trap: unreachable": func(builder.BuildRequest) (builder.Built, error) {
+			return builder.Built{}, errors.New("builder trap: unreachable")
+		},
 		"budget: the built prompt is": func(builder.BuildRequest) (builder.Built, error) {
 			long := strings.Repeat("word ", 100_000)
 			return builder.Built{Prompt: &long}, nil
