@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,15 +123,34 @@ func TestPromptBuilders(t *testing.T) {
 	hostile := []struct{ kind, reason string }{
 		{"trap", "builder trap: "}, {"loop", "builder timeout: "}, {"alloc", "builder memory: "},
 		{"clock", "builder clock: "}, {"file", "builder exit: exit status 3: cannot read /etc/passwd"}, {"badjson", "builder invalid_output: "},
+		{"load", "builder load: "},
 	}
 	for i, h := range hostile {
-		module := trapWasm
-		if h.kind != "trap" {
+		var module []byte
+		switch h.kind {
+		case "trap":
+			module = trapWasm
+		case "load": // a module no composer holds yet, its stored bytes changed after its push
+			// The trap module with a second (unused) function type: other bytes, as valid.
+			module = slices.Concat(trapWasm[:8], []byte{0x01, 0x07, 0x02, 0x60, 0x00, 0x00, 0x60, 0x00, 0x00}, trapWasm[14:])
+		default:
 			module = testenv.BuildWasm(t, "../internal/wasm/testdata/"+h.kind)
 		}
 		name := "hostile-" + h.kind
-		if out, code := e.podium(t, nil, "builders", "push", writeModule(t, name, module), "--name", name, "--models", name, "--label", "production"); code != 0 {
+		if out, code := e.podium(t, nil, "builders", "push", writeModule(t, name, module), "--name", name, "--models", name); code != 0 {
 			t.Fatalf("push %s: exit %d\n%s", name, code, out)
+		}
+		if h.kind == "load" {
+			obj, err := e.js.ObjectStore(t.Context(), "BUILDER_MODULES")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := obj.PutBytes(t.Context(), fmt.Sprintf("%x", sha256.Sum256(module)), []byte("changed under its name")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, code := e.podium(t, nil, "builders", "label", name, "1", "production"); code != 0 {
+			t.Fatalf("label %s: exit %d\n%s", name, code, out)
 		}
 		team := fmt.Sprintf("h%d", i)
 		var got events.PromptComposed
