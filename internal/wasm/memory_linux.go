@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"sync/atomic"
 	"syscall"
 
 	"github.com/tetratelabs/wazero/experimental"
@@ -14,15 +15,18 @@ import (
 type reserved struct {
 	mem  []byte // the whole reservation
 	open int    // bytes readable and writable
+	live *atomic.Int64
 }
 
-func mmapAllocator() experimental.MemoryAllocator {
+// mmapAllocator makes reservations, counting those not given back yet in live.
+func mmapAllocator(live *atomic.Int64) experimental.MemoryAllocator {
 	return experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
 		mem, err := syscall.Mmap(-1, 0, int(max), syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|syscall.MAP_NORESERVE)
 		if err != nil {
 			return nil
 		}
-		return &reserved{mem: mem}
+		live.Add(1)
+		return &reserved{mem: mem, live: live}
 	})
 }
 
@@ -46,6 +50,7 @@ func (r *reserved) Free() {
 	if r.mem != nil {
 		_ = syscall.Munmap(r.mem)
 		r.mem = nil
+		r.live.Add(-1)
 	}
 }
 

@@ -2,7 +2,11 @@
 
 package wasm
 
-import "github.com/tetratelabs/wazero/experimental"
+import (
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero/experimental"
+)
 
 // mmapAllocator is wazero's own growth where no mapping is made here.
-func mmapAllocator() experimental.MemoryAllocator { return nil }
+func mmapAllocator(*atomic.Int64) experimental.MemoryAllocator { return nil }

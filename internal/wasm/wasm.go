@@ -20,6 +20,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -62,6 +63,7 @@ type Engine struct {
 
 	mu       sync.Mutex
 	compiled map[string]wazero.CompiledModule // by sha256 of the bytes
+	mapped   atomic.Int64                     // instances' memory mappings not given back yet
 }
 
 // NewEngine starts a runtime with WASI preview 1 and limits.
@@ -115,18 +117,6 @@ func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	return &Module{e: e, c: c, SHA256: sum}, nil
 }
 
-// Forget drops the compiled modules whose sha256 keep does not hold (a registry that moved on).
-func (e *Engine) Forget(ctx context.Context, keep map[string]bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for sum, c := range e.compiled {
-		if !keep[sum] {
-			_ = c.Close(ctx)
-			delete(e.compiled, sum)
-		}
-	}
-}
-
 // Run runs the module once: input on stdin, now as its wall clock. It returns stdout, or a
 // *Failure.
 func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, error) {
@@ -153,7 +143,7 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 		// A counter, not a clock: runtimes that loop on it until time passes (Go's sleep) still
 		// end, and the same run reads the same values.
 		WithNanotime(func() int64 { ticks += int64(time.Microsecond); return ticks }, sys.ClockResolution(1))
-	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mmapAllocator()), m.c, cfg)
+	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mmapAllocator(&m.e.mapped)), m.c, cfg)
 	if mod != nil {
 		_ = mod.Close(context.WithoutCancel(ctx))
 	}

@@ -164,3 +164,26 @@ func TestHostileBuilders(t *testing.T) {
 		t.Fatal("garbage loaded")
 	}
 }
+
+// TestInstancesGiveTheirMemoryBack: whatever ends a call (an answer, a timeout, memory run out,
+// a trap), its instance's memory mapping is given back.
+func TestInstancesGiveTheirMemoryBack(t *testing.T) {
+	e := engine(t)
+	modules := map[string]*wasm.Module{
+		"good":  load(t, e, testenv.BuildWasm(t, "../../builders/phi4mini")),
+		"loop":  load(t, e, testenv.BuildWasm(t, "./testdata/loop")),
+		"alloc": load(t, e, testenv.BuildWasm(t, "./testdata/alloc")),
+		"clock": load(t, e, testenv.BuildWasm(t, "./testdata/clock")),
+		"flood": load(t, e, testenv.BuildWasm(t, "./testdata/flood")),
+	}
+	for name, m := range modules {
+		for range 3 {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_, _ = m.Run(ctx, []byte(buildInput), requestTime)
+			cancel()
+		}
+		if n := e.Mapped(); n != 0 {
+			t.Fatalf("after 3 calls of %s, %d instances' mappings are still held", name, n)
+		}
+	}
+}
