@@ -55,6 +55,7 @@ func (b *promptBuilders) rebuild(ctx context.Context, entries map[string][]byte)
 		b.log.Error("builder registry entry rejected; it is not served", "error", err)
 	}
 	var next []builders.Runner
+	b.served.Reset() // a version no label serves any more is not listed
 	for _, v := range state.Serving() {
 		m, err := b.loader.Load(ctx, v)
 		if err != nil {
