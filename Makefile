@@ -56,10 +56,13 @@ bench: clickhouse build ## benchmarks with their baselines (figures and how to r
 	$(GO) test -run '^$$' -bench RankerIngest -benchtime 50000x -count=1 -timeout 20m ./e2e
 	$(GO) test -run '^$$' -bench ComposerPipeline -benchtime 1x -count=1 -timeout 20m -v ./e2e
 	$(GO) test -run '^$$' -bench ArchiveCapacity -benchtime 1x -count=1 -timeout 20m ./e2e -args -capacity.executions=20
+	$(GO) test -run '^$$' -bench RunExampleBuilder -benchmem -count=1 ./internal/wasm
+	$(GO) test -run '^$$' -bench BuilderVersusTemplate -benchtime 1x -count=1 -timeout 20m ./e2e
 
 FUZZTIME ?= 30s
 FUZZ    := pkg/events:FuzzParseEvaluation pkg/events:FuzzParseRoundRequest pkg/events:FuzzParseRenderRequest \
-           pkg/events:FuzzParseTeamSubject pkg/compose:FuzzLoad pkg/compose:FuzzRender pkg/bpe:FuzzCount pkg/bpe:FuzzPretokenize
+           pkg/events:FuzzParseTeamSubject pkg/compose:FuzzLoad pkg/compose:FuzzRender pkg/bpe:FuzzCount pkg/bpe:FuzzPretokenize \
+           pkg/builder:FuzzDecodeBuilt
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each; failures are saved in testdata/fuzz
 	@set -e; for t in $(FUZZ); do \
