@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -18,22 +19,52 @@ type reserved struct {
 	live *atomic.Int64
 }
 
-// mmapAllocator makes reservations, counting those not given back yet in live.
-func mmapAllocator(live *atomic.Int64) experimental.MemoryAllocator {
-	return experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
+// mappings makes the reservations of one run and gives back, in freeAll, any that the instance
+// did not (wazero leaves an instance that failed while it was being made unclosed). live counts
+// the reservations not given back yet, engine-wide.
+type mappings struct {
+	live *atomic.Int64
+	mu   sync.Mutex
+	made []*reserved
+}
+
+func newMappings(live *atomic.Int64) *mappings { return &mappings{live: live} }
+
+func (ms *mappings) allocator() experimental.MemoryAllocator {
+	return experimental.MemoryAllocatorFunc(func(capacity, max uint64) experimental.LinearMemory {
 		mem, err := syscall.Mmap(-1, 0, int(max), syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|syscall.MAP_NORESERVE)
 		if err != nil {
-			return nil
+			return &inHeap{} // no address space to reserve: wazero's kind of memory, copied on growth
 		}
-		live.Add(1)
-		return &reserved{mem: mem, live: live}
+		r := &reserved{mem: mem, live: ms.live}
+		// wazero needs the initial size at once and cannot take a refusal of it: a mapping that
+		// cannot open it is given back for memory in the heap.
+		if r.Reallocate(capacity) == nil {
+			_ = syscall.Munmap(mem)
+			return &inHeap{}
+		}
+		ms.live.Add(1)
+		ms.mu.Lock()
+		ms.made = append(ms.made, r)
+		ms.mu.Unlock()
+		return r
 	})
+}
+
+// freeAll gives back every reservation of the run; one the instance gave back already is skipped.
+func (ms *mappings) freeAll() {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for _, r := range ms.made {
+		r.Free()
+	}
+	ms.made = nil
 }
 
 // Reallocate opens the memory up to size bytes; nil when the kernel refuses (the module's grow
 // fails, as past its limit).
 func (r *reserved) Reallocate(size uint64) []byte {
-	if size > uint64(len(r.mem)) {
+	if r.mem == nil || size > uint64(len(r.mem)) {
 		return nil
 	}
 	if want := roundUp(int(size), syscall.Getpagesize()); want > r.open {
@@ -45,13 +76,30 @@ func (r *reserved) Reallocate(size uint64) []byte {
 	return r.mem[:size:size]
 }
 
-// Free gives the mapping back.
+// Free gives the mapping back; a second call does nothing.
 func (r *reserved) Free() {
 	if r.mem != nil {
 		_ = syscall.Munmap(r.mem)
 		r.mem = nil
-		r.live.Add(-1)
+		if r.live != nil {
+			r.live.Add(-1)
+		}
 	}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
+
+// inHeap is memory in the Go heap, grown by copying: where no mapping could be made.
+type inHeap struct{ buf []byte }
+
+func (h *inHeap) Reallocate(size uint64) []byte {
+	if size > uint64(cap(h.buf)) {
+		grown := make([]byte, size, max(size, 2*uint64(cap(h.buf))))
+		copy(grown, h.buf)
+		h.buf = grown
+	}
+	h.buf = h.buf[:size]
+	return h.buf
+}
+
+func (h *inHeap) Free() { h.buf = nil }

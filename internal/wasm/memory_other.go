@@ -8,5 +8,11 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 )
 
-// mmapAllocator is wazero's own growth where no mapping is made here.
-func mmapAllocator(*atomic.Int64) experimental.MemoryAllocator { return nil }
+// mappings is wazero's own memory where no mapping is made here.
+type mappings struct{}
+
+func newMappings(*atomic.Int64) *mappings { return &mappings{} }
+
+func (*mappings) allocator() experimental.MemoryAllocator { return nil }
+
+func (*mappings) freeAll() {}

@@ -24,9 +24,12 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/podium-llm/podium/internal/panics"
 )
 
 // Limits bound one call.
@@ -124,6 +127,7 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 	stderr := &capped{limit: m.e.limits.StderrBytes}
 	var ticks int64
 	var readClock bool
+	var err error
 	// Every call starts from the same random source, so a module that asks for randomness (Go's
 	// runtime does, for map order) gives the same bytes each time.
 	seed := sha256.Sum256([]byte("podium prompt builder"))
@@ -143,7 +147,16 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 		// A counter, not a clock: runtimes that loop on it until time passes (Go's sleep) still
 		// end, and the same run reads the same values.
 		WithNanotime(func() int64 { ticks += int64(time.Microsecond); return ticks }, sys.ClockResolution(1))
-	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mmapAllocator(&m.e.mapped)), m.c, cfg)
+	maps := newMappings(&m.e.mapped)
+	defer maps.freeAll() // also what an instance that failed while being made did not give back
+	var mod api.Module
+	// wazero panics on an allocator's failure it does not expect: this call's failure, not the
+	// composer's.
+	if p := panics.Catch(func() {
+		mod, err = m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, maps.allocator()), m.c, cfg)
+	}); p != nil {
+		return nil, &Failure{Reason: ReasonMemory, Detail: fmt.Sprintf("the instance could not be made: %v", p.Value)}
+	}
 	if mod != nil {
 		_ = mod.Close(context.WithoutCancel(ctx))
 	}
