@@ -151,6 +151,7 @@ func Source(kv jetstream.KeyValue, l *Loader) func(ctx context.Context, ref even
 type Limits struct {
 	BuilderMemoryPages uint32 `envconfig:"BUILDER_MEMORY_PAGES" default:"1024" desc:"memory of one run of a prompt builder, in pages of 64 KiB (1024: 64 MiB); past it the builder falls back"`
 	BuilderOutputBytes int    `envconfig:"BUILDER_OUTPUT_BYTES" default:"1048576" desc:"bytes a prompt builder may write as its answer; past them it falls back"`
+	BuilderConcurrency int    `envconfig:"BUILDER_CONCURRENCY" default:"0" desc:"prompt builder runs at once (0: one per CPU); the others wait within their deadline (each run may hold its memory pages plus up to 400 MB of call stack)"`
 }
 
 // ComposersLimits are the composers' Limits as another program reads them (the console, the CLI),
@@ -167,7 +168,7 @@ func (c ComposersLimits) Limits() Limits {
 
 // Wasm is the engine's limits.
 func (l Limits) Wasm() wasm.Limits {
-	return wasm.Limits{MemoryPages: l.BuilderMemoryPages, OutputBytes: l.BuilderOutputBytes, StderrBytes: 4096}
+	return wasm.Limits{MemoryPages: l.BuilderMemoryPages, OutputBytes: l.BuilderOutputBytes, StderrBytes: 4096, Concurrent: l.BuilderConcurrency}
 }
 
 // Validate checks the limits; prefix (COMPOSER) names the variables.
@@ -175,6 +176,9 @@ func (l Limits) Validate(prefix string) error {
 	var errs []error
 	if l.BuilderMemoryPages < 16 || l.BuilderMemoryPages > 65536 {
 		errs = append(errs, fmt.Errorf("%s_BUILDER_MEMORY_PAGES must be 16 to 65536 (1 MiB to 4 GiB), got %d", prefix, l.BuilderMemoryPages))
+	}
+	if l.BuilderConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("%s_BUILDER_CONCURRENCY must be 0 (one per CPU) or more, got %d", prefix, l.BuilderConcurrency))
 	}
 	if l.BuilderOutputBytes < 1024 {
 		errs = append(errs, fmt.Errorf("%s_BUILDER_OUTPUT_BYTES must be at least 1024, got %d", prefix, l.BuilderOutputBytes))

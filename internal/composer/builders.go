@@ -34,11 +34,12 @@ type promptBuilders struct {
 	registry *follower
 	builds   *prometheus.CounterVec // by result and reason
 	served   *prometheus.GaugeVec   // by name and version
+	parses   chan struct{}          // one per podium.parse running: more are answered 429
 }
 
-func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *slog.Logger, reg prometheus.Registerer, h *health.Health) *promptBuilders {
+func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *slog.Logger, reg prometheus.Registerer, h *health.Health, parses int) *promptBuilders {
 	f := series.On(reg)
-	b := &promptBuilders{loader: &builders.Loader{Engine: engine, Modules: modules}, log: log,
+	b := &promptBuilders{loader: &builders.Loader{Engine: engine, Modules: modules}, log: log, parses: make(chan struct{}, parses),
 		builds: f.CounterVec("composer_builder_builds_total", "Prompts a prompt builder was asked to build, by result: built, or fallback (the template rendered) with the reason: load, timeout, trap, exit, memory, clock, too_large, invalid_output, budget (over max_prompt_tokens).", "result", "reason"),
 		served: f.GaugeVec("composer_builders_served", "1 for every prompt builder version a production label serves, by name and version.", "name", "version")}
 	b.registry = &follower{what: "builder registry", bucket: builders.Bucket, log: log, followed: h.Condition("builders", nil), apply: b.rebuild}
@@ -141,6 +142,13 @@ func (b *promptBuilders) parse(ctx context.Context, data []byte, timeout time.Du
 			msg += ": " + err.Error()
 		}
 		return http.StatusBadRequest, service.Error{Code: string(events.CodeInvalidRequest), Message: msg}
+	}
+	select {
+	case b.parses <- struct{}{}:
+		defer func() { <-b.parses }()
+	default:
+		return http.StatusTooManyRequests, service.Error{Code: "too_many_requests",
+			Message: fmt.Sprintf("%d parses are running (COMPOSER_RENDER_CONCURRENCY); retry shortly", cap(b.parses))}
 	}
 	r := b.For(req.Model, time.Unix(0, 0).UTC())
 	if r == nil {

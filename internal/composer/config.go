@@ -29,7 +29,7 @@ type Config struct {
 	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10" desc:"deliveries of one request; the last one answers prompt.failed instead of retrying"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish requests in hand after SIGTERM"`
 	RenderTimeout   time.Duration `envconfig:"RENDER_TIMEOUT" default:"10s" desc:"longest render of one prompt (counting a hostile text may take long); past it the request answers budget_exceeded"`
-	RenderAPILimit  int           `envconfig:"RENDER_CONCURRENCY" default:"4" desc:"POST /v1/render requests served at once; more answer 429"`
+	RenderAPILimit  int           `envconfig:"RENDER_CONCURRENCY" default:"4" desc:"POST /v1/render requests served at once, and as many podium.parse; more answer 429"`
 	builders.Limits
 }
 

@@ -90,7 +90,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		base.Close()
 		return err
 	}
-	c.builders = newPromptBuilders(engine, modules, base.Log, base.Reg, base.Health)
+	c.builders = newPromptBuilders(engine, modules, base.Log, base.Reg, base.Health, cfg.RenderAPILimit)
 	base.Health.Probe("clickhouse", st.Ping)
 	base.Health.Probe("inputs", c.inputs.Ready)
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,11 +33,15 @@ import (
 	"github.com/podium-llm/podium/internal/panics"
 )
 
-// Limits bound one call.
+// Limits bound one call, and how many run at once.
 type Limits struct {
 	MemoryPages uint32 // of 64 KiB each, per instance
 	OutputBytes int    // stdout
 	StderrBytes int    // kept for the reason of a failure
+	// Concurrent is how many calls run at once (0: one per CPU); the others wait, within their
+	// deadline. Besides its pages, a call may hold up to 400 MB of call stack in the host
+	// (wazero's ceiling for a module that recurses deeply): this bounds the sum.
+	Concurrent int
 }
 
 // Reasons a call fails, recorded with a fallback.
@@ -67,12 +72,16 @@ type Engine struct {
 	mu       sync.Mutex
 	compiled map[string]wazero.CompiledModule // by sha256 of the bytes
 	mapped   atomic.Int64                     // instances' memory mappings not given back yet
+	slots    chan struct{}                    // one per call running
 }
 
 // NewEngine starts a runtime with WASI preview 1 and limits.
 func NewEngine(ctx context.Context, limits Limits) (*Engine, error) {
-	if limits.MemoryPages == 0 || limits.MemoryPages > 65536 || limits.OutputBytes < 1 || limits.StderrBytes < 0 {
-		return nil, fmt.Errorf("wasm: limits %+v: memory pages must be 1-65536 and output bytes positive", limits)
+	if limits.MemoryPages == 0 || limits.MemoryPages > 65536 || limits.OutputBytes < 1 || limits.StderrBytes < 0 || limits.Concurrent < 0 {
+		return nil, fmt.Errorf("wasm: limits %+v: memory pages must be 1-65536, output bytes positive, concurrent calls 0 or more", limits)
+	}
+	if limits.Concurrent == 0 {
+		limits.Concurrent = runtime.GOMAXPROCS(0)
 	}
 	cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(limits.MemoryPages).WithCloseOnContextDone(true)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
@@ -80,7 +89,7 @@ func NewEngine(ctx context.Context, limits Limits) (*Engine, error) {
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: WASI: %w", err)
 	}
-	return &Engine{rt: rt, limits: limits, compiled: map[string]wazero.CompiledModule{}}, nil
+	return &Engine{rt: rt, limits: limits, compiled: map[string]wazero.CompiledModule{}, slots: make(chan struct{}, limits.Concurrent)}, nil
 }
 
 // Close frees every compiled module and the runtime.
@@ -123,6 +132,12 @@ func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 // Run runs the module once: input on stdin, now as its wall clock. It returns stdout, or a
 // *Failure.
 func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, error) {
+	select {
+	case m.e.slots <- struct{}{}:
+		defer func() { <-m.e.slots }()
+	case <-ctx.Done():
+		return nil, &Failure{Reason: ReasonTimeout, Detail: fmt.Sprintf("every one of the %d builder runs at once was taken until the deadline", cap(m.e.slots))}
+	}
 	stdout := &capped{limit: m.e.limits.OutputBytes}
 	stderr := &capped{limit: m.e.limits.StderrBytes}
 	var ticks int64
