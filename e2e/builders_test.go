@@ -188,6 +188,36 @@ func TestPromptBuilders(t *testing.T) {
 	if status != 200 || !strings.Contains(page, `id="builder-fallback"`) || !strings.Contains(page, "builder timeout") {
 		t.Fatalf("the console's page of a fallback: %d\n%s", status, page)
 	}
+	// An author writes a labelled version's key again, to take every phi-4 model with the highest
+	// priority: the label no longer pins it, and the version serves nothing until labelled again.
+	kv, err := e.js.KeyValue(t.Context(), "BUILDERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := kv.Get(t.Context(), "hostile-clock.v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taken map[string]any
+	if err := json.Unmarshal(doc.Value(), &taken); err != nil {
+		t.Fatal(err)
+	}
+	taken["models"], taken["priority"] = []string{"hostile-clock", "phi-4*"}, 99
+	rewritten, _ := json.Marshal(taken)
+	if _, err := kv.Put(t.Context(), "hostile-clock.v1", rewritten); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the rewritten version no longer served", func() (bool, string) {
+		status, body := composer.render(t, map[string]any{"execution_id": execution, "team_id": "t9", "team_name": "Nine", "round_number": 1,
+			"user_prompt": "Go.", "model": "hostile-clock", "time": t0.Format(time.RFC3339)})
+		return status == 200 && !strings.Contains(string(body), `"builder"`), fmt.Sprintf("%d %.300s", status, body)
+	})
+	if phi := request("t4", "Four", "phi-4-mini", nil); phi.Builder == nil || phi.Builder.Name != "phi4mini" || phi.Builder.Fallback {
+		t.Fatalf("after the rewrite, phi-4-mini is built by %+v", phi.Builder)
+	}
+	if out, code := e.podium(t, nil, "builders", "list"); code != 0 || !strings.Contains(out, "production (not pinned: label it again)") {
+		t.Fatalf("list after the rewrite: exit %d\n%s", code, out)
+	}
 	if n := composer.metric(t, `composer_builder_builds_total{reason="timeout",result="fallback"}`); n < 1 {
 		t.Fatalf("the timeout fallback is not counted: %v", n)
 	}

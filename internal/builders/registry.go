@@ -5,16 +5,19 @@
 // the key-value bucket BUILDERS, every change kept, as the template registry keeps its own:
 //
 //	<name>.v<N>            a version: JSON {"name", "version", "sha256", "size", "models", "priority"}
-//	<name>.label.<label>   the version a label points at, in decimal
+//	<name>.label.<label>   the version a label points at and the sha256 of its document: "<N>:<hex>"
 //
 // A pushed version serves nothing: a request is built by the version its name's production label
-// points at, and only when its model matches that version's globs.
+// points at, and only when its model matches that version's globs. The label pins the version's
+// document as it was labelled: whoever may write versions but not production (an author) cannot
+// change what production serves by writing the version's key again (Pinned).
 package builders
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +67,8 @@ type Version struct {
 	Size     int64    `json:"size"`
 	Models   []string `json:"models"`   // globs (path.Match), matched case-insensitively
 	Priority int      `json:"priority"` // the highest wins among the builders of a model; then the name
+	// Digest is the sha256 of the version's stored document, what a label pins (not stored in it).
+	Digest string `json:"-"`
 }
 
 // Serves reports whether the version's globs match model.
@@ -78,7 +83,21 @@ func (v Version) Serves(model string) bool {
 // State is the registry's content.
 type State struct {
 	Versions []Version
-	Labels   map[string]map[string]int // name -> label -> version
+	Labels   map[string]map[string]int    // name -> label -> version
+	Pins     map[string]map[string]string // name -> label -> the digest of the version it was moved to
+}
+
+// Pinned says whether label still names v's document as it was when the label was moved to it: an
+// error when the label holds no digest (written by hand) or v's key was written again since.
+func (s State) Pinned(v Version, label string) error {
+	switch pin := s.Pins[v.Name][label]; pin {
+	case "":
+		return fmt.Errorf("label %s of builder %s holds no digest of version %d (not moved by podium builders label): label it again", label, v.Name, v.Version)
+	case v.Digest:
+		return nil
+	default:
+		return fmt.Errorf("version %d of builder %s was written again since it was labelled %s: label it again once checked", v.Version, v.Name, label)
+	}
 }
 
 // Labelled is the version a label of name points at.
@@ -90,11 +109,14 @@ func (s State) Labelled(name, label string) (Version, bool) {
 	return s.Version(name, n)
 }
 
-// LabelsOf are the labels that point at v, sorted.
+// LabelsOf are the labels that point at v, sorted; one that no longer pins v's document says so.
 func (s State) LabelsOf(v Version) []string {
 	var out []string
 	for label, n := range s.Labels[v.Name] {
 		if n == v.Version {
+			if s.Pinned(v, label) != nil {
+				label += " (not pinned: label it again)"
+			}
 			out = append(out, label)
 		}
 	}
@@ -154,22 +176,24 @@ func labelKey(name, label string) string { return name + ".label." + label }
 
 // Parse reads the bucket's current entries; an entry of another layout is an error, left out.
 func Parse(entries map[string][]byte) (State, []error) {
-	s := State{Labels: map[string]map[string]int{}}
+	s := State{Labels: map[string]map[string]int{}, Pins: map[string]map[string]string{}}
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(entries)) {
 		value := entries[key]
 		name, rest, _ := strings.Cut(key, ".")
 		switch {
 		case strings.HasPrefix(rest, "label."):
-			n, err := strconv.Atoi(string(value))
+			number, pin, _ := strings.Cut(string(value), ":")
+			n, err := strconv.Atoi(number)
 			if err != nil || n < 1 {
 				errs = append(errs, fmt.Errorf("builders: label %s holds %s, not a version", key, events.Quote(string(value))))
 				continue
 			}
+			label := strings.TrimPrefix(rest, "label.")
 			if s.Labels[name] == nil {
-				s.Labels[name] = map[string]int{}
+				s.Labels[name], s.Pins[name] = map[string]int{}, map[string]string{}
 			}
-			s.Labels[name][strings.TrimPrefix(rest, "label.")] = n
+			s.Labels[name][label], s.Pins[name][label] = n, pin
 		case strings.HasPrefix(rest, "v"):
 			var v Version
 			n, err := strconv.Atoi(rest[1:])
@@ -180,6 +204,7 @@ func Parse(entries map[string][]byte) (State, []error) {
 				errs = append(errs, fmt.Errorf("builders: %s is not a version of %s (%v)", key, name, err))
 				continue
 			}
+			v.Digest = hexSHA256(value)
 			s.Versions = append(s.Versions, v)
 		default:
 			errs = append(errs, fmt.Errorf("builders: unknown key %s", key))
@@ -271,15 +296,17 @@ func Push(ctx context.Context, kv jetstream.KeyValue, obj jetstream.ObjectStore,
 	}
 }
 
-// Label points a label of name at one of its versions: a release, or a rollback.
+// Label points a label of name at one of its versions (a release, or a rollback), pinning the
+// version's document as it is now.
 func Label(ctx context.Context, kv jetstream.KeyValue, name, label string, version int) error {
 	if !events.ValidIdentifier(label) || label == "latest" {
 		return fmt.Errorf("builders: label %s must be an identifier other than latest", events.Quote(label))
 	}
-	if _, err := kv.Get(ctx, versionKey(name, version)); err != nil {
+	doc, err := kv.Get(ctx, versionKey(name, version))
+	if err != nil {
 		return fmt.Errorf("builders: %s has no version %d: %w", name, version, err)
 	}
-	if _, err := kv.Put(ctx, labelKey(name, label), []byte(strconv.Itoa(version))); err != nil {
+	if _, err := kv.Put(ctx, labelKey(name, label), []byte(strconv.Itoa(version)+":"+hexSHA256(doc.Value()))); err != nil {
 		return fmt.Errorf("builders: label %s: %w", label, err)
 	}
 	return nil
@@ -295,6 +322,12 @@ func Module(ctx context.Context, obj jetstream.ObjectStore, v Version) ([]byte, 
 		return nil, fmt.Errorf("builders: the module of %s@%d has sha256 %s, not %s", v.Name, v.Version, got, v.SHA256)
 	}
 	return b, nil
+}
+
+// hexSHA256 is the hex sha256 of b.
+func hexSHA256(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // objectDigest is the object store's digest of b: "SHA-256=" and the base64url sha256.

@@ -103,6 +103,23 @@ func TestRegistry(t *testing.T) {
 	if v, _ := load().For("phi-4-mini"); v.Name != "alpha" {
 		t.Fatalf("after the rollback of beta to 1 (priority 5): %+v", v)
 	}
+	// A version's key written again after its label moved (an author may write versions, not
+	// production): the label no longer pins it, and nothing of it is served.
+	alpha, _ := load().Labelled("alpha", "production")
+	if err := load().Pinned(alpha, "production"); err != nil {
+		t.Fatalf("alpha@2 as labelled: %v", err)
+	}
+	if _, err := kv.Put(ctx, "alpha.v2", []byte(`{"name":"alpha","version":2,"sha256":"`+b2.SHA256+`","models":["*"],"priority":99}`)); err != nil {
+		t.Fatal(err)
+	}
+	s = load()
+	alpha, _ = s.Labelled("alpha", "production")
+	if err := s.Pinned(alpha, "production"); err == nil || !strings.Contains(err.Error(), "written again since it was labelled production") {
+		t.Fatalf("alpha@2 rewritten: %v", err)
+	}
+	if got := s.LabelsOf(alpha); len(got) != 1 || !strings.Contains(got[0], "not pinned") {
+		t.Fatalf("labels of the rewritten version: %v", got)
+	}
 	// Bytes that are not the version's: refused by the sha256.
 	if _, err := obj.PutBytes(ctx, b2.SHA256, []byte("tampered")); err != nil {
 		t.Fatal(err)

@@ -58,6 +58,11 @@ func (b *promptBuilders) rebuild(ctx context.Context, entries map[string][]byte)
 	var next []builders.Runner
 	b.served.Reset() // a version no label serves any more is not listed
 	for _, v := range state.Serving() {
+		if err := state.Pinned(v, builders.Production); err != nil {
+			// Not what the release labelled: served as if unlabelled, the error logged each swap.
+			b.log.Error("builder version not served", "builder", v.Name, "version", v.Version, "error", err)
+			continue
+		}
 		m, err := b.loader.Load(ctx, v)
 		if err != nil {
 			b.log.Error("builder module cannot load; requests of its models fall back to their templates", "builder", v.Name, "version", v.Version, "error", err)
