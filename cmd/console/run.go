@@ -60,7 +60,7 @@ func (c *config) door() door.Door {
 
 // Validate checks every setting; the error names each bad variable.
 func (c *config) Validate() error {
-	errs := []error{c.ValidateShared("CONSOLE"), c.ClickHouse.Validate("CONSOLE")}
+	errs := []error{c.ValidateShared("CONSOLE"), c.ClickHouse.Validate("CONSOLE"), c.ComposersLimits.Validate()}
 	if err := c.door().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("CONSOLE_BASIC_USER and CONSOLE_BASIC_PASSWORD: %w", err))
 	}
@@ -119,7 +119,7 @@ func run(ctx context.Context, p *service.Prepared[config], stdout io.Writer) err
 		if err != nil {
 			return nil, err
 		}
-		return v.WithBuilders(builders.Source(kv, &builders.Loader{Engine: engine, Modules: obj})), nil
+		return v.WithBuilders(builders.Source(kv, &builders.Loader{Engine: engine, Modules: obj}, cfg.ComposersRenderTimeout)), nil
 	}
 	con, err := console.New(console.Deps{
 		Log: log, Reg: base.Reg, NC: base.NC, JS: base.JS, Store: st, Builtin: lib.Templates(),

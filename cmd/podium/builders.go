@@ -60,7 +60,7 @@ func (e *env) builderSource(ctx context.Context) (func(context.Context, events.B
 	if err != nil {
 		return nil, err
 	}
-	return builders.Source(kv, &builders.Loader{Engine: engine, Modules: obj}), nil
+	return builders.Source(kv, &builders.Loader{Engine: engine, Modules: obj}, e.cfg.ComposersRenderTimeout), nil
 }
 
 // builderEngine runs builders as the composers do (their limits), closed when the command ends.

@@ -208,7 +208,7 @@ func verifyBundle(ctx context.Context, e *env, path, tz string) error {
 			if !ok {
 				return nil, fmt.Errorf("the bundle does not hold its module")
 			}
-			return builders.FromBytes(ctx, engine, ref, module, at)
+			return builders.FromBytes(ctx, engine, ref, module, at, e.cfg.ComposersRenderTimeout)
 		})
 	}
 	fmt.Fprintf(e.out, "bundle of %s: %d evaluations, %d prompts, %d template versions\n", b.ExecutionID, len(b.Evaluations), len(recs), len(b.Templates))

@@ -30,7 +30,7 @@ type config struct {
 
 // Validate checks the shared settings.
 func (c *config) Validate() error {
-	return errors.Join(c.ValidateShared("PODIUM"), c.ClickHouseWriter.Validate("PODIUM"), c.ComposersLimits.Limits().Validate("COMPOSER"))
+	return errors.Join(c.ValidateShared("PODIUM"), c.ClickHouseWriter.Validate("PODIUM"), c.ComposersLimits.Validate())
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -132,6 +132,9 @@ func (v *Verifier) Verify(ctx context.Context, r Record) error {
 	if sum := sha256.Sum256([]byte(d.Prompt)); hex.EncodeToString(sum[:]) != d.PromptSHA256 {
 		return differs("its prompt does not match its own prompt_sha256 (%.16s…): %s", d.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
 	}
+	if b := out.Builder; b != nil && b.Fallback && d.Builder != nil && !d.Builder.Fallback {
+		return differs("builder %s@%d built it, and fails now (%s): the template rendered instead", b.Name, b.Version, b.Reason)
+	}
 	if out.PromptSHA256 != d.PromptSHA256 {
 		return differs("prompt sha256 %.16s…, rendered again %.16s…: %s", d.PromptSHA256, out.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
 	}

@@ -40,6 +40,9 @@ const (
 	Modules = "BUILDER_MODULES"
 )
 
+// MaxModuleBytes bounds a module's size: every composer holds the bytes of what it serves.
+const MaxModuleBytes = 64 << 20
+
 // Production is the label that serves requests.
 const Production = "production"
 
@@ -258,6 +261,9 @@ func Push(ctx context.Context, kv jetstream.KeyValue, obj jetstream.ObjectStore,
 			return Version{}, fmt.Errorf("builders: model glob %s is not a glob", events.Quote(g))
 		}
 	}
+	if len(module) > MaxModuleBytes {
+		return Version{}, fmt.Errorf("builders: the module is %d bytes, over %d", len(module), MaxModuleBytes)
+	}
 	if err := check(module); err != nil {
 		return Version{}, err
 	}
@@ -312,8 +318,16 @@ func Label(ctx context.Context, kv jetstream.KeyValue, name, label string, versi
 	return nil
 }
 
-// Module reads a version's bytes and checks them against its sha256.
+// Module reads a version's bytes and checks them against its size (before reading them) and its
+// sha256.
 func Module(ctx context.Context, obj jetstream.ObjectStore, v Version) ([]byte, error) {
+	info, err := obj.GetInfo(ctx, v.SHA256)
+	if err != nil {
+		return nil, fmt.Errorf("builders: the module of %s@%d: %w", v.Name, v.Version, err)
+	}
+	if int64(info.Size) != v.Size {
+		return nil, fmt.Errorf("builders: the module of %s@%d is %d bytes, not %d", v.Name, v.Version, info.Size, v.Size)
+	}
 	b, err := obj.GetBytes(ctx, v.SHA256)
 	if err != nil {
 		return nil, fmt.Errorf("builders: the module of %s@%d: %w", v.Name, v.Version, err)

@@ -121,11 +121,13 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("labels of the rewritten version: %v", got)
 	}
 	// Bytes that are not the version's: refused by the sha256.
-	if _, err := obj.PutBytes(ctx, b2.SHA256, []byte("tampered")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := builders.Module(ctx, obj, b2); err == nil || !strings.Contains(err.Error(), "has sha256") {
-		t.Fatalf("tampered module: %v", err)
+	for tampered, want := range map[string]string{"module x2": "has sha256", "a longer module": "is 15 bytes, not 9"} {
+		if _, err := obj.PutBytes(ctx, b2.SHA256, []byte(tampered)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := builders.Module(ctx, obj, b2); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("module %q under b2's name: %v, want %q", tampered, err, want)
+		}
 	}
 }
 

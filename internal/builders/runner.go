@@ -25,6 +25,9 @@ type Runner struct {
 	Module *wasm.Module
 	Err    error
 	At     time.Time
+	// Timeout stands for the render's deadline where the caller's ctx has none (verify): the
+	// composers' COMPOSER_RENDER_TIMEOUT, of which a run takes half, as theirs do.
+	Timeout time.Duration
 }
 
 // Ref names the version as a record does.
@@ -61,6 +64,11 @@ func decodeAnswer[T any](out []byte, err error, decode func([]byte) (T, error)) 
 func (r *Runner) run(ctx context.Context, req any) ([]byte, error) {
 	if r.Err != nil {
 		return nil, &wasm.Failure{Reason: wasm.ReasonLoad, Detail: r.Err.Error()}
+	}
+	if _, ok := ctx.Deadline(); !ok && r.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.Timeout)
+		defer cancel()
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
@@ -107,7 +115,7 @@ func (l *Loader) Load(ctx context.Context, v Version) (*wasm.Module, error) {
 
 // Recorded is the runner of the version a record names, for verifying it: the registry's
 // version of that name and number, whose sha256 must be the record's.
-func Recorded(ctx context.Context, kv jetstream.KeyValue, l *Loader, ref events.BuilderRef, at time.Time) (*Runner, error) {
+func Recorded(ctx context.Context, kv jetstream.KeyValue, l *Loader, ref events.BuilderRef, at time.Time, timeout time.Duration) (*Runner, error) {
 	s, _, err := Load(ctx, kv)
 	if err != nil {
 		return nil, err
@@ -123,12 +131,12 @@ func Recorded(ctx context.Context, kv jetstream.KeyValue, l *Loader, ref events.
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{V: v, Module: m, At: at}, nil
+	return &Runner{V: v, Module: m, At: at, Timeout: timeout}, nil
 }
 
 // FromBytes is the runner of a version known by its bytes alone (a bundle's), which must be its
 // sha256.
-func FromBytes(ctx context.Context, engine *wasm.Engine, ref events.BuilderRef, module []byte, at time.Time) (*Runner, error) {
+func FromBytes(ctx context.Context, engine *wasm.Engine, ref events.BuilderRef, module []byte, at time.Time, timeout time.Duration) (*Runner, error) {
 	if got := wasm.SHA256(module); got != ref.SHA256 {
 		return nil, fmt.Errorf("its module is sha256 %.12s…, the record says %.12s…", got, ref.SHA256)
 	}
@@ -136,13 +144,14 @@ func FromBytes(ctx context.Context, engine *wasm.Engine, ref events.BuilderRef, 
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{V: Version{Name: ref.Name, Version: ref.Version, SHA256: ref.SHA256}, Module: m, At: at}, nil
+	return &Runner{V: Version{Name: ref.Name, Version: ref.Version, SHA256: ref.SHA256}, Module: m, At: at, Timeout: timeout}, nil
 }
 
-// Source runs the versions records name from the registry (Recorded), for a verifier.
-func Source(kv jetstream.KeyValue, l *Loader) func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
+// Source runs the versions records name from the registry (Recorded), for a verifier, each run
+// bounded by half of timeout.
+func Source(kv jetstream.KeyValue, l *Loader, timeout time.Duration) func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
 	return func(ctx context.Context, ref events.BuilderRef, at time.Time) (compose.Builder, error) {
-		return Recorded(ctx, kv, l, ref, at)
+		return Recorded(ctx, kv, l, ref, at, timeout)
 	}
 }
 
@@ -159,11 +168,22 @@ type Limits struct {
 type ComposersLimits struct {
 	ComposersMemoryPages uint32 `envconfig:"COMPOSER_BUILDER_MEMORY_PAGES" default:"1024" desc:"the composers' memory of a prompt builder's run, in pages of 64 KiB, for verify"`
 	ComposersOutputBytes int    `envconfig:"COMPOSER_BUILDER_OUTPUT_BYTES" default:"1048576" desc:"the composers' limit of a prompt builder's answer, for verify"`
+	// ComposersRenderTimeout bounds a builder's run in verify as the render's deadline does.
+	ComposersRenderTimeout time.Duration `envconfig:"COMPOSER_RENDER_TIMEOUT" default:"10s" desc:"the composers' COMPOSER_RENDER_TIMEOUT: a prompt builder run again by verify has half of it"`
 }
 
 // Limits are the composers' limits.
 func (c ComposersLimits) Limits() Limits {
 	return Limits{BuilderMemoryPages: c.ComposersMemoryPages, BuilderOutputBytes: c.ComposersOutputBytes}
+}
+
+// Validate checks the composers' settings as read here.
+func (c ComposersLimits) Validate() error {
+	errs := []error{c.Limits().Validate("COMPOSER")}
+	if c.ComposersRenderTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("COMPOSER_RENDER_TIMEOUT must be positive, got %s", c.ComposersRenderTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // Wasm is the engine's limits.

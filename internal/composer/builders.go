@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/wasm"
@@ -35,6 +39,11 @@ type promptBuilders struct {
 	builds   *prometheus.CounterVec // by result and reason
 	served   *prometheus.GaugeVec   // by name and version
 	parses   chan struct{}          // one per podium.parse running: more are answered 429
+
+	mu       sync.Mutex
+	entries  map[string][]byte // the bucket's content last applied
+	failures uint64            // swaps in a row with a module that did not load
+	retrying *time.Timer       // the next swap of the same content, while one did not load
 }
 
 func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *slog.Logger, reg prometheus.Registerer, h *health.Health, parses int) *promptBuilders {
@@ -48,10 +57,19 @@ func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *
 }
 
 // rebuild serves the bucket's current production versions. A module is read and compiled once
-// per sha256; one that cannot be read or compiled is served all the same, and every request of
-// its models falls back to its template saying why.
+// per sha256; one that cannot be read or compiled is served all the same, every request of its
+// models falling back to its template saying why, and is tried again with the shared backoff
+// (the object store may be electing a leader) until it loads or the bucket moves on.
 func (b *promptBuilders) rebuild(ctx context.Context, entries map[string][]byte) {
-	state, bad := builders.Parse(entries)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.entries, b.failures = maps.Clone(entries), 0
+	b.swap(ctx)
+}
+
+// swap serves b.entries; b.mu is held.
+func (b *promptBuilders) swap(ctx context.Context) {
+	state, bad := builders.Parse(b.entries)
 	for _, err := range bad {
 		b.log.Error("builder registry entry rejected; it is not served", "error", err)
 	}
@@ -72,6 +90,18 @@ func (b *promptBuilders) rebuild(ctx context.Context, entries map[string][]byte)
 	}
 	b.cur.Store(&next)
 	b.log.Info("builders swapped", "serving", len(next))
+	if !slices.ContainsFunc(next, func(r builders.Runner) bool { return r.Err != nil }) || b.retrying != nil {
+		return
+	}
+	b.failures++
+	b.retrying = time.AfterFunc(retry.Redelivery().Backoff(b.failures), func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.retrying = nil
+		if ctx.Err() == nil {
+			b.swap(ctx)
+		}
+	})
 }
 
 // builderRegistry opens the BUILDERS bucket and the modules' object store, creating them when the
