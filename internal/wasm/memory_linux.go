@@ -1,7 +1,6 @@
 package wasm
 
 import (
-	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -21,10 +20,10 @@ type reserved struct {
 
 // mappings makes the reservations of one run and gives back, in freeAll, any that the instance
 // did not (wazero leaves an instance that failed while it was being made unclosed). live counts
-// the reservations not given back yet, engine-wide.
+// the reservations not given back yet, engine-wide. wazero calls the allocator while it makes the
+// instance, on the goroutine of Run, which calls freeAll after: made needs no lock.
 type mappings struct {
 	live *atomic.Int64
-	mu   sync.Mutex
 	made []*reserved
 }
 
@@ -44,17 +43,13 @@ func (ms *mappings) allocator() experimental.MemoryAllocator {
 			return &inHeap{}
 		}
 		ms.live.Add(1)
-		ms.mu.Lock()
 		ms.made = append(ms.made, r)
-		ms.mu.Unlock()
 		return r
 	})
 }
 
 // freeAll gives back every reservation of the run; one the instance gave back already is skipped.
 func (ms *mappings) freeAll() {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
 	for _, r := range ms.made {
 		r.Free()
 	}
