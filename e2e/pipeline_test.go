@@ -267,7 +267,7 @@ func TestNATSPasswordNeverPrinted(t *testing.T) {
 	e := newEnv(t)
 	for _, bin := range []string{"ranker", "composer"} {
 		cmd := exec.Command(bins.dir + "/" + bin)
-		cmd.Env = e.baseEnv("NATS_URL=nats://podium:s3cret@127.0.0.1:1", "HTTP_ADDR="+freeAddr(t))
+		cmd.Env = e.baseEnv("NATS_URL=nats://podium:s3cret@127.0.0.1:1", "NATS_CONNECT_WAIT=2s", "HTTP_ADDR="+freeAddr(t))
 		out, err := cmd.CombinedOutput()
 		if err == nil || strings.Contains(string(out), "s3cret") || !strings.Contains(string(out), "connect nats nats://podium:xxxxx@127.0.0.1:1") {
 			t.Errorf("%s: err %v, output %s; want a redacted connection error", bin, err, out)

@@ -23,12 +23,18 @@ type NATS struct {
 	NATSUser     string `envconfig:"NATS_USER" desc:"NATS user"`
 	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"NATS password"`
 	NATSTLSCA    string `envconfig:"NATS_TLS_CA" desc:"CA certificate file for NATS TLS"`
+	// NATSConnectWait is how long a service starting waits for a server to answer (NATS
+	// restarting as it starts), trying again with the shared backoff; 0: not at all.
+	NATSConnectWait time.Duration `envconfig:"NATS_CONNECT_WAIT" default:"60s" desc:"how long a service starting waits for a NATS server to answer before it gives up (0: it does not wait)"`
 }
 
 // Validate checks the URLs; prefix is the service's, for the messages.
 func (c *NATS) Validate(prefix string) error {
 	if err := checkNATSURLs(c.NATSURL); err != nil {
 		return fmt.Errorf("%s: %w", variable("NATS_URL", prefix), err)
+	}
+	if c.NATSConnectWait < 0 {
+		return fmt.Errorf("%s must not be negative, got %s", variable("NATS_CONNECT_WAIT", prefix), c.NATSConnectWait)
 	}
 	return nil
 }
@@ -67,10 +73,20 @@ func ConnectNATS(c *NATS, name string, log *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(c.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect nats %s: %s", RedactURLs(c.NATSURL), RedactURLs(err.Error()))
+		return nil, &connectError{msg: fmt.Sprintf("connect nats %s: %s", RedactURLs(c.NATSURL), RedactURLs(err.Error())), err: err}
 	}
 	return nc, nil
 }
+
+// connectError is a failed connection, said without the credentials a URL may carry; it unwraps
+// to nats.go's error (nats.ErrNoServers: no server answered).
+type connectError struct {
+	msg string
+	err error
+}
+
+func (e *connectError) Error() string { return e.msg }
+func (e *connectError) Unwrap() error { return e.err }
 
 // natsSchemes are the URL schemes nats.go connects with.
 var natsSchemes = map[string]bool{"nats": true, "tls": true, "ws": true, "wss": true}
