@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -104,31 +103,16 @@ func (b *promptBuilders) swap(ctx context.Context) {
 	})
 }
 
-// builderRegistry opens the BUILDERS bucket and the modules' object store, creating them when the
-// composer manages its streams; nils when an operator-managed deployment has none (no request is
-// built by a builder).
-func builderRegistry(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.KeyValue, jetstream.ObjectStore, error) {
-	if cfg.ManageStreams {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, builders.BucketConfig(cfg.StreamReplicas))
-		if err != nil {
-			return nil, nil, fmt.Errorf("builder registry %s: %w", builders.Bucket, err)
-		}
-		obj, err := js.CreateOrUpdateObjectStore(ctx, builders.ModulesConfig(cfg.StreamReplicas))
-		if err != nil {
-			return nil, nil, fmt.Errorf("builder modules %s: %w", builders.Modules, err)
-		}
-		return kv, obj, nil
+// builderRegistry opens the BUILDERS bucket and, beside it, the modules' object store; nils when
+// an operator-managed deployment has no bucket.
+func builderRegistry(ctx context.Context, base *service.Base, cfg *Config) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+	kv, err := base.KeyValue(ctx, builders.BucketConfig(cfg.StreamReplicas))
+	if kv == nil || err != nil {
+		return nil, nil, err
 	}
-	kv, err := js.KeyValue(ctx, builders.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil, nil
-	}
+	obj, err := base.ObjectStore(ctx, builders.ModulesConfig(cfg.StreamReplicas))
 	if err != nil {
-		return nil, nil, fmt.Errorf("builder registry %s: %w", builders.Bucket, err)
-	}
-	obj, err := js.ObjectStore(ctx, builders.Modules)
-	if err != nil {
-		return nil, nil, fmt.Errorf("builder modules %s: %w", builders.Modules, err)
+		return nil, nil, err
 	}
 	return kv, obj, nil
 }

@@ -7,15 +7,12 @@ package composer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
@@ -68,12 +65,14 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		base.Close()
 		return err
 	}
-	kv, err := templateRegistry(ctx, base.JS, cfg)
+	// The registries: nil where an operator-managed deployment has none (built-in and directory
+	// templates are served; no request is built by a builder).
+	kv, err := base.KeyValue(ctx, registry.Config(cfg.StreamReplicas))
 	if err != nil {
 		base.Close()
 		return err
 	}
-	builderKV, modules, err := builderRegistry(ctx, base.JS, cfg)
+	builderKV, modules, err := builderRegistry(ctx, base, cfg)
 	if err != nil {
 		base.Close()
 		return err
@@ -144,27 +143,6 @@ func newComposer(base *service.Base, cfg *Config, st *chstore.Store, lib *compos
 		now:           time.Now,
 		answers:       &answerStore{remake: base.StreamMaker(events.StreamPrompts), stored: base.Health.Condition("prompts", nil)},
 	}, nil
-}
-
-// templateRegistry opens the TEMPLATES bucket, creating it when the composer manages its
-// streams; nil when an operator-managed deployment has none (built-in and directory templates
-// are served).
-func templateRegistry(ctx context.Context, js jetstream.JetStream, cfg *Config) (jetstream.KeyValue, error) {
-	if cfg.ManageStreams {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, registry.Config(cfg.StreamReplicas))
-		if err != nil {
-			return nil, fmt.Errorf("template registry %s: %w", registry.Bucket, err)
-		}
-		return kv, nil
-	}
-	kv, err := js.KeyValue(ctx, registry.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("template registry %s: %w", registry.Bucket, err)
-	}
-	return kv, nil
 }
 
 // printTemplates is check-templates' report: one line per template and one per variant.

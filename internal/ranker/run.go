@@ -5,12 +5,9 @@ package ranker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
@@ -53,9 +50,12 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		}
 		return err
 	})
-	if r.snapshots, err = scoresBucket(ctx, base, cfg); err != nil {
+	if r.snapshots, err = base.KeyValue(ctx, events.ScoresBucketConfig(cfg.StreamReplicas, cfg.StateMaxIdle)); err != nil {
 		base.Close()
 		return err
+	}
+	if r.snapshots == nil {
+		log.Info("no SCORES bucket: composers read every execution's scores from ClickHouse")
 	}
 	// The pull buffer holds a batch by count and by bytes, so large submissions bound memory too.
 	runtime, cons, err := base.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker, events.ConsumerOptions{
@@ -124,22 +124,4 @@ func newRanker(base *service.Base, cfg *Config, st *chstore.Store) *ranker {
 		view:             newView(m, whole, base.Log),
 		recheck:          make(chan struct{}, 1),
 	}
-}
-
-// scoresBucket opens the SCORES bucket, creating it when the ranker manages its streams; nil when
-// an operator-managed deployment has none (composers then read ClickHouse).
-func scoresBucket(ctx context.Context, base *service.Base, cfg *Config) (jetstream.KeyValue, error) {
-	if cfg.ManageStreams {
-		kv, err := base.JS.CreateOrUpdateKeyValue(ctx, events.ScoresBucketConfig(cfg.StreamReplicas, cfg.StateMaxIdle))
-		if err != nil {
-			return nil, fmt.Errorf("bucket %s: %w", events.BucketScores, err)
-		}
-		return kv, nil
-	}
-	kv, err := base.JS.KeyValue(ctx, events.BucketScores)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		base.Log.Info("no SCORES bucket: composers read every execution's scores from ClickHouse")
-		return nil, nil
-	}
-	return kv, err
 }
