@@ -29,7 +29,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/wasm"
+	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -74,14 +76,8 @@ type Version struct {
 	Digest string `json:"-"`
 }
 
-// Serves reports whether the version's globs match model.
-func (v Version) Serves(model string) bool {
-	model = strings.ToLower(model)
-	return model != "" && slices.ContainsFunc(v.Models, func(glob string) bool {
-		ok, _ := path.Match(strings.ToLower(glob), model)
-		return ok
-	})
-}
+// Serves reports whether the version's globs match model, as a template variant's do.
+func (v Version) Serves(model string) bool { return compose.ModelMatches(v.Models, model) }
 
 // State is the registry's content.
 type State struct {
@@ -224,22 +220,9 @@ func Parse(entries map[string][]byte) (State, []error) {
 
 // Load reads the bucket and parses it: the state, and the entries it had to leave out.
 func Load(ctx context.Context, kv jetstream.KeyValue) (State, []error, error) {
-	keys, err := kv.ListKeys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return State{}, nil, fmt.Errorf("builders: list: %w", err)
-	}
-	entries := map[string][]byte{}
-	if keys != nil {
-		for key := range keys.Keys() {
-			e, err := kv.Get(ctx, key)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue // deleted meanwhile
-			}
-			if err != nil {
-				return State{}, nil, fmt.Errorf("builders: get %s: %w", key, err)
-			}
-			entries[key] = e.Value()
-		}
+	entries, err := registry.Read(ctx, kv)
+	if err != nil {
+		return State{}, nil, err
 	}
 	s, bad := Parse(entries)
 	return s, bad, nil

@@ -523,18 +523,25 @@ func loadVariants(fsys fs.FS, src *source, name string, m manifest, base []part,
 // variantFor picks the variant for a model: the highest priority among those with a matching
 // pattern, then the first by name, so the choice never depends on load order.
 func (t *Template) variantFor(model string) *Variant {
-	if model == "" {
-		return nil
-	}
-	model = strings.ToLower(model)
 	for _, v := range t.Variants {
-		for _, pat := range v.Models {
-			if ok, _ := path.Match(strings.ToLower(pat), model); ok {
-				return v
-			}
+		if ModelMatches(v.Models, model) {
+			return v
 		}
 	}
 	return nil
+}
+
+// ModelMatches reports whether a model name matches one of globs (path.Match), case-insensitively:
+// how a variant, and a prompt builder, says which models it serves. No model matches nothing.
+func ModelMatches(globs []string, model string) bool {
+	if model == "" {
+		return false
+	}
+	model = strings.ToLower(model)
+	return slices.ContainsFunc(globs, func(glob string) bool {
+		ok, _ := path.Match(strings.ToLower(glob), model)
+		return ok
+	})
 }
 
 // limits applies a request's overrides to the template's defaults.
