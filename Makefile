@@ -4,7 +4,7 @@ BIN     ?= bin
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PKGS    := ./...
 
-.PHONY: all build test test-short lint demo bench fuzz soak clickhouse clean help
+.PHONY: all build test test-long test-short lint demo bench fuzz soak clickhouse clean help
 
 all: build
 
@@ -37,6 +37,9 @@ demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream an
 
 test: clickhouse ## run every test (unit, store, end-to-end) against real servers
 	$(GO) test -count=1 -timeout 25m $(PKGS)
+
+test-long: clickhouse ## the tests that wait out real windows (PODIUM_LONG=1: a request replayed after PROMPTS' shipped 10-minute duplicate window)
+	PODIUM_LONG=1 $(GO) test -count=1 -run '^TestReplayAfterShippedWindow$$' -timeout 20m -v ./e2e
 
 SOAK ?= 30m
 soak: clickhouse ## the chaos soak for SOAK (default 30m; make test plays 100s of it: one cycle of every fault); SEED=N plays that schedule again

@@ -407,6 +407,9 @@ func TestStreamDeletedIsMadeAgain(t *testing.T) {
 		if err := events.EnsureStreams(ctx, e.js, events.StreamOptions{}, allStreams...); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := e.js.CreateKeyValue(ctx, events.AnsweredBucketConfig(1, 0)); err != nil {
+			t.Fatal(err)
+		}
 		ranker := e.start("ranker", "MANAGE_STREAMS=false")
 		composer := e.start("composer", "MANAGE_STREAMS=false")
 		e.publishEvaluation("before-t1", evaluation("before", "t1", "Team t1", 1, 60, "before work", t0))

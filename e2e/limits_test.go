@@ -213,7 +213,8 @@ func TestRenderBoundedInWork(t *testing.T) {
 }
 
 // TestLongRequestIsNotRedelivered: a request that waits longer than COMPOSER_ACK_WAIT (here for
-// inputs that never come) is kept in progress: it is answered once and never redelivered.
+// inputs that never come) is kept in progress: it is answered once and never redelivered (one
+// delivery allowed, so the wait's own retry by redelivery does not come into it).
 func TestLongRequestIsNotRedelivered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -221,7 +222,7 @@ func TestLongRequestIsNotRedelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.publishEvaluation("never-committed", evaluation("long", "t1", "One", 1, 50, "x", t0)) // no ranker
-	e.start("composer", "COMPOSER_ACK_WAIT=1s", "COMPOSER_INPUTS_TIMEOUT=4s")
+	e.start("composer", "COMPOSER_ACK_WAIT=1s", "COMPOSER_INPUTS_TIMEOUT=4s", "COMPOSER_MAX_DELIVER=1")
 	e.requestRound("long-1", events.RoundRequested{ExecutionID: "long", TeamID: "t1", TeamName: "One", RoundNumber: 2, UserPrompt: "Go."}, t0)
 	a := e.answers("prompt.*.long.t1", 1, 30*time.Second)["long-1"]
 	if a.ok() || a.failed.Code != events.CodeInputsNotReady {

@@ -211,6 +211,10 @@ func TestShippedUsers(t *testing.T) {
 		{"author", "$KV.TEMPLATES.greet.label.production"},
 		{"author", "$KV.BUILDERS.phi4mini.label.production"},
 		{"author", events.EvaluationSubject(exec, "t1")},
+		// Only the composer notes answered requests (one answer per request).
+		{"orchestrator", "$KV." + events.BucketAnswered + "." + events.PromptEventID("sec-req")},
+		{"console", "$KV." + events.BucketAnswered + "." + events.PromptEventID("sec-req")},
+		{"author", "$KV." + events.BucketAnswered + "." + events.PromptEventID("sec-req")},
 	} {
 		refused(t, ns, c.role, c.subject)
 	}

@@ -37,6 +37,7 @@ type composer struct {
 	maxDeliver    int
 	now           func() time.Time
 	answers       *answerStore
+	once          *answered
 }
 
 // errStore marks a ClickHouse failure: worth retrying by redelivery before giving up.
@@ -68,14 +69,24 @@ func (c *composer) handle(ctx context.Context, msg jetstream.Msg) (context.Conte
 		span.SetStatus(codes.Error, string(events.CodeInvalidRequest))
 		return ctx, c.reject(ctx, msg, md, req, err)
 	}
+	answerID := events.PromptEventID(req.ID)
+	if seq, ok, err := c.once.lookup(ctx, answerID); err == nil && ok {
+		// Answered before (a replay, or a delivery after an answer stored but not acknowledged):
+		// nothing to compose. A failed lookup composes, and the publish looks again (once.go).
+		c.replayed(ctx, answerID, seq)
+		return ctx, settle.Ack()
+	}
 	out, err := c.compose(ctx, req.ID, req.Data, req.Time, nil)
 	return ctx, c.answer(ctx, md, req, out, err)
 }
 
-// answer publishes what compose made of a request: the prompt, or the failure it met.
+// answer publishes what compose made of a request: the prompt, or the failure it met. A retryable
+// failure (inputs_not_ready, store_unavailable) is retried by redelivery while deliveries are
+// left, and answered on the last one (docs/contract.md#promptfailed); any other is answered at once.
 func (c *composer) answer(ctx context.Context, md *jetstream.MsgMetadata, req events.RoundRequest, out events.PromptComposed, err error) settle.Outcome {
+	answerID := events.PromptEventID(req.ID)
 	if err == nil {
-		err = c.store(ctx, func(ctx context.Context) error { return c.publishComposed(ctx, out) })
+		_, err = c.store(ctx, answerID, func(ctx context.Context) (*jetstream.PubAck, error) { return c.publishComposed(ctx, out) })
 		var tooLarge *events.TooLargeError
 		if !errors.As(err, &tooLarge) {
 			if err != nil {
@@ -94,10 +105,10 @@ func (c *composer) answer(ctx context.Context, md *jetstream.MsgMetadata, req ev
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(attribute.String("podium.failure_code", string(f.Code)))
 	span.SetStatus(codes.Error, string(f.Code))
-	if f.Code == events.CodeStoreUnavailable && int(md.NumDelivered) < c.maxDeliver {
-		return settle.RetryLater(err) // the store may come back; the last delivery answers
+	if f.Retryable && int(md.NumDelivered) < c.maxDeliver {
+		return settle.RetryLater(err) // the inputs or the store may come back; the last delivery answers
 	}
-	if err := c.store(ctx, func(ctx context.Context) error {
+	if _, err := c.store(ctx, answerID, func(ctx context.Context) (*jetstream.PubAck, error) {
 		return c.publishFailed(ctx, req.ID, req.Data.ExecutionID, req.Data.TeamID, req.Data.RoundNumber, f)
 	}); err != nil {
 		return settle.RetryLater(err)
@@ -129,7 +140,7 @@ func (c *composer) reject(ctx context.Context, msg jetstream.Msg, md *jetstream.
 			requestID = md.Stream + "-" + strconv.FormatUint(md.Sequence.Stream, 10)
 		}
 		f := &events.Failure{Code: events.CodeInvalidRequest, Message: cause.Error()}
-		if err := c.store(ctx, func(ctx context.Context) error {
+		if _, err := c.store(ctx, events.PromptEventID(requestID), func(ctx context.Context) (*jetstream.PubAck, error) {
 			return c.publishFailed(ctx, requestID, addr.ExecutionID, addr.TeamID, req.Data.RoundNumber, f)
 		}); err != nil {
 			return settle.RetryLater(err)

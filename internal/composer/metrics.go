@@ -23,7 +23,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := series.On(reg)
 	return &metrics{
-		requests:          f.CounterVec("composer_requests_total", "round.requested handled, by outcome (composed, failed, dead_lettered) and failure code.", "outcome", "code"),
+		requests:          f.CounterVec("composer_requests_total", "round.requested handled, by outcome (composed, failed, dead_lettered, replayed: answered before, so not again) and failure code.", "outcome", "code"),
 		renderDuration:    f.Histogram("composer_render_duration_seconds", "Time to render one prompt from its inputs.", series.Doubling(0.00001, 18)),
 		publishDuration:   f.Histogram("composer_publish_duration_seconds", "Time to publish one answer (prompt.composed or prompt.failed) until JetStream acknowledged it.", series.Doubling(0.0001, 16)),
 		answerRetries:     f.Counter("composer_answer_retries_total", "Publishes of an answer that PROMPTS did not take (deleted, full, without a quorum); the request is held and the answer tried again."),

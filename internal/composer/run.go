@@ -89,6 +89,10 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		base.Close()
 		return err
 	}
+	if c.once, err = openAnswered(ctx, base, &cfg.Streams); err != nil {
+		base.Close()
+		return err
+	}
 	c.builders = newPromptBuilders(engine, modules, base.Log, base.Reg, base.Health, cfg.RenderAPILimit)
 	base.Health.Probe("clickhouse", st.Ping)
 	base.Health.Probe("inputs", c.inputs.Ready)
@@ -159,4 +163,36 @@ func printTemplates(w io.Writer, lib *compose.Library) error {
 	}
 	fmt.Fprintf(tw, "token encoding: %s\n", lib.TokenEncoding())
 	return tw.Flush()
+}
+
+// openAnswered opens events.BucketAnswered (once.go). Under MANAGE_STREAMS it is made or updated so
+// that a key lives as long as a PROMPTS record as the server has it now; an operator-managed
+// deployment must have made it, since without it a request replayed after the duplicate window
+// would be answered twice.
+func openAnswered(ctx context.Context, base *service.Base, streams *service.Streams) (*answered, error) {
+	var maxAge time.Duration
+	managed := streams.ManageStreams
+	if managed {
+		st, err := base.JS.Stream(ctx, events.StreamPrompts)
+		if err != nil {
+			return nil, fmt.Errorf("read %s's retention for %s: %w", events.StreamPrompts, events.BucketAnswered, err)
+		}
+		maxAge = st.CachedInfo().Config.MaxAge
+	}
+	cfg := events.AnsweredBucketConfig(streams.StreamReplicas, maxAge)
+	kv, err := base.KeyValue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if kv == nil {
+		return nil, fmt.Errorf("bucket %s is missing and MANAGE_STREAMS is false: make it as docs/operating.md#answered-one-answer-per-request says, or let the composer make it (MANAGE_STREAMS=true)", events.BucketAnswered)
+	}
+	a := &answered{kv: kv}
+	if managed {
+		a.remake = func(ctx context.Context) error {
+			_, err := base.JS.CreateOrUpdateKeyValue(ctx, cfg)
+			return err
+		}
+	}
+	return a, nil
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/pkg/events"
@@ -53,13 +55,15 @@ func (a *answerStore) done() {
 	}
 }
 
-// store publishes an answer until PROMPTS takes it (see the top of this file). It returns nil once
-// stored, the publish's error when the answer can never be stored (too large), or ctx's error.
-func (c *composer) store(ctx context.Context, publish func(context.Context) error) error {
+// store publishes an answer until PROMPTS takes it (see the top of this file), once per request
+// (once.go). It returns whether PROMPTS held an answer of the request already (a replay: nothing
+// was published), nil once stored, the publish's error when the answer can never be stored (too
+// large), or ctx's error.
+func (c *composer) store(ctx context.Context, answerID string, publish func(context.Context) (*jetstream.PubAck, error)) (bool, error) {
 	a := c.answers
 	var since time.Time
 	for attempt := uint64(1); ; attempt++ {
-		err := publish(ctx)
+		seq, replayed, err := c.publishOnce(ctx, answerID, publish)
 		var tooLarge *events.TooLargeError
 		if err == nil || errors.As(err, &tooLarge) || ctx.Err() != nil {
 			if !since.IsZero() {
@@ -68,7 +72,10 @@ func (c *composer) store(ctx context.Context, publish func(context.Context) erro
 					c.log.InfoContext(ctx, "answer stored after PROMPTS refused it", "attempts", attempt, "after", time.Since(since).Round(time.Millisecond).String())
 				}
 			}
-			return err
+			if replayed {
+				c.replayed(ctx, answerID, seq)
+			}
+			return replayed, err
 		}
 		first := since.IsZero()
 		if first {
@@ -87,9 +94,14 @@ func (c *composer) store(ctx context.Context, publish func(context.Context) erro
 		if a.remake != nil && time.Since(since) >= promptsSettle {
 			c.remakePrompts(ctx)
 		}
+		if c.once.remake != nil && errors.Is(err, errAnswered) && time.Since(since) >= promptsSettle {
+			if err := c.once.remake(ctx); err != nil {
+				c.log.WarnContext(ctx, "ANSWERED could not be made again", "error", err)
+			}
+		}
 		if retry.Sleep(ctx, delay) != nil {
 			a.done()
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }

@@ -250,3 +250,21 @@ func ScoresBucketConfig(replicas int, maxIdle time.Duration) jetstream.KeyValueC
 	return jetstream.KeyValueConfig{Bucket: BucketScores, Description: "podium: each execution's score rows as of the ranker's last commit of it, so composer replicas share one ClickHouse read",
 		History: 1, Replicas: max(replicas, 1), Storage: jetstream.FileStorage, TTL: maxIdle}
 }
+
+// BucketAnswered is the key-value bucket of answered requests: one key per request whose answer
+// PROMPTS took, named by the answer's event id (PromptEventID), holding the answer's PROMPTS
+// sequence. PROMPTS' duplicate window keeps one answer per request for ten minutes; this bucket
+// keeps the promise for as long as PROMPTS keeps the answer (docs/contract.md#one-answer-per-request).
+const BucketAnswered = "ANSWERED"
+
+// AnsweredBucketConfig is the configuration of BucketAnswered: a key lives as long as a PROMPTS
+// record (promptsMaxAge, 0: for ever), so a request is answered once while its answer can be read.
+func AnsweredBucketConfig(replicas int, promptsMaxAge time.Duration) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: BucketAnswered, Description: "podium: every request whose answer PROMPTS took, by the answer's event id, with its PROMPTS sequence",
+		History: 1, Replicas: max(replicas, 1), Storage: jetstream.FileStorage, TTL: promptsMaxAge}
+}
+
+// Answered is the value of a BucketAnswered key.
+type Answered struct {
+	PromptsSeq uint64 `json:"prompts_seq"` // where PROMPTS holds the request's one answer
+}
