@@ -364,7 +364,7 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 			return printJSON(e, out)
 		}
 		fmt.Fprintf(e.out, "%s\n", out.Prompt)
-		fmt.Fprintf(os.Stderr, "(%s@%d, %d tokens %s, %d cut(s))\n", out.Template.Name, out.Template.Version, out.TokenEstimate, out.TokenEncoding, len(out.Truncated))
+		fmt.Fprintf(e.stderr, "(%s@%d, %d tokens %s, %d cut(s))\n", out.Template.Name, out.Template.Version, out.TokenEstimate, out.TokenEncoding, len(out.Truncated))
 		return nil
 	}
 }

@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/podium-llm/podium/internal/secrets"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -113,12 +113,9 @@ func checkNATSURLs(list string) error {
 	return nil
 }
 
-// userinfo matches the user:password@ part of URLs in a text.
-var userinfo = regexp.MustCompile(`(//[^/@\s:,]*):[^/@\s,]*@`)
-
-// RedactURLs replaces passwords in the URLs of a text with "xxxxx", so configuration errors and
-// logs never print a credential.
-func RedactURLs(s string) string { return userinfo.ReplaceAllString(s, "$1:xxxxx@") }
+// RedactURLs replaces passwords in the URLs of a text with "xxxxx" where a message is made (the
+// process's output redacts every known secret again: internal/secrets).
+func RedactURLs(s string) string { return secrets.RedactURLs(s) }
 
 // NATSConnected is the readiness probe of a NATS connection.
 func NATSConnected(nc *nats.Conn) func(context.Context) error {
