@@ -21,7 +21,12 @@ import (
 )
 
 // natsRoles are the users of deploy/nats/nats.conf.
-var natsRoles = []string{"orchestrator", "ranker", "composer", "archiver", "console", "auditor", "author", "release", "operator"}
+var natsRoles = []string{"orchestrator", "ranker", "composer", "composer-api", "archiver", "console", "auditor", "author", "release", "operator"}
+
+// passwordVar is the variable of deploy/nats/nats.conf that holds role's password.
+func passwordVar(role string) string {
+	return "PODIUM_" + strings.ToUpper(strings.ReplaceAll(role, "-", "_")) + "_PASSWORD"
+}
 
 // shippedNATS starts an in-process server from deploy/nats/nats.conf as shipped, with each role's
 // password in the environment (PODIUM_<ROLE>_PASSWORD = <role>-pw); only what a test machine
@@ -31,7 +36,7 @@ func shippedNATS(t *testing.T) *server.Server {
 	// The server reads them from the process's environment (t.Setenv refuses a parallel test);
 	// nothing else of the suite reads these names.
 	for _, role := range natsRoles {
-		if err := os.Setenv("PODIUM_"+strings.ToUpper(role)+"_PASSWORD", role+"-pw"); err != nil {
+		if err := os.Setenv(passwordVar(role), role+"-pw"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,6 +95,20 @@ func refused(t *testing.T, ns *server.Server, role, subject string) {
 	case <-time.After(3 * time.Second):
 		t.Errorf("%s may publish to %s, want it refused", role, subject)
 	}
+}
+
+// roleEnv is the configuration of a service or the CLI run as role: its NATS user, and its
+// ClickHouse user where it has one (the composer also its user for answering requests).
+func roleEnv(role string) []string {
+	env := []string{"NATS_USER=" + role, "NATS_PASSWORD=" + role + "-pw"}
+	if role == "composer" {
+		env = append(env, "COMPOSER_API_NATS_USER=composer-api", "COMPOSER_API_NATS_PASSWORD=composer-api-pw")
+	}
+	switch role {
+	case "ranker", "archiver", "composer", "console", "auditor":
+		env = append(env, "CLICKHOUSE_USER="+role, "CLICKHOUSE_PASSWORD="+role+"-pw")
+	}
+	return env
 }
 
 // shippedClickHouse starts a private clickhouse-server with deploy/clickhouse/users.d/podium.xml
@@ -158,15 +177,7 @@ func TestShippedUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := &env{t: t, ns: ns, nc: orch, js: js, chAddr: ch.Addr, database: "secure"}
-	// Each role's NATS user, and its ClickHouse user where it has one.
-	as := func(role string) []string {
-		env := []string{"NATS_USER=" + role, "NATS_PASSWORD=" + role + "-pw"}
-		switch role {
-		case "ranker", "archiver", "composer", "console", "auditor":
-			env = append(env, "CLICKHOUSE_USER="+role, "CLICKHOUSE_PASSWORD="+role+"-pw")
-		}
-		return env
-	}
+	as := roleEnv
 	procs := []*proc{e.start("ranker", as("ranker")...), e.start("composer", as("composer")...), e.start("archiver", as("archiver")...)}
 	console := e.start("console", as("console")...)
 	procs = append(procs, console)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -11,11 +12,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/podium-llm/podium/internal/replies"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
@@ -127,8 +130,8 @@ const parseSubject = "podium.parse"
 // failure is also marked with the micro error headers (the HTTP status as the code). Requests
 // stop with work. The returned stop ends the service and waits for the requests in flight to
 // publish their answers, so the connection is drained after them.
-func startRenderService(work context.Context, nc *nats.Conn, rs *renders, pb *promptBuilders, parseTimeout time.Duration) (stop func(), err error) {
-	ep := &endpoints{work: work, nc: nc, trace: rs.c.trace}
+func startRenderService(work context.Context, nc *nats.Conn, rs *renders, pb *promptBuilders, parseTimeout time.Duration, inboxes replies.Inboxes, refused *prometheus.CounterVec) (stop func(), err error) {
+	ep := &endpoints{work: work, nc: nc, trace: rs.c.trace, log: rs.c.log, inboxes: inboxes, refused: refused}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "podium",
 		Version:     "1.0.0",
@@ -139,7 +142,7 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders, pb *pr
 	}
 	// Named endpoints, so $SRV.INFO lists "render" and "parse" (an endpoint given in the
 	// service's config is named "default").
-	if err := svc.AddEndpoint("render", ep.handler(rs.render), micro.WithEndpointSubject(renderSubject)); err != nil {
+	if err := svc.AddEndpoint("render", ep.handler("render", rs.render), micro.WithEndpointSubject(renderSubject)); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("micro service podium: endpoint render: %w", err)
 	}
@@ -147,7 +150,7 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders, pb *pr
 		status, answer := pb.parse(ctx, data, parseTimeout)
 		return status, answer, true
 	}
-	if err := svc.AddEndpoint("parse", ep.handler(parse), micro.WithEndpointSubject(parseSubject)); err != nil {
+	if err := svc.AddEndpoint("parse", ep.handler("parse", parse), micro.WithEndpointSubject(parseSubject)); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("micro service podium: endpoint parse: %w", err)
 	}
@@ -168,13 +171,23 @@ type endpoints struct {
 	work     context.Context
 	nc       *nats.Conn
 	trace    *tracing.Tracing
+	log      *slog.Logger
+	inboxes  replies.Inboxes // where an answer may go (internal/replies)
+	refused  *prometheus.CounterVec
 	mu       sync.Mutex
 	stopping bool
 	inFlight sync.WaitGroup
 }
 
-func (ep *endpoints) handler(answer func(ctx context.Context, data []byte) (int, any, bool)) micro.Handler {
+func (ep *endpoints) handler(name string, answer func(ctx context.Context, data []byte) (int, any, bool)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
+		if reply := req.Reply(); !ep.inboxes.Allows(reply) {
+			// Answered nowhere, not even with an error: any answer would go where the caller asked.
+			ep.refused.WithLabelValues(name).Inc()
+			ep.log.Warn("request not answered: its reply subject is outside COMPOSER_REPLY_PREFIXES", "endpoint", name,
+				"reply", events.Quote(reply), "reply_prefixes", ep.inboxes.String())
+			return
+		}
 		ep.mu.Lock()
 		defer ep.mu.Unlock()
 		if ep.stopping {

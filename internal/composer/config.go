@@ -8,6 +8,7 @@ import (
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/internal/replies"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/pkg/compose"
 )
@@ -30,6 +31,13 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish requests in hand after SIGTERM"`
 	RenderTimeout   time.Duration `envconfig:"RENDER_TIMEOUT" default:"10s" desc:"longest render of one prompt (counting a hostile text may take long); past it the request answers budget_exceeded"`
 	RenderAPILimit  int           `envconfig:"RENDER_CONCURRENCY" default:"4" desc:"POST /v1/render requests served at once, and as many podium.parse; more answer 429"`
+	// The connection that serves podium.render, podium.parse and the micro service's $SRV
+	// endpoints is a user of its own where the deployment gives one, which may publish on callers'
+	// inboxes only: the server itself then refuses an answer sent anywhere else (docs/security.md).
+	APINATSUser     string `envconfig:"API_NATS_USER" desc:"NATS user of the connection that answers podium.render and podium.parse (COMPOSER_API_NATS_USER); empty: NATS_USER"`
+	APINATSPassword string `envconfig:"API_NATS_PASSWORD" desc:"its password (COMPOSER_API_NATS_PASSWORD)"`
+	APINATSCreds    string `envconfig:"API_NATS_CREDS" desc:"its credentials file (COMPOSER_API_NATS_CREDS); empty: NATS_CREDS unless COMPOSER_API_NATS_USER is set"`
+	ReplyPrefixes   string `envconfig:"REPLY_PREFIXES" default:"_INBOX." desc:"comma-separated reply subject prefixes that podium.render and podium.parse answer on (the inbox spaces of the callers' NATS users); a request with another reply subject is refused"`
 	builders.Limits
 }
 
@@ -60,10 +68,26 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("COMPOSER_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout))
 	}
+	if _, err := replies.Parse(c.ReplyPrefixes); err != nil {
+		errs = append(errs, fmt.Errorf("COMPOSER_REPLY_PREFIXES: %w", err))
+	}
 	if err := c.templates().Check(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// apiNATS is how the connection that answers requests reaches NATS: as the composer does, under
+// the API user or credentials when they are set.
+func (c *Config) apiNATS() *service.NATS {
+	n := c.NATS
+	switch {
+	case c.APINATSCreds != "":
+		n.NATSCreds, n.NATSUser, n.NATSPassword = c.APINATSCreds, "", ""
+	case c.APINATSUser != "":
+		n.NATSCreds, n.NATSUser, n.NATSPassword = "", c.APINATSUser, c.APINATSPassword
+	}
+	return &n
 }
 
 // templates are the template settings the composer reads (internal/library owns them for every

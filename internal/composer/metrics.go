@@ -18,6 +18,7 @@ type metrics struct {
 	truncations       *prometheus.CounterVec
 	templatesLoaded   *prometheus.GaugeVec
 	templatesRejected prometheus.Counter
+	repliesRefused    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -31,6 +32,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		promptTokens:      f.Histogram("composer_prompt_tokens", "Estimated tokens per published prompt.composed.", series.Doubling(64, 12)),
 		truncations:       f.CounterVec("composer_truncations_total", "Cuts the budget made in published prompts, by section.", "section"),
 		templatesRejected: f.Counter("composer_template_versions_rejected_total", "Entries of the template registry that failed their check (or are not of its layout) and are not served."),
+		repliesRefused:    f.CounterVec("composer_replies_refused_total", "Requests to podium.render or podium.parse not answered because their reply subject is outside COMPOSER_REPLY_PREFIXES (an answer there would publish on a caller's behalf).", "endpoint"),
 		templatesLoaded:   f.GaugeVec("composer_templates_loaded", "1 for every loaded template, by name and version.", "name", "version"),
 	}
 }

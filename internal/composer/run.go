@@ -19,6 +19,7 @@ import (
 	"github.com/podium-llm/podium/internal/door"
 	"github.com/podium-llm/podium/internal/inputs"
 	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/internal/replies"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/wasm"
@@ -97,6 +98,19 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	base.Health.Probe("clickhouse", st.Ping)
 	base.Health.Probe("inputs", c.inputs.Ready)
 	rs := newRenders(c, cfg.MaxEventBytes, cfg.RenderAPILimit)
+	inboxes, err := replies.Parse(cfg.ReplyPrefixes)
+	if err != nil {
+		base.Close()
+		return err
+	}
+	// Requests are answered on a connection of their own (config.go, apiNATS).
+	apiNC, err := service.ConnectNATS(cfg.apiNATS(), "composer-api", log)
+	if err != nil {
+		base.Close()
+		return fmt.Errorf("the connection that answers podium.render and podium.parse: %w", err)
+	}
+	defer apiNC.Close()
+	base.Health.Probe("nats_api", service.NATSConnected(apiNC))
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
 		Guard:           door.API(log, cfg.HTTPAddr, cfg.APIToken, "COMPOSER_API_TOKEN", "the renders"),
@@ -106,11 +120,14 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		Consume: func(stop, work context.Context) error {
 			c.templates.registry.follow(work, kv)
 			c.builders.registry.follow(work, builderKV)
-			stopRenders, err := startRenderService(work, base.NC, rs, c.builders, cfg.RenderTimeout)
+			stopRenders, err := startRenderService(work, apiNC, rs, c.builders, cfg.RenderTimeout, inboxes, c.m.repliesRefused)
 			if err != nil {
 				return err
 			}
-			defer stopRenders()
+			defer func() {
+				stopRenders()
+				_ = apiNC.Drain() // the answers in flight were published; drained before the main connection
+			}()
 			handle := consume.Chain(consume.Each(c.handle), consume.Trace(c.trace, "composer.request"), consume.Recover(c.log, runtime.Panics))
 			// Waiting and rendering may take long: the stage keeps the request in progress, so
 			// the broker does not hand it to another replica meanwhile.
