@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/bounded"
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
@@ -316,7 +317,7 @@ func TestExportBundleVerifiesOffline(t *testing.T) {
 	}
 
 	// A score changed in the bundle: the prompts that showed it differ.
-	b, err := audit.ReadBundle(first)
+	b, err := audit.ReadBundle(bytes.NewReader(first), "the export", bounded.Limit{Bytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/bounded"
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/wasm"
 	"github.com/podium-llm/podium/pkg/compose"
@@ -129,7 +129,7 @@ func buildersPush(fs *flag.FlagSet) func(context.Context, *env) error {
 		if *name == "" || len(models) == 0 {
 			return usagef("builders push takes --name NAME and at least one --models GLOB")
 		}
-		module, err := os.ReadFile(e.args[0])
+		module, err := bounded.Limit{Bytes: builders.MaxModuleBytes}.ReadFile(e.args[0])
 		if err != nil {
 			return &usageError{err.Error()}
 		}
@@ -211,12 +211,9 @@ func buildersList(fs *flag.FlagSet) func(context.Context, *env) error {
 func buildersParse(fs *flag.FlagSet) func(context.Context, *env) error {
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for a composer's answer")
 	return func(ctx context.Context, e *env) error {
-		output, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20+1))
+		output, err := bounded.Limit{Bytes: 1 << 20}.ReadAll(os.Stdin, "standard input")
 		if err != nil {
-			return err
-		}
-		if len(output) > 1<<20 {
-			return usagef("the output on stdin is over 1 MiB")
+			return usagef("%v", err)
 		}
 		js, err := e.jetstream()
 		if err != nil {

@@ -22,7 +22,7 @@ func templatesImportMixseek(fs *flag.FlagSet) func(context.Context, *env) error 
 	push := fs.Bool("push", false, "push it to the template registry as the next version of --name")
 	label := fs.String("label", "", "with --push: point this label at the new version")
 	return func(ctx context.Context, e *env) error {
-		raw, err := os.ReadFile(e.args[0])
+		raw, err := e.cfg.eventLimit().ReadFile(e.args[0])
 		if err != nil {
 			return &usageError{err.Error()}
 		}

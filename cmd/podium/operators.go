@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -96,7 +94,7 @@ func publish(eventType string) func(fs *flag.FlagSet) func(context.Context, *env
 			if *file == "" {
 				return usagef("want --file F")
 			}
-			raw, err := readFile(*file)
+			raw, err := e.cfg.eventLimit().ReadFile(*file)
 			if err != nil {
 				return &usageError{err.Error()}
 			}
@@ -116,13 +114,6 @@ func publish(eventType string) func(fs *flag.FlagSet) func(context.Context, *env
 			return nil
 		}
 	}
-}
-
-func readFile(name string) ([]byte, error) {
-	if name == "-" {
-		return io.ReadAll(os.Stdin)
-	}
-	return os.ReadFile(name)
 }
 
 // eventBody turns a data object (or a whole CloudEvent) into the body to publish and checks it

@@ -179,11 +179,12 @@ func verifyRecords(ctx context.Context, e *env, v *audit.Verifier, recs []audit.
 
 // verifyBundle proves every record of an export bundle from the bundle alone.
 func verifyBundle(ctx context.Context, e *env, path, tz string) error {
-	raw, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return &usageError{err.Error()}
 	}
-	b, err := audit.ReadBundle(raw)
+	defer f.Close()
+	b, err := audit.ReadBundle(f, path, e.cfg.inputLimit())
 	if err != nil {
 		return &checkError{err.Error()}
 	}

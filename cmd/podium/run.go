@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/bounded"
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/library"
@@ -26,11 +27,29 @@ type config struct {
 	service.Common
 	service.ClickHouseWriter
 	builders.ComposersLimits
+	// Inputs from outside are read with a limit checked while reading (internal/bounded): one event,
+	// request or template folder at most MAX_EVENT_BYTES, anything larger (an export bundle, its
+	// decompressed bytes counted; an --evaluations file) at most this.
+	MaxInputBytes int64 `envconfig:"MAX_INPUT_BYTES" default:"536870912" desc:"largest file podium reads whole besides one event (PODIUM_MAX_INPUT_BYTES): an export bundle, counted decompressed, or an --evaluations file"`
 }
 
 // Validate checks the shared settings.
 func (c *config) Validate() error {
-	return errors.Join(c.ValidateShared("PODIUM"), c.ClickHouseWriter.Validate("PODIUM"), c.ComposersLimits.Validate())
+	var errs []error
+	if c.MaxInputBytes < 1 {
+		errs = append(errs, fmt.Errorf("PODIUM_MAX_INPUT_BYTES must be positive, got %d", c.MaxInputBytes))
+	}
+	return errors.Join(append(errs, c.ValidateShared("PODIUM"), c.ClickHouseWriter.Validate("PODIUM"), c.ComposersLimits.Validate())...)
+}
+
+// inputLimit bounds a large input read whole (a bundle, an --evaluations file).
+func (c *config) inputLimit() bounded.Limit {
+	return bounded.Limit{Bytes: c.MaxInputBytes, Setting: "PODIUM_MAX_INPUT_BYTES"}
+}
+
+// eventLimit bounds an input of the size of one event: an event to publish, a request, a template.
+func (c *config) eventLimit() bounded.Limit {
+	return bounded.Limit{Bytes: int64(c.MaxEventBytes), Setting: "MAX_EVENT_BYTES"}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

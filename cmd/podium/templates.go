@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/bounded"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/textdiff"
@@ -56,24 +57,38 @@ func (e *env) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig, create
 // readTemplate reads a template an author edits: a folder (every file in it, by relative path)
 // or a <name>.mustache file (with <name>.json beside it as its manifest), in the registry's
 // folder form.
-func readTemplate(path string) (string, map[string][]byte, error) {
+// A template is stored as one registry entry, so its files together are read with one budget (at
+// most limit bytes, counted while reading).
+func readTemplate(path string, limit bounded.Limit) (string, map[string][]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return "", nil, err
 	}
 	files := map[string][]byte{}
+	read := func(fsys fs.FS, name, key string) error {
+		left := limit
+		left.Bytes -= filesBytes(files)
+		b, err := left.ReadFS(fsys, name, "template "+path)
+		if bounded.IsTooLarge(err) {
+			return &bounded.TooLargeError{What: "template " + path, Limit: limit} // the folder's limit, not what was left of it
+		}
+		files[key] = b
+		return err
+	}
 	if !st.IsDir() {
 		name, ok := strings.CutSuffix(filepath.Base(path), ".mustache")
 		if !ok {
 			return "", nil, fmt.Errorf("%s is neither a template folder nor a .mustache file", path)
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
+		dir := os.DirFS(filepath.Dir(path))
+		if err := read(dir, filepath.Base(path), "prompt.mustache"); err != nil {
 			return "", nil, err
 		}
-		files["prompt.mustache"] = b
-		if m, err := os.ReadFile(strings.TrimSuffix(path, ".mustache") + ".json"); err == nil {
-			files["manifest.json"] = m
+		manifest := name + ".json"
+		if _, err := fs.Stat(dir, manifest); err == nil {
+			if err := read(dir, manifest, "manifest.json"); err != nil {
+				return "", nil, err
+			}
 		}
 		return name, files, nil
 	}
@@ -82,17 +97,24 @@ func readTemplate(path string) (string, map[string][]byte, error) {
 		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".") {
 			return err
 		}
-		b, err := fs.ReadFile(root, p)
-		files[p] = b
-		return err
+		return read(root, p, p)
 	})
 	return filepath.Base(filepath.Clean(path)), files, err
+}
+
+// filesBytes is the size of a template's files read so far.
+func filesBytes(files map[string][]byte) int64 {
+	var n int64
+	for _, b := range files {
+		n += int64(len(b))
+	}
+	return n
 }
 
 func templatesPush(fs *flag.FlagSet) func(context.Context, *env) error {
 	label := fs.String("label", "", "point this label at the new version (production makes it the default for the name)")
 	return func(ctx context.Context, e *env) error {
-		name, files, err := readTemplate(e.args[0])
+		name, files, err := readTemplate(e.args[0], e.cfg.eventLimit())
 		if err != nil {
 			return &usageError{err.Error()}
 		}
@@ -303,7 +325,7 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		name := e.args[0]
 		if _, statErr := os.Stat(name); statErr == nil {
-			n, files, err := readTemplate(name)
+			n, files, err := readTemplate(name, e.cfg.eventLimit())
 			if err != nil {
 				return &usageError{err.Error()}
 			}
@@ -314,7 +336,7 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 			name = n
 		}
-		raw, err := os.ReadFile(*requestFile)
+		raw, err := e.cfg.eventLimit().ReadFile(*requestFile)
 		if err != nil {
 			return &usageError{err.Error()}
 		}
@@ -334,7 +356,7 @@ func templatesRender(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		var recs []rank.Record
 		if *evalsFile != "" {
-			raw, err := os.ReadFile(*evalsFile)
+			raw, err := e.cfg.inputLimit().ReadFile(*evalsFile)
 			if err != nil {
 				return &usageError{err.Error()}
 			}

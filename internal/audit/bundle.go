@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podium-llm/podium/internal/bounded"
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/render"
@@ -181,19 +183,23 @@ func (b Bundle) Write(w io.Writer, compressed bool) error {
 	return zw.Close()
 }
 
-// ReadBundle reads a bundle Write wrote, compressed or not.
-func ReadBundle(raw []byte) (Bundle, error) {
-	if bytes.HasPrefix(raw, []byte{0x1f, 0x8b}) {
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
+// ReadBundle reads a bundle Write wrote, compressed or not, as a stream: at most limit bytes of
+// JSON are read, counted after decompression, so a small file that decompresses to much more ends
+// with an error naming the limit instead of taking the memory (docs/security.md).
+func ReadBundle(r io.Reader, name string, limit bounded.Limit) (Bundle, error) {
+	br := bufio.NewReader(r)
+	var in io.Reader = br
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return Bundle{}, fmt.Errorf("bundle: %w", err)
 		}
-		if raw, err = io.ReadAll(zr); err != nil {
-			return Bundle{}, fmt.Errorf("bundle: %w", err)
-		}
+		defer zr.Close()
+		in = zr
 	}
 	var b Bundle
-	if err := json.Unmarshal(raw, &b); err != nil {
+	dec := json.NewDecoder(limit.Reader(in, "bundle "+name))
+	if err := dec.Decode(&b); err != nil {
 		return Bundle{}, fmt.Errorf("bundle: %w", err)
 	}
 	if b.Format != BundleFormat {
