@@ -7,7 +7,8 @@
 // recorded version again.
 //
 // Limits: memory (pages of 64 KiB, for the whole runtime's modules), time (ctx: the module is
-// closed when it ends), and the bytes of stdout and stderr.
+// closed when it ends), the bytes of stdout and stderr, and what a module declares besides its
+// memory (tables, globals, segments, locals, functions: budget.go).
 package wasm
 
 import (
@@ -117,7 +118,12 @@ func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	if c, ok := e.compiled[sum]; ok {
 		return &Module{e: e, c: c, SHA256: sum}, nil
 	}
-	c, err := e.rt.CompileModule(ctx, wasm)
+	// What the module declares is checked before anything is compiled (budget.go).
+	bounded, err := DefaultBudget.Bound(wasm)
+	if err != nil {
+		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
+	}
+	c, err := e.rt.CompileModule(ctx, bounded)
 	if err != nil {
 		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
 	}
