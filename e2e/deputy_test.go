@@ -111,6 +111,19 @@ func TestComposerAnswersOnlyInboxes(t *testing.T) {
 		t.Errorf("$SRV.INFO.podium with an inbox reply: %v %s", err, msgData(info))
 	}
 
+	// A composer given no user of its own for answering (the composer's may not subscribe to the
+	// endpoints) stops at start saying so, instead of running deaf to every request.
+	deaf := e.spawn("composer", "NATS_USER=composer", "NATS_PASSWORD=composer-pw")
+	select {
+	case err := <-deaf.done:
+		deaf.done <- err
+		if err == nil || !strings.Contains(deaf.logs.String(), "give it a NATS user that may (COMPOSER_API_NATS_USER") {
+			t.Errorf("a composer without an API user: %v\n%s", err, deaf.logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("a composer without an API user still runs after 30 s:\n%s", deaf.logs)
+	}
+
 	// Nothing landed under any of the subjects, in any stream that takes them.
 	ajs, err := jetstream.New(op)
 	if err != nil {

@@ -37,7 +37,12 @@ func answerFirst(t *testing.T, e *env) answer {
 // checkNoted checks that ANSWERED notes the request's answer at its PROMPTS sequence.
 func checkNoted(t *testing.T, e *env, requestID string) {
 	t.Helper()
-	got := e.collect(events.StreamPrompts, "prompt.*.once.t1", 1, 5*time.Second)
+	var answerSeq uint64
+	for _, m := range e.collect(events.StreamPrompts, "prompt.*.once.t1", 100, time.Second) {
+		if m.Header.Get(jetstream.MsgIDHeader) == events.PromptEventID(requestID) {
+			answerSeq = m.Seq
+		}
+	}
 	kv, err := e.js.KeyValue(t.Context(), events.BucketAnswered)
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +54,8 @@ func checkNoted(t *testing.T, e *env, requestID string) {
 		return err == nil, fmt.Sprint(err)
 	})
 	var v events.Answered
-	if err := json.Unmarshal(entry.Value(), &v); err != nil || v.PromptsSeq != got[0].Seq {
-		t.Errorf("ANSWERED's note of %s: %s (%v), want prompts_seq %d", requestID, entry.Value(), err, got[0].Seq)
+	if err := json.Unmarshal(entry.Value(), &v); err != nil || answerSeq == 0 || v.PromptsSeq != answerSeq {
+		t.Errorf("ANSWERED's note of %s: %s (%v), want prompts_seq %d", requestID, entry.Value(), err, answerSeq)
 	}
 }
 
@@ -231,4 +236,20 @@ func TestConcurrentFirstAnswers(t *testing.T) {
 	}
 	onlyAnswer(t, e, got["once-req"])
 	checkNoted(t, e, "once-req")
+
+	// A note that names another answer (PROMPTS made again starts its sequences over; a key put by
+	// hand) is not taken: the request it claims is answered.
+	kv, err := e.js.KeyValue(t.Context(), events.BucketAnswered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := e.collect(events.StreamPrompts, "prompt.*.once.t1", 1, 5*time.Second)[0]
+	if _, err := kv.Put(t.Context(), events.PromptEventID("once-other"), fmt.Appendf(nil, `{"prompts_seq": %d}`, first.Seq)); err != nil {
+		t.Fatal(err)
+	}
+	e.requestRound("once-other", onceRequest, t0.Add(time.Hour))
+	if a := e.answers("prompt.*.once.t1", 2, 30*time.Second)["once-other"]; !a.ok() {
+		t.Errorf("a request whose note names another answer: %s %+v", a.subject, a.failed)
+	}
+	checkNoted(t, e, "once-other")
 }

@@ -2,6 +2,7 @@ package composer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -153,6 +154,16 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders, pb *pr
 	if err := svc.AddEndpoint("parse", ep.handler("parse", parse), micro.WithEndpointSubject(parseSubject)); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("micro service podium: endpoint parse: %w", err)
+	}
+	// A user that may not subscribe to the endpoints is refused asynchronously: asked here, once the
+	// server has answered the subscriptions, so the composer does not run deaf to every request.
+	if err := nc.Flush(); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("micro service podium: %w", err)
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("micro service podium: the connection that answers podium.render and podium.parse was refused (%v): give it a NATS user that may (COMPOSER_API_NATS_USER; deploy/nats/nats.conf, composer-api)", err)
 	}
 	return func() {
 		ep.mu.Lock()

@@ -106,7 +106,9 @@ func (c *composer) answer(ctx context.Context, md *jetstream.MsgMetadata, req ev
 	span.SetAttributes(attribute.String("podium.failure_code", string(f.Code)))
 	span.SetStatus(codes.Error, string(f.Code))
 	if f.Retryable && int(md.NumDelivered) < c.maxDeliver {
-		return settle.RetryLater(err) // the inputs or the store may come back; the last delivery answers
+		// The inputs or the store may come back; the COMPOSER_MAX_DELIVER-th delivery answers (the
+		// consumer allows a few more, for a composer that dies holding it: run.go).
+		return settle.RetryLater(err)
 	}
 	if _, err := c.store(ctx, answerID, func(ctx context.Context) (*jetstream.PubAck, error) {
 		return c.publishFailed(ctx, req.ID, req.Data.ExecutionID, req.Data.TeamID, req.Data.RoundNumber, f)

@@ -27,7 +27,7 @@ type Config struct {
 	ReadCacheTTL    time.Duration `envconfig:"READ_CACHE_TTL" default:"2s" desc:"how long a read of an execution serves later requests that wait for no newer evaluation; 0 shares only reads in flight"`
 	Workers         int           `envconfig:"WORKERS" default:"32" desc:"requests composed at once by this replica (mostly waiting on NATS and ClickHouse, so more than cores)"`
 	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s" desc:"redelivery timeout of the composer consumer (kept alive with InProgress while waiting)"`
-	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10" desc:"deliveries of one request; the last one answers prompt.failed instead of retrying"`
+	MaxDeliver      int           `envconfig:"MAX_DELIVER" default:"10" desc:"deliveries of one request that meet a retryable failure; the last one answers prompt.failed instead of retrying (the consumer allows 3 more, for a composer that dies holding one)"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish requests in hand after SIGTERM"`
 	RenderTimeout   time.Duration `envconfig:"RENDER_TIMEOUT" default:"10s" desc:"longest render of one prompt (counting a hostile text may take long); past it the request answers budget_exceeded"`
 	RenderAPILimit  int           `envconfig:"RENDER_CONCURRENCY" default:"4" desc:"POST /v1/render requests served at once, and as many podium.parse; more answer 429"`
@@ -86,7 +86,11 @@ func (c *Config) apiNATS() *service.NATS {
 		n.NATSCreds, n.NATSUser, n.NATSPassword = c.APINATSCreds, "", ""
 	case c.APINATSUser != "":
 		n.NATSCreds, n.NATSUser, n.NATSPassword = "", c.APINATSUser, c.APINATSPassword
+	default:
+		return &n
 	}
+	// Credentials in NATS_URL would win over the API user's (nats.go prefers a URL's userinfo).
+	n.NATSURL = service.StripUserinfo(n.NATSURL)
 	return &n
 }
 

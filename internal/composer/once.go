@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -26,7 +27,8 @@ import (
 // again after COMPOSER_ACK_WAIT, well inside the duplicate window, and that delivery's publish is
 // a duplicate whose acknowledgement names the first answer's sequence, which it notes. Two
 // replicas that meet the same request at once both publish inside the window: PROMPTS keeps the
-// first and both note its sequence (Create: the first note stands).
+// first and both note its sequence. A note is trusted only while PROMPTS holds the answer it names
+// (lookup), and an answer published is noted until the note is stored, never published again.
 //
 // The bucket keeps a key as long as PROMPTS keeps a record (its max age, for ever by default): a
 // request replayed after its answer left PROMPTS is a new request.
@@ -34,6 +36,7 @@ import (
 // answered is the composer's view of events.BucketAnswered.
 type answered struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream // PROMPTS, where a note is checked
 	// remake makes the bucket again when it is missing (an operator deleted it); nil when the
 	// operator owns the streams. What it held is gone: replays of requests answered before are
 	// then answered again once their duplicate window has passed.
@@ -45,7 +48,10 @@ type answered struct {
 var errAnswered = errors.New(events.BucketAnswered)
 
 // lookup says whether PROMPTS holds an answer of the request whose answer is answerID, and its
-// sequence there.
+// sequence there. A note is taken only when PROMPTS still holds that answer at its sequence: a
+// note outlives its record when PROMPTS was trimmed by bytes, or deleted and made again (its
+// sequences start over), and a key written by anything but a composer names nothing; the request
+// is then answered as a new one.
 func (a *answered) lookup(ctx context.Context, answerID string) (uint64, bool, error) {
 	e, err := a.kv.Get(ctx, answerID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -55,37 +61,62 @@ func (a *answered) lookup(ctx context.Context, answerID string) (uint64, bool, e
 		return 0, false, fmt.Errorf("%w: read %s: %v", errAnswered, answerID, err)
 	}
 	var v events.Answered
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
-		// The key is what counts; a value not ours still says the request was answered.
-		return 0, true, nil
+	if err := json.Unmarshal(e.Value(), &v); err != nil || v.PromptsSeq == 0 {
+		return 0, false, nil
+	}
+	st, err := a.js.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return 0, false, fmt.Errorf("check the note of %s in %s: %w", answerID, events.StreamPrompts, err)
+	}
+	msg, err := st.GetMsg(ctx, v.PromptsSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("check the note of %s in %s: %w", answerID, events.StreamPrompts, err)
+	}
+	if msg.Header.Get(jetstream.MsgIDHeader) != answerID {
+		return 0, false, nil
 	}
 	return v.PromptsSeq, true, nil
 }
 
-// note records that PROMPTS holds the request's answer at seq. A note already there stands: it
-// names the same answer (PROMPTS kept one).
+// note records that PROMPTS holds the request's answer at seq, over a note that no longer holds
+// (lookup); replicas that answered at once note the same sequence (PROMPTS kept one answer).
 func (a *answered) note(ctx context.Context, answerID string, seq uint64) error {
 	body, err := json.Marshal(events.Answered{PromptsSeq: seq})
 	if err != nil {
 		return err
 	}
-	if _, err := a.kv.Create(ctx, answerID, body); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := a.kv.Put(ctx, answerID, body); err != nil {
 		return fmt.Errorf("%w: note %s: %v", errAnswered, answerID, err)
 	}
 	return nil
 }
 
+// missing says whether err is ANSWERED gone (then it is made again, under MANAGE_STREAMS).
+func missing(err error) bool {
+	return errors.Is(err, errAnswered) && (errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		strings.Contains(err.Error(), "stream not found") || strings.Contains(err.Error(), "no responders"))
+}
+
 // publishOnce stores an answer unless PROMPTS holds one of its request already: it returns the
-// sequence of the answer PROMPTS holds, and whether it was there before (a replay).
-func (c *composer) publishOnce(ctx context.Context, answerID string, publish func(context.Context) (*jetstream.PubAck, error)) (uint64, bool, error) {
-	if seq, ok, err := c.once.lookup(ctx, answerID); err != nil || ok {
-		return seq, ok, err
+// sequence of the answer PROMPTS holds, and whether it was there before (a replay). published
+// carries, across the tries of store, the sequence PROMPTS took this answer at: once published, a
+// try only notes it, so a note that fails for longer than the duplicate window never publishes a
+// second answer.
+func (c *composer) publishOnce(ctx context.Context, answerID string, publish func(context.Context) (*jetstream.PubAck, error), published *uint64) (uint64, bool, error) {
+	if *published == 0 {
+		if seq, ok, err := c.once.lookup(ctx, answerID); err != nil || ok {
+			return seq, ok, err
+		}
+		ack, err := publish(ctx)
+		if err != nil {
+			return 0, false, err
+		}
+		*published = ack.Sequence
 	}
-	ack, err := publish(ctx)
-	if err != nil {
-		return 0, false, err
-	}
-	return ack.Sequence, false, c.once.note(ctx, answerID, ack.Sequence)
+	return *published, false, c.once.note(ctx, answerID, *published)
 }
 
 // replayed counts a request that PROMPTS holds an answer of already, and says where.

@@ -35,6 +35,12 @@ Usage:
   composer check-templates load and check every template (built-in and COMPOSER_TEMPLATES_DIR), then exit
   composer --help          print this text`}
 
+// spareDeliveries are the deliveries the consumer allows past COMPOSER_MAX_DELIVER: the delivery
+// that answers a retryable failure is the COMPOSER_MAX_DELIVER-th, and one that meets a composer
+// killed or stopped past its shutdown timeout comes again instead of being dropped unanswered (a
+// delivery past the setting answers at once, composer.go).
+const spareDeliveries = 3
+
 // Run is the whole service, its configuration read and checked: it returns when ctx ends and
 // the work in hand is finished, or on a start-up error.
 func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) error {
@@ -60,7 +66,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	runtime, cons, err := base.Consumer(ctx, events.StreamRounds, events.ConsumerComposer, events.ConsumerOptions{
 		AckWait:       cfg.AckWait,
 		MaxAckPending: 4 * cfg.Workers, // a few replicas' worth of workers; more would only queue
-		MaxDeliver:    cfg.MaxDeliver,
+		MaxDeliver:    cfg.MaxDeliver + spareDeliveries,
 	}, consume.Buffer{Messages: cfg.Workers})
 	if err != nil {
 		base.Close()
@@ -104,7 +110,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		return err
 	}
 	// Requests are answered on a connection of their own (config.go, apiNATS).
-	apiNC, err := service.ConnectNATS(cfg.apiNATS(), "composer-api", log)
+	apiNC, err := service.Connect(ctx, cfg.apiNATS(), "composer-api", log)
 	if err != nil {
 		base.Close()
 		return fmt.Errorf("the connection that answers podium.render and podium.parse: %w", err)
@@ -204,7 +210,7 @@ func openAnswered(ctx context.Context, base *service.Base, streams *service.Stre
 	if kv == nil {
 		return nil, fmt.Errorf("bucket %s is missing and MANAGE_STREAMS is false: make it as docs/operating.md#answered-one-answer-per-request says, or let the composer make it (MANAGE_STREAMS=true)", events.BucketAnswered)
 	}
-	a := &answered{kv: kv}
+	a := &answered{kv: kv, js: base.JS}
 	if managed {
 		a.remake = func(ctx context.Context) error {
 			_, err := base.JS.CreateOrUpdateKeyValue(ctx, cfg)

@@ -62,8 +62,9 @@ func (a *answerStore) done() {
 func (c *composer) store(ctx context.Context, answerID string, publish func(context.Context) (*jetstream.PubAck, error)) (bool, error) {
 	a := c.answers
 	var since time.Time
+	var published uint64 // PROMPTS took the answer at this sequence: only the note is left to store
 	for attempt := uint64(1); ; attempt++ {
-		seq, replayed, err := c.publishOnce(ctx, answerID, publish)
+		seq, replayed, err := c.publishOnce(ctx, answerID, publish, &published)
 		var tooLarge *events.TooLargeError
 		if err == nil || errors.As(err, &tooLarge) || ctx.Err() != nil {
 			if !since.IsZero() {
@@ -94,7 +95,7 @@ func (c *composer) store(ctx context.Context, answerID string, publish func(cont
 		if a.remake != nil && time.Since(since) >= promptsSettle {
 			c.remakePrompts(ctx)
 		}
-		if c.once.remake != nil && errors.Is(err, errAnswered) && time.Since(since) >= promptsSettle {
+		if c.once.remake != nil && missing(err) && time.Since(since) >= promptsSettle {
 			if err := c.once.remake(ctx); err != nil {
 				c.log.WarnContext(ctx, "ANSWERED could not be made again", "error", err)
 			}

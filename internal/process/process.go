@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"syscall"
@@ -23,7 +24,10 @@ type Func func(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func Main(name string, fn Func, exitCode func(error) int) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	redact := secrets.FromEnv(os.Environ(), true)
-	stdout, stderr := redact.Writer(os.Stdout), redact.Writer(os.Stderr)
+	stdout, stderr := redact.ValuesWriter(os.Stdout), redact.Writer(os.Stderr)
+	// The log package's logger is the process's (net/http's server errors go there): through the
+	// redaction too.
+	log.SetOutput(stderr)
 	err := fn(ctx, os.Args, stdout, stderr)
 	stop()
 	if err == nil {

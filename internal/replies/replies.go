@@ -45,7 +45,10 @@ func Parse(list string) (Inboxes, error) {
 // tokens that are not empty.
 func (in Inboxes) Allows(reply string) bool {
 	for _, p := range in.prefixes {
-		if rest, ok := strings.CutPrefix(reply, p); ok && rest != "" && !strings.Contains(rest, "..") && !strings.HasSuffix(rest, ".") {
+		// Tokens, each not empty and no wildcard (an answer to "_INBOX.>" would reach every
+		// pending request of every client).
+		if rest, ok := strings.CutPrefix(reply, p); ok && rest != "" && !strings.Contains(rest, "..") && !strings.HasSuffix(rest, ".") &&
+			!strings.ContainsAny(rest, "*> \t\r\n") {
 			return true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -82,17 +83,20 @@ func New(secrets ...string) *Redactor {
 	return &Redactor{r: strings.NewReplacer(pairs...)}
 }
 
-// printedForms are the ways a secret may appear in output: as it is, escaped in a JSON string (a
-// log line) with and without HTML escaping, and escaped in a URL.
+// printedForms are the ways a secret may appear in output: as it is, quoted by %q, escaped in a
+// JSON string (a log line) with and without HTML escaping, each of those in a JSON string again (an
+// error quoting it, logged), and escaped in a URL.
 func printedForms(s string) []string {
 	forms := []string{s, url.QueryEscape(s), url.PathEscape(s), url.UserPassword("u", s).String()[2:]}
-	for _, html := range []bool{true, false} {
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(html)
-		if enc.Encode(s) == nil {
-			forms = append(forms, strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(b.String(), `"`), "\n"), `"`))
+	quoted := strconv.Quote(s)
+	forms = append(forms, quoted[1:len(quoted)-1])
+	for _, base := range []string{s, quoted[1 : len(quoted)-1]} {
+		for _, html := range []bool{true, false} {
+			forms = append(forms, jsonEscaped(base, html))
 		}
+	}
+	for _, html := range []bool{true, false} {
+		forms = append(forms, jsonEscaped(jsonEscaped(s, html), html))
 	}
 	// A decoded form too, when the secret was given percent-encoded (a URL's password).
 	if d, err := url.PathUnescape(s); err == nil {
@@ -101,34 +105,57 @@ func printedForms(s string) []string {
 	return forms
 }
 
+// jsonEscaped is s as it appears inside a JSON string.
+func jsonEscaped(s string, html bool) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(html)
+	if enc.Encode(s) != nil {
+		return s
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(b.String(), `"`), "\n"), `"`)
+}
+
 // String is s with every known secret masked, and every URL's password.
 func (r *Redactor) String(s string) string { return RedactURLs(r.r.Replace(s)) }
 
-// Writer is w with every write redacted. A write is redacted whole, so a secret is found when one
-// write holds it: every line the process prints is one write (slog's handlers, fmt.Fprintln).
-func (r *Redactor) Writer(w io.Writer) io.Writer { return &writer{r: r, w: w} }
+// Writer is w with every write redacted: known secrets and every URL's password (standard error:
+// logs, errors). A write is redacted whole, so a secret is found when one write holds it: every line
+// the process prints is one write (slog's handlers, fmt.Fprintln, the log package).
+func (r *Redactor) Writer(w io.Writer) io.Writer { return &writer{redact: r.String, w: w} }
+
+// ValuesWriter is w with the known secrets masked only (standard output: what a command prints,
+// prompts included, whose text a URL's password by position would change).
+func (r *Redactor) ValuesWriter(w io.Writer) io.Writer { return &writer{redact: r.r.Replace, w: w} }
 
 type writer struct {
-	mu sync.Mutex
-	r  *Redactor
-	w  io.Writer
+	mu     sync.Mutex
+	redact func(string) string
+	w      io.Writer
 }
 
 func (w *writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, err := io.WriteString(w.w, w.r.String(string(p))); err != nil {
+	if _, err := io.WriteString(w.w, w.redact(string(p))); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
 // userinfo matches the user:password@ of a URL in a text: the password runs to the last "@" before
-// the next blank, comma or quote, so a password holding "/", ":", "@" or "?" is masked whole.
-var userinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:,"']*):[^\s,"']*@`)
+// the next blank, comma, quote or "/", so one holding ":", "@" or "?" is masked whole (a password
+// holding "/" the process was given is masked by its value; by position, "host:443/@scope" is a
+// port and a path, not a password). token matches a URL's userinfo without a password: a token.
+var (
+	userinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:,"']*):[^\s,"'/]*@`)
+	token    = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s:,"']+@`)
+)
 
-// RedactURLs masks the password of every URL in s.
-func RedactURLs(s string) string { return userinfo.ReplaceAllString(s, "$1:"+Mask+"@") }
+// RedactURLs masks the password, or the token, of every URL in s.
+func RedactURLs(s string) string {
+	return token.ReplaceAllString(userinfo.ReplaceAllString(s, "$1:"+Mask+"@"), "${1}"+Mask+"@")
+}
 
 // urlPasswords are the passwords of the URLs in a variable's value (a comma-separated list, as
 // NATS_URL is), raw as written and decoded.
@@ -146,8 +173,11 @@ func urlPasswords(value string) []string {
 		if at < 0 {
 			continue
 		}
-		if _, pass, ok := strings.Cut(rest[:at], ":"); ok && pass != "" {
+		switch user, pass, ok := strings.Cut(rest[:at], ":"); {
+		case ok && pass != "":
 			out = append(out, pass)
+		case !ok && user != "":
+			out = append(out, user) // a token
 		}
 	}
 	return out

@@ -42,6 +42,7 @@ func TestEveryPrintedFormIsMasked(t *testing.T) {
 			_, v, _ := strings.Cut(kv, "=")
 			log.Info("config", "value", v, "escaped", url.QueryEscape(v))
 			fmt.Fprintln(r.Writer(&out), "error:", v, fmt.Errorf("connect %q: %w", v, os.ErrNotExist))
+			log.Error("failed", "error", fmt.Errorf("connect %q", v)) // quoted, then escaped again
 			b, _ := json.Marshal(map[string]string{"v": v})
 			r.Writer(&out).Write(b)
 		}
@@ -55,14 +56,17 @@ func TestEveryPrintedFormIsMasked(t *testing.T) {
 	}
 }
 
-// TestURLPasswordsByPosition: a URL's password is masked whatever its characters even when the
-// process was not given it (a URL in a library's error).
+// TestURLPasswordsByPosition: a URL's password (or token) is masked even when the process was not
+// given it (a URL in a library's error), whatever its characters but "/", which would make a port
+// and a path a password (a password with "/" the process was given is masked by its value).
 func TestURLPasswordsByPosition(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
-		{"connect nats://ranker:pa/ss@host:4222: refused", "connect nats://ranker:xxxxx@host:4222: refused"},
+		{"connect nats://ranker:pa:s?s@host:4222: refused", "connect nats://ranker:xxxxx@host:4222: refused"},
 		{"nats://a:b@c@d:1, tls://e:f:g@h:2", "nats://a:xxxxx@d:1, tls://e:xxxxx@h:2"},
 		{`"wss://u:p?q#r@h"`, `"wss://u:xxxxx@h"`},
 		{"no url here: a:b@c", "no url here: a:b@c"},
+		{"nats://s3cr3tToken@host:4222", "nats://xxxxx@host:4222"},
+		{"https://registry.npmjs.org:443/@scope/pkg", "https://registry.npmjs.org:443/@scope/pkg"},
 	} {
 		if got := RedactURLs(c.in); got != c.want {
 			t.Errorf("RedactURLs(%q) = %q, want %q", c.in, got, c.want)

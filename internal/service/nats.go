@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/secrets"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -78,6 +79,31 @@ func ConnectNATS(c *NATS, name string, log *slog.Logger) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// Connect connects as ConnectNATS does, waiting out a server that does not answer (NATS restarting
+// as the service starts) with the shared backoff for NATS_CONNECT_WAIT; any other failure
+// (credentials, TLS) ends it at once.
+func Connect(ctx context.Context, c *NATS, name string, log *slog.Logger) (*nats.Conn, error) {
+	var nc *nats.Conn
+	var last error // the last try's, to say when the wait is over
+	wait, cancel := context.WithTimeout(ctx, c.NATSConnectWait)
+	defer cancel()
+	err := retry.Do(wait, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
+		log.Warn("no NATS server answers; trying again before starting", "error", err, "try", try, "retry_in", pause.String())
+	}, func(context.Context, uint64) error {
+		if nc, last = ConnectNATS(c, name, log); last != nil && (!errors.Is(last, nats.ErrNoServers) || c.NATSConnectWait == 0) {
+			return retry.Stop(last)
+		}
+		return last
+	})
+	if err != nil {
+		if ctx.Err() == nil && wait.Err() != nil {
+			return nil, fmt.Errorf("%w (no server answered within NATS_CONNECT_WAIT, %s)", last, c.NATSConnectWait)
+		}
+		return nil, err
+	}
+	return nc, nil
+}
+
 // connectError is a failed connection, said without the credentials a URL may carry; it unwraps
 // to nats.go's error (nats.ErrNoServers: no server answered).
 type connectError struct {
@@ -125,4 +151,22 @@ func NATSConnected(nc *nats.Conn) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// StripUserinfo removes the credentials of every URL of a comma-separated list, so a connection
+// authenticates with the user or credentials file it is given instead.
+func StripUserinfo(list string) string {
+	urls := strings.Split(list, ",")
+	for i, raw := range urls {
+		raw = strings.TrimSpace(raw)
+		scheme, rest, ok := strings.Cut(raw, "://")
+		if !ok {
+			continue
+		}
+		// Up to the last "@": a password may hold "/" or "@" (NATS URLs have no path).
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			urls[i] = scheme + "://" + rest[at+1:]
+		}
+	}
+	return strings.Join(urls, ",")
 }

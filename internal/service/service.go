@@ -117,22 +117,8 @@ type Base struct {
 // server answering is waited out with the shared backoff for NATS_CONNECT_WAIT (a NATS restarting
 // as the service starts); any other failure to connect (credentials, TLS) ends the start.
 func Start(ctx context.Context, name string, c *Common, log *slog.Logger, streams ...string) (*Base, error) {
-	var nc *nats.Conn
-	var last error // the last try's, to say when the wait is over
-	wait, cancel := context.WithTimeout(ctx, c.NATSConnectWait)
-	defer cancel()
-	err := retry.Do(wait, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
-		log.Warn("no NATS server answers; trying again before starting", "error", err, "try", try, "retry_in", pause.String())
-	}, func(context.Context, uint64) error {
-		if nc, last = ConnectNATS(&c.NATS, name, log); last != nil && (!errors.Is(last, nats.ErrNoServers) || c.NATSConnectWait == 0) {
-			return retry.Stop(last)
-		}
-		return last
-	})
+	nc, err := Connect(ctx, &c.NATS, name, log)
 	if err != nil {
-		if ctx.Err() == nil && wait.Err() != nil {
-			return nil, fmt.Errorf("%w (no server answered within NATS_CONNECT_WAIT, %s)", last, c.NATSConnectWait)
-		}
 		return nil, err
 	}
 	js, err := jetstream.New(nc)
