@@ -132,7 +132,11 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 			}
 			defer func() {
 				stopRenders()
-				_ = apiNC.Drain() // the answers in flight were published; drained before the main connection
+				// The answers in flight were published; drained before the main connection, and
+				// quietly: the disconnect that closes it is the stop itself, not a warning.
+				apiNC.SetDisconnectErrHandler(nil)
+				apiNC.SetClosedHandler(nil)
+				_ = apiNC.Drain()
 			}()
 			handle := consume.Chain(consume.Each(c.handle), consume.Trace(c.trace, "composer.request"), consume.Recover(c.log, runtime.Panics))
 			// Waiting and rendering may take long: the stage keeps the request in progress, so

@@ -1,21 +1,13 @@
 package testenv
 
+import "github.com/podium-llm/podium/internal/wasm"
+
 // Modules written byte by byte (the WebAssembly binary format is small), for the tests of what a
 // hostile prompt builder may declare or do: each declares or grows one resource a module can make
 // its host allocate besides linear memory.
 
 // U32 is an unsigned LEB128 number.
-func U32(v uint32) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		if v >>= 7; v != 0 {
-			b = append(b, c|0x80)
-			continue
-		}
-		return append(b, c)
-	}
-}
+func U32(v uint32) []byte { return wasm.AppendU32(nil, v) }
 
 // S32 is a signed LEB128 number.
 func S32(v int32) []byte {

@@ -243,14 +243,14 @@ func (b Budget) boundTables(wasm []byte, decls []tableDecl, at, end int) ([]byte
 	// Each table without a maximum may grow by an equal share of what is left.
 	share := (b.TableSlots - min(fixed, b.TableSlots)) / uint64(free)
 	var body []byte
-	body = appendU32(body, uint32(len(decls)))
+	body = AppendU32(body, uint32(len(decls)))
 	for _, d := range decls {
 		max := d.max
 		if !d.hasMax {
 			max = uint32(min(uint64(d.min)+share, 1<<32-1))
 		}
 		body = append(body, d.ref, 1)
-		body = appendU32(appendU32(body, d.min), max)
+		body = AppendU32(AppendU32(body, d.min), max)
 	}
 	// at is just past the section's size; the section starts one id byte and the size before.
 	start := at - 1
@@ -261,13 +261,13 @@ func (b Budget) boundTables(wasm []byte, decls []tableDecl, at, end int) ([]byte
 	out := make([]byte, 0, len(wasm)+16)
 	out = append(out, wasm[:start]...)
 	out = append(out, 4)
-	out = appendU32(out, uint32(len(body)))
+	out = AppendU32(out, uint32(len(body)))
 	out = append(out, body...)
 	return append(out, wasm[end:]...), nil
 }
 
 // appendU32 appends an unsigned LEB128 number.
-func appendU32(b []byte, v uint32) []byte {
+func AppendU32(b []byte, v uint32) []byte {
 	for {
 		c := byte(v & 0x7f)
 		if v >>= 7; v != 0 {
