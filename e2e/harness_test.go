@@ -366,7 +366,7 @@ func (e *env) dropSnapshot(executionID string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := kv.Purge(ctx, executionID); err != nil {
+	if err := kv.Delete(ctx, executionID); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -262,6 +262,22 @@ func TestShippedUsers(t *testing.T) {
 	if a := e.answers("prompt.*."+exec+".t2", 1, 30*time.Second)["sec-phi"]; !a.ok() || a.composed.Builder == nil || a.composed.Builder.Fallback {
 		t.Errorf("a request of the builder's model under the shipped users: %s %+v %+v", a.subject, a.failed, a.composed.Builder)
 	}
+	// An author's rollup on a key it may write would empty the bucket: the buckets refuse it.
+	author, _ := connectAs(t, ns, "author")
+	ajs, err := jetstream.New(author)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"$KV.TEMPLATES.greet.v1", "$KV.BUILDERS.phi4mini.v1"} {
+		msg := &nats.Msg{Subject: subject, Data: []byte("{}"), Header: nats.Header{"Nats-Rollup": []string{"all"}}}
+		if _, err := ajs.PublishMsg(t.Context(), msg); err == nil || !strings.Contains(err.Error(), "rollup") {
+			t.Errorf("an author's rollup on %s: %v, want it refused", subject, err)
+		}
+	}
+	if out, code := e.podium(t, as("auditor"), "templates", "list"); code != 0 || !strings.Contains(out, "greet") {
+		t.Errorf("the registry after an author's rollup: exit %d\n%s", code, out)
+	}
+
 	// The services were refused nothing they asked.
 	for _, p := range procs {
 		if strings.Contains(p.logs.String(), "Permissions Violation") {

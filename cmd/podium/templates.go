@@ -42,12 +42,10 @@ func (e *env) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig, create
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound) && create:
-		// Made, never updated: a bucket that exists keeps the configuration its owner gave it,
-		// and an author needs no right to change it (deploy/nats/nats.conf).
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket) // made meanwhile by another
-		}
+		// Made (sealed: no rollups, no purges), never updated: a bucket that exists keeps the
+		// configuration its owner gave it, and an author needs no right to change it
+		// (deploy/nats/nats.conf).
+		kv, err = events.EnsureBucket(ctx, js, cfg, false)
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, &checkError{what + " is empty: nothing was pushed yet"}
 	}

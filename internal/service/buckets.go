@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/pkg/events"
 )
 
 // KeyValue opens a bucket the service uses: made or updated with cfg when the service manages
@@ -15,7 +17,7 @@ func (b *Base) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jets
 	var kv jetstream.KeyValue
 	var err error
 	if b.common.ManageStreams {
-		kv, err = b.JS.CreateOrUpdateKeyValue(ctx, cfg)
+		kv, err = events.EnsureBucket(ctx, b.JS, cfg, true) // sealed: no rollups, no purges
 	} else if kv, err = b.JS.KeyValue(ctx, cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
