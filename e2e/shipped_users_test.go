@@ -144,7 +144,11 @@ func shippedClickHouse(t *testing.T) *servers.ClickHouse {
 // chAs runs q on ch as user; its error.
 func chAs(t *testing.T, ch *servers.ClickHouse, user, q string) error {
 	t.Helper()
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr}, Auth: clickhouse.Auth{Username: user, Password: user + "-pw"}})
+	password := user + "-pw"
+	if user == "default" {
+		password = "" // the server's own user, from its host only
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr}, Auth: clickhouse.Auth{Username: user, Password: password}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +180,8 @@ func TestShippedUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ns: ns, nc: orch, js: js, chAddr: ch.Addr, database: "secure"}
+	// The shipped users reach the database of CLICKHOUSE_DATABASE's default only (allow_databases).
+	e := &env{t: t, ns: ns, nc: orch, js: js, chAddr: ch.Addr, database: "rounds"}
 	as := roleEnv
 	procs := []*proc{e.start("ranker", as("ranker")...), e.start("composer", as("composer")...), e.start("archiver", as("archiver")...)}
 	console := e.start("console", as("console")...)
@@ -191,9 +196,20 @@ func TestShippedUsers(t *testing.T) {
 	}
 	e.checkArchive(exec, 1)
 	for _, user := range []string{"composer", "console", "auditor"} {
-		for _, q := range []string{"INSERT INTO secure.evaluations (event_id) VALUES ('forged')", "DROP TABLE secure.prompts", "CREATE DATABASE forged"} {
+		for _, q := range []string{"INSERT INTO rounds.evaluations (event_id) VALUES ('forged')", "DROP TABLE rounds.prompts", "CREATE DATABASE forged"} {
 			if err := chAs(t, ch, user, q); err == nil || !strings.Contains(strings.ToLower(err.Error()), "readonly") {
 				t.Errorf("ClickHouse user %s: %s: %v, want refused as read-only", user, q, err)
+			}
+		}
+	}
+	// No user reaches another database: the default's, made here as an operator would.
+	if err := chAs(t, ch, "default", "CREATE TABLE default.other (x UInt8) ENGINE = Memory"); err != nil {
+		t.Fatalf("the default user: %v", err)
+	}
+	for _, user := range []string{"ranker", "archiver", "composer", "console", "auditor"} {
+		for _, q := range []string{"SELECT count() FROM default.other", "DROP TABLE default.other", "CREATE DATABASE forged"} {
+			if err := chAs(t, ch, user, q); err == nil {
+				t.Errorf("ClickHouse user %s: %s: allowed, want refused (allow_databases)", user, q)
 			}
 		}
 	}

@@ -70,7 +70,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // one must), or once ON CLUSTER. A database that exists is left alone, so a start with a replica
 // down does not wait for it (ON CLUSTER DDL waits for every host).
 func CreateDatabase(ctx context.Context, cfg Config) error {
-	rs, err := openReplicas(cfg, "default")
+	rs, err := openReplicas(cfg, "system") // every user reaches system; a user may be allowed its database only (deploy/clickhouse)
 	if err != nil {
 		return err
 	}
