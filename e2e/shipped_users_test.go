@@ -238,6 +238,12 @@ func TestShippedUsers(t *testing.T) {
 		{"author", "$KV.TEMPLATES.greet.label.production"},
 		{"author", "$KV.BUILDERS.phi4mini.label.production"},
 		{"author", events.EvaluationSubject(exec, "t1")},
+		// No service changes a stream: that is the operator's (podium streams apply).
+		{"composer", "$JS.API.STREAM.UPDATE." + events.StreamPrompts},
+		{"composer", "$JS.API.STREAM.UPDATE." + events.StreamRounds},
+		{"archiver", "$JS.API.STREAM.UPDATE." + events.StreamPrompts},
+		{"ranker", "$JS.API.STREAM.UPDATE." + events.StreamEvaluations},
+		{"ranker", "$JS.API.STREAM.UPDATE.KV_" + events.BucketScores},
 		// Only the composer notes answered requests (one answer per request).
 		{"orchestrator", "$KV." + events.BucketAnswered + "." + events.PromptEventID("sec-req")},
 		{"console", "$KV." + events.BucketAnswered + "." + events.PromptEventID("sec-req")},

@@ -217,7 +217,7 @@ func openAnswered(ctx context.Context, base *service.Base, streams *service.Stre
 	a := &answered{kv: kv, js: base.JS}
 	if managed {
 		a.remake = func(ctx context.Context) error {
-			_, err := events.EnsureBucket(ctx, base.JS, cfg, true)
+			_, err := events.EnsureBucket(ctx, base.JS, cfg, false)
 			return err
 		}
 	}

@@ -10,14 +10,21 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// KeyValue opens a bucket the service uses: made or updated with cfg when the service manages
-// its streams (MANAGE_STREAMS), else looked up, nil when an operator-managed deployment has none
-// (the service then does without it: no score snapshots, no registry).
+// KeyValue opens a bucket the service uses: made (sealed: no rollups, no purges) when missing and
+// the service manages its streams (MANAGE_STREAMS), never changed (how it differs from cfg is said:
+// an operator applies it), else looked up, nil when an operator-managed deployment has none (the
+// service then does without it: no score snapshots, no registry).
 func (b *Base) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
 	var err error
 	if b.common.ManageStreams {
-		kv, err = events.EnsureBucket(ctx, b.JS, cfg, true) // sealed: no rollups, no purges
+		if kv, err = events.EnsureBucket(ctx, b.JS, cfg, false); err == nil {
+			if st, err := b.JS.Stream(ctx, "KV_"+cfg.Bucket); err == nil {
+				if d := events.BucketDrift(st.CachedInfo().Config, cfg); len(d.Fields) > 0 {
+					logDrift(b.Log, d)
+				}
+			}
+		}
 	} else if kv, err = b.JS.KeyValue(ctx, cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
@@ -28,14 +35,17 @@ func (b *Base) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jets
 }
 
 // ObjectStore opens an object store the service uses, as KeyValue does a bucket, but a missing one
-// is an error: it is looked up only beside a bucket that names its objects.
+// that the service does not make is an error: it is looked up only beside a bucket that names its
+// objects.
 func (b *Base) ObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	var obj jetstream.ObjectStore
 	var err error
-	if b.common.ManageStreams {
-		obj, err = b.JS.CreateOrUpdateObjectStore(ctx, cfg)
-	} else {
-		obj, err = b.JS.ObjectStore(ctx, cfg.Bucket)
+	obj, err = b.JS.ObjectStore(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && b.common.ManageStreams {
+		// Made when missing, never changed (an operator's, as streams are).
+		if obj, err = b.JS.CreateObjectStore(ctx, cfg); errors.Is(err, jetstream.ErrBucketExists) {
+			obj, err = b.JS.ObjectStore(ctx, cfg.Bucket)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: %w", cfg.Bucket, err)

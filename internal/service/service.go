@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -127,9 +128,15 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	if c.ManageStreams {
-		if err := events.EnsureStreams(ctx, js, c.Streams.Options(), streams...); err != nil {
+		// Made when missing, never changed: a stream's limits are the operator's (podium streams
+		// apply); how one differs from this configuration is said.
+		drifts, err := events.MakeStreams(ctx, js, c.Streams.Options(), streams...)
+		if err != nil {
 			nc.Close()
 			return nil, err
+		}
+		for _, d := range drifts {
+			logDrift(log, d)
 		}
 	}
 	reg := prometheus.NewRegistry()
@@ -145,6 +152,12 @@ func Start(ctx context.Context, name string, c *Common, log *slog.Logger, stream
 	b.Health.Probe("nats", NATSConnected(nc))
 	b.consuming = b.Health.Condition("consuming", consume.ErrNotConsuming)
 	return b, nil
+}
+
+// logDrift says how a stream differs from the configuration, and who changes it.
+func logDrift(log *slog.Logger, d events.Drift) {
+	log.Warn("stream differs from the configuration; an operator applies it with `podium streams apply` (services never change a stream)",
+		"stream", d.Stream, "differences", strings.Join(d.Fields, "; "))
 }
 
 // StreamMaker makes a stream the service publishes to again when it is missing (an operator

@@ -11,10 +11,11 @@ import (
 // Streams is how a service makes and keeps its streams: whether it manages them, their replicas
 // and retention.
 type Streams struct {
-	ManageStreams  bool `envconfig:"MANAGE_STREAMS" default:"true" desc:"create or update the streams at start (false where an operator owns them)"`
+	ManageStreams  bool `envconfig:"MANAGE_STREAMS" default:"true" desc:"make the streams and buckets that are missing at start, never changing one that exists (podium streams apply does, as the operator); false where an operator makes them"`
 	StreamReplicas int  `envconfig:"STREAM_REPLICAS" default:"1" desc:"JetStream replicas of every stream (3 in a cluster)"`
 	// Retention: unset leaves what the stream has on the server (an operator's own edit stands;
-	// a new stream keeps everything); set, the services apply it at every start.
+	// a new stream keeps everything); set, a service makes a missing stream with it, and an
+	// operator applies it to one that exists (podium streams apply).
 	PromptsMaxAge       *time.Duration `envconfig:"PROMPTS_MAX_AGE" desc:"retention of the PROMPTS audit stream (0 = for ever, else at least 1h, above the archive's worst lag); unset: what the stream has is left alone"`
 	PromptsMaxBytes     *int64         `envconfig:"PROMPTS_MAX_BYTES" desc:"bytes PROMPTS keeps at most, the oldest records removed first (0 = no bound, else at least 64 MiB); unset: left alone"`
 	EvaluationsMaxAge   *time.Duration `envconfig:"EVALUATIONS_MAX_AGE" desc:"retention of EVALUATIONS (0 = for ever, else at least 1h); a store refilled after a trim holds what the stream kept; unset: left alone"`

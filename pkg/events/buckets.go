@@ -47,6 +47,16 @@ func BucketStream(cfg jetstream.KeyValueConfig) jetstream.StreamConfig {
 	}
 }
 
+// BucketDrift says how a bucket's stream differs from the sealed configuration of cfg (what an
+// operator's apply sets: BucketStream's fields, the rest of have as it is).
+func BucketDrift(have jetstream.StreamConfig, cfg jetstream.KeyValueConfig) Drift {
+	want := BucketStream(cfg)
+	next := have
+	next.Description, next.MaxMsgsPerSubject, next.MaxAge, next.Replicas = want.Description, want.MaxMsgsPerSubject, want.MaxAge, want.Replicas
+	next.Duplicates, next.AllowDirect, next.DenyDelete, next.DenyPurge, next.AllowRollup = want.Duplicates, want.AllowDirect, want.DenyDelete, want.DenyPurge, want.AllowRollup
+	return Drift{Stream: have.Name, Fields: ConfigDiff(have, next), Next: next}
+}
+
 // EnsureBucket opens a bucket, making it sealed (BucketStream) when it is missing; with update, an
 // existing bucket is brought to cfg and sealed too (a service under MANAGE_STREAMS).
 func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, update bool) (jetstream.KeyValue, error) {

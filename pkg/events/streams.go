@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -157,6 +158,66 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return err
 	}
 	return errors.New("created and deleted again while it was being made")
+}
+
+// Drift is how an existing stream differs from what the configuration owns of it: one line a
+// field, "field: have → want".
+type Drift struct {
+	Stream string
+	Fields []string
+	Next   jetstream.StreamConfig // the configuration an operator's apply sets
+}
+
+// MakeStreams creates the named streams that are missing, with their configuration, and changes
+// no stream that exists (a service: changing a stream's limits is the operator's, `podium streams
+// apply`); it returns how each existing one differs from the configuration, for the service to say.
+func MakeStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions, names ...string) ([]Drift, error) {
+	var drifts []Drift
+	for _, name := range names {
+		want, err := StreamConfig(name, o)
+		if err != nil {
+			return nil, err
+		}
+		st, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err = js.CreateStream(ctx, want); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				err = nil // another service made it meanwhile
+			}
+			if err != nil {
+				return nil, fmt.Errorf("events: make stream %s: %w", name, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("events: stream %s: %w", name, err)
+		}
+		if d := StreamDrift(st.CachedInfo().Config, want, o); len(d.Fields) > 0 {
+			drifts = append(drifts, d)
+		}
+	}
+	return drifts, nil
+}
+
+// StreamDrift says how have differs from what the configuration owns (Owned).
+func StreamDrift(have, want jetstream.StreamConfig, o StreamOptions) Drift {
+	next := Owned(have, want, o)
+	return Drift{Stream: have.Name, Fields: ConfigDiff(have, next), Next: next}
+}
+
+// ConfigDiff lists the fields of a stream's configuration that differ, "field: have → want", in the
+// order of the type's fields (JSON names, as nats stream info shows them).
+func ConfigDiff(have, want jetstream.StreamConfig) []string {
+	var out []string
+	hv, wv := reflect.ValueOf(have), reflect.ValueOf(want)
+	for i := range hv.NumField() {
+		f := hv.Type().Field(i)
+		if !f.IsExported() || reflect.DeepEqual(hv.Field(i).Interface(), wv.Field(i).Interface()) {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		out = append(out, fmt.Sprintf("%s: %v → %v", name, hv.Field(i).Interface(), wv.Field(i).Interface()))
+	}
+	return out
 }
 
 // Owned is have (a stream's configuration on the server) with what the configuration owns set

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/builders"
+	"github.com/podium-llm/podium/internal/registry"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// streamsApply is the operator's change of the streams and buckets: services make what is missing
+// and never change what exists (deploy/nats/nats.conf grants them no update), so a change of
+// retention, replicas or the buckets' seal is applied here, under the operator's user, after
+// showing how each differs from the configuration (podium's environment: PROMPTS_MAX_AGE, ...).
+func streamsApply(fs *flag.FlagSet) func(context.Context, *env) error {
+	dryRun := fs.Bool("dry-run", false, "show the differences, change nothing")
+	return func(ctx context.Context, e *env) error {
+		js, err := e.jetstream()
+		if err != nil {
+			return err
+		}
+		o := e.cfg.Streams.Options()
+		var drifts []events.Drift
+		for _, name := range []string{events.StreamEvaluations, events.StreamRounds, events.StreamPrompts, events.StreamLeaderboards, events.StreamDeadLetter} {
+			want, err := events.StreamConfig(name, o)
+			if err != nil {
+				return err
+			}
+			st, err := js.Stream(ctx, name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				fmt.Fprintf(e.out, "%s: missing (its service makes it)\n", name)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			drifts = append(drifts, events.StreamDrift(st.CachedInfo().Config, want, o))
+		}
+		// ANSWERED's keys live as long as PROMPTS' records: as long as PROMPTS will keep them.
+		var promptsAge time.Duration
+		for _, d := range drifts {
+			if d.Stream == events.StreamPrompts {
+				promptsAge = d.Next.MaxAge
+			}
+		}
+		replicas := e.cfg.StreamReplicas
+		for _, cfg := range []jetstream.KeyValueConfig{registry.Config(replicas), builders.BucketConfig(replicas),
+			events.ScoresBucketConfig(replicas, e.cfg.StateMaxIdle), events.AnsweredBucketConfig(replicas, promptsAge)} {
+			st, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				fmt.Fprintf(e.out, "KV_%s: missing (its service makes it)\n", cfg.Bucket)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			drifts = append(drifts, events.BucketDrift(st.CachedInfo().Config, cfg))
+		}
+		changed := 0
+		for _, d := range drifts {
+			if len(d.Fields) == 0 {
+				fmt.Fprintf(e.out, "%s: as configured\n", d.Stream)
+				continue
+			}
+			fmt.Fprintf(e.out, "%s:\n", d.Stream)
+			for _, f := range d.Fields {
+				fmt.Fprintf(e.out, "  %s\n", f)
+			}
+			if *dryRun {
+				continue
+			}
+			if _, err := js.UpdateStream(ctx, d.Next); err != nil {
+				return fmt.Errorf("update %s: %w", d.Stream, err)
+			}
+			changed++
+		}
+		if *dryRun {
+			fmt.Fprintln(e.out, "dry run: nothing changed")
+		} else {
+			fmt.Fprintf(e.out, "%d stream(s) changed\n", changed)
+		}
+		return nil
+	}
+}
