@@ -65,7 +65,7 @@ bench: clickhouse build ## benchmarks with their baselines (figures and how to r
 FUZZTIME ?= 30s
 FUZZ    := pkg/events:FuzzParseEvaluation pkg/events:FuzzParseRoundRequest pkg/events:FuzzParseRenderRequest \
            pkg/events:FuzzParseTeamSubject pkg/compose:FuzzLoad pkg/compose:FuzzRender pkg/bpe:FuzzCount pkg/bpe:FuzzPretokenize \
-           pkg/builder:FuzzDecodeBuilt
+           pkg/builder:FuzzDecodeBuilt internal/wasm:FuzzBound
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each; failures are saved in testdata/fuzz
 	@set -e; for t in $(FUZZ); do \

@@ -202,6 +202,9 @@ func ReadBundle(r io.Reader, name string, limit bounded.Limit) (Bundle, error) {
 	if err := dec.Decode(&b); err != nil {
 		return Bundle{}, fmt.Errorf("bundle: %w", err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Bundle{}, fmt.Errorf("bundle: something follows the bundle's object (%v)", err)
+	}
 	if b.Format != BundleFormat {
 		return Bundle{}, fmt.Errorf("bundle: format %q, this podium reads %q", b.Format, BundleFormat)
 	}

@@ -48,8 +48,9 @@ func (r *reader) Read(p []byte) (int, error) {
 	if r.left < 0 {
 		return 0, &TooLargeError{What: r.what, Limit: r.limit}
 	}
-	// One byte more than is left, so an input of exactly the limit ends with EOF, not an error.
-	if int64(len(p)) > r.left+1 {
+	// One byte more than is left, so an input of exactly the limit ends with EOF, not an error
+	// (compared without r.left+1, which a limit of math.MaxInt64 would overflow).
+	if int64(len(p))-1 > r.left {
 		p = p[:r.left+1]
 	}
 	n, err := r.r.Read(p)

@@ -3,6 +3,7 @@ package bounded
 import (
 	"bytes"
 	"io"
+	"math"
 	"testing"
 	"testing/iotest"
 )
@@ -31,6 +32,10 @@ func TestLimitIsCheckedWhileReading(t *testing.T) {
 		if len(b) > 10 || counted.n > 11 {
 			t.Errorf("over the limit: returned %d bytes, read %d from the input", len(b), counted.n)
 		}
+	}
+	// The largest limit there is reads what there is.
+	if b, err := (Limit{Bytes: math.MaxInt64}).ReadAll(bytes.NewReader([]byte("abc")), "input"); err != nil || string(b) != "abc" {
+		t.Errorf("a limit of MaxInt64: %q, %v", b, err)
 	}
 }
 

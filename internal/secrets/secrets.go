@@ -57,7 +57,7 @@ func FromEnv(environ []string, readCreds bool) *Redactor {
 		case strings.HasSuffix(upper, "NATS_CREDS") && readCreds:
 			found = append(found, credsLines(value)...)
 		}
-		found = append(found, urlPasswords(value)...)
+		found = append(found, urlPasswords(value, strings.HasSuffix(upper, "NATS_URL"))...)
 	}
 	return New(found...)
 }
@@ -158,8 +158,9 @@ func RedactURLs(s string) string {
 }
 
 // urlPasswords are the passwords of the URLs in a variable's value (a comma-separated list, as
-// NATS_URL is), raw as written and decoded.
-func urlPasswords(value string) []string {
+// NATS_URL is), raw as written and decoded; with tokens, a userinfo without a password too (NATS
+// takes nats://TOKEN@host; elsewhere it is a user name, which masked everywhere would mask words).
+func urlPasswords(value string, tokens bool) []string {
 	var out []string
 	// Each URL of the list, and the value whole: a password holding a comma or a blank (which a
 	// list would need written %2C, %20) is still a password.
@@ -176,7 +177,7 @@ func urlPasswords(value string) []string {
 		switch user, pass, ok := strings.Cut(rest[:at], ":"); {
 		case ok && pass != "":
 			out = append(out, pass)
-		case !ok && user != "":
+		case !ok && user != "" && tokens:
 			out = append(out, user) // a token
 		}
 	}

@@ -82,3 +82,12 @@ func TestShortSecretsAreNotMaskedEverywhere(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestTokensOfNATSURLsOnly: a NATS URL's userinfo without a password is a token, masked wherever it
+// appears; in another variable it is a user name, masked only in its URL (on standard error).
+func TestTokensOfNATSURLsOnly(t *testing.T) {
+	r := FromEnv([]string{"NATS_URL=nats://s3cr3tTOKEN@h:4222", "CLICKHOUSE_URL=clickhouse://default@ch:9000"}, false)
+	if got := r.String("token s3cr3tTOKEN, user default"); got != "token xxxxx, user default" {
+		t.Errorf("got %q", got)
+	}
+}

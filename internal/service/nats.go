@@ -160,12 +160,13 @@ func StripUserinfo(list string) string {
 	for i, raw := range urls {
 		raw = strings.TrimSpace(raw)
 		scheme, rest, ok := strings.Cut(raw, "://")
+		prefix := scheme + "://"
 		if !ok {
-			continue
+			prefix, rest = "", raw // host:port, with user:password@ before it as nats.go takes it
 		}
 		// Up to the last "@": a password may hold "/" or "@" (NATS URLs have no path).
 		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-			urls[i] = scheme + "://" + rest[at+1:]
+			urls[i] = prefix + rest[at+1:]
 		}
 	}
 	return strings.Join(urls, ",")

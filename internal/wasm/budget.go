@@ -3,6 +3,7 @@ package wasm
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // What a module makes its host allocate besides linear memory (which Limits.MemoryPages bounds):
@@ -43,8 +44,8 @@ func (b Budget) Bound(wasm []byte) ([]byte, error) {
 	if err := b.check(wasm, &unbounded, &tablesAt, &tablesEnd); err != nil {
 		return nil, err
 	}
-	if len(unbounded) == 0 {
-		return wasm, nil
+	if !slices.ContainsFunc(unbounded, func(d tableDecl) bool { return !d.hasMax }) {
+		return wasm, nil // every table declares its maximum: nothing to write again
 	}
 	return b.boundTables(wasm, unbounded, tablesAt, tablesEnd)
 }
@@ -68,6 +69,11 @@ func (b Budget) check(wasm []byte, decls *[]tableDecl, tablesAt, tablesEnd *int)
 		ref, err := r.byte() // the reference type
 		if err != nil {
 			return err
+		}
+		// funcref or externref only: a typed reference (0x63, 0x64 and a heap type) or a table with
+		// an initializer (0x40) would be read as other limits than wazero reads.
+		if ref != 0x70 && ref != 0x6f {
+			return fmt.Errorf("%s is not a table of funcref or externref (type 0x%02x)", where, ref)
 		}
 		flags, err := r.u32()
 		if err != nil {
@@ -200,22 +206,27 @@ func (b Budget) check(wasm []byte, decls *[]tableDecl, tablesAt, tablesEnd *int)
 			}
 			for i := range n {
 				bodySize, err := r.u32()
-				if err != nil {
-					return nil
+				if err != nil || uint64(r.pos)+uint64(bodySize) > uint64(end) {
+					return nil // a body past its section: the compiler says so
 				}
 				next := r.pos + int(bodySize)
-				groups, err := r.u32()
+				body := &reader{b: wasm[:next], pos: r.pos} // its locals are read within the body only
+				groups, err := body.u32()
 				if err != nil {
 					return nil
 				}
 				var locals uint64
 				for range groups {
-					k, err := r.u32()
+					k, err := body.u32()
 					if err != nil {
 						return nil
 					}
-					if _, err := r.byte(); err != nil {
+					t, err := body.byte()
+					if err != nil {
 						return nil
+					}
+					if t == 0x63 || t == 0x64 { // a typed reference: a heap type follows, read otherwise
+						return fmt.Errorf("function %d declares a local of a typed reference, which a builder may not", i)
 					}
 					if locals += uint64(k); locals > b.LocalsPerFunction {
 						return fmt.Errorf("function %d declares more than %d locals", i, b.LocalsPerFunction)
@@ -241,7 +252,7 @@ func (b Budget) boundTables(wasm []byte, decls []tableDecl, at, end int) ([]byte
 		}
 	}
 	// Each table without a maximum may grow by an equal share of what is left.
-	share := (b.TableSlots - min(fixed, b.TableSlots)) / uint64(free)
+	share := (b.TableSlots - min(fixed, b.TableSlots)) / uint64(max(free, 1))
 	var body []byte
 	body = AppendU32(body, uint32(len(decls)))
 	for _, d := range decls {

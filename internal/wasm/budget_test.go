@@ -49,6 +49,10 @@ func TestModuleDeclarationsWithinBudget(t *testing.T) {
 			"the module declares 1048577 functions, over 1048576"},
 		{"too many locals", command(append(u32(2), append(append(u32(1<<15), 0x7f), append(u32(1<<15+1), 0x7e)...)...), nil, nil),
 			"function 0 declares more than 65536 locals"},
+		{"a table of a typed reference", command(noLocals, nil, map[byte][]byte{4: section(4, []byte{1, 0x63, 0x70, 0, 0})}),
+			"table 0 is not a table of funcref or externref (type 0x63)"},
+		{"a local of a typed reference", command(append(u32(2), append([]byte{1, 0x63, 0}, append(u32(1<<30), 0x7f)...)...), nil, nil),
+			"function 0 declares a local of a typed reference, which a builder may not"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := e.Load(context.Background(), c.module)
@@ -83,6 +87,10 @@ func TestModuleDeclarationsWithinBudget(t *testing.T) {
 			}
 		})
 	}
+	// Tables that all declare a maximum within the budget: loaded as they are.
+	if _, err := e.Load(context.Background(), command(noLocals, nil, map[byte][]byte{4: section(4, []byte{2}, table(1, 1, 1), table(1, 0, 8))})); err != nil {
+		t.Errorf("tables with their maxima: %v", err)
+	}
 	// The module's own bytes keep their identity: the bounded copy is what is compiled, not what
 	// is named.
 	module := command(noLocals, nil, map[byte][]byte{4: section(4, []byte{1}, table(0, 5, 0))})
@@ -92,4 +100,18 @@ func TestModuleDeclarationsWithinBudget(t *testing.T) {
 	if bounded, err := wasm.DefaultBudget.Bound(module); err != nil || strings.Contains(string(bounded), string(module[8:])) {
 		t.Errorf("Bound: %v; the table section was not written again", err)
 	}
+}
+
+// FuzzBound: no bytes make the budget's reading of a module panic, and what it returns to compile
+// is either the module or the module with its table section written again.
+func FuzzBound(f *testing.F) {
+	f.Add(testenv.WasmCommand(testenv.NoLocals, testenv.TableGrow(5), map[byte][]byte{4: testenv.Section(4, []byte{1}, testenv.WasmTable(0, 0, false))}))
+	f.Add(testenv.WasmCommand(testenv.NoLocals, nil, map[byte][]byte{4: testenv.Section(4, []byte{2}, testenv.WasmTable(1, 1, true), testenv.WasmTable(0, 4, true))}))
+	f.Add([]byte("\x00asm\x01\x00\x00\x00\x04\x04\x01\x70\x01\x00"))
+	f.Fuzz(func(t *testing.T, module []byte) {
+		out, err := wasm.DefaultBudget.Bound(module)
+		if err == nil && len(out) == 0 && len(module) > 0 {
+			t.Errorf("Bound returned nothing for %d bytes", len(module))
+		}
+	})
 }

@@ -12,7 +12,8 @@ import (
 // Every key-value bucket Podium makes (TEMPLATES, BUILDERS, SCORES, ANSWERED) refuses rollups and
 // purges: a message with a Nats-Rollup header on any key a user may write would otherwise empty the
 // whole bucket, history included (a template author wiping the registry). Podium deletes keys, never
-// purges them, so nothing of its own needs either; an operator who must purge changes the stream.
+// purges them, so nothing of its own needs either. JetStream never lifts a stream's deny-purge: an
+// operator who must purge a bucket makes its stream again.
 
 // BucketStream is the stream of a key-value bucket as nats.go makes it for cfg, but sealed: no
 // rollups, no purges.
