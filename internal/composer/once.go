@@ -19,7 +19,8 @@ import (
 // pending requests again under their ids) would be answered a second time, from newer inputs.
 // ANSWERED closes that: once PROMPTS took an answer, the composer notes it there (key: the
 // answer's event id; value: its PROMPTS sequence) before it acknowledges the request, and every
-// answer is looked up there before it is published. A request noted there is acknowledged
+// answer is looked up there before it is published (not before it is composed: a replay is rare,
+// and a lookup there would cost every request). A request noted there is acknowledged
 // without a second answer.
 //
 // Why nothing falls between the two: an answer is noted after PROMPTS took it and before its
