@@ -192,10 +192,10 @@ func printTemplates(w io.Writer, lib *compose.Library) error {
 	return tw.Flush()
 }
 
-// openAnswered opens events.BucketAnswered (once.go). Under MANAGE_STREAMS it is made or updated so
-// that a key lives as long as a PROMPTS record as the server has it now; an operator-managed
-// deployment must have made it, since without it a request replayed after the duplicate window
-// would be answered twice.
+// openAnswered opens events.BucketAnswered (once.go). Under MANAGE_STREAMS it is made when missing
+// so that a key lives as long as a PROMPTS record as the server has it now (podium streams apply
+// keeps the two equal afterwards); an operator-managed deployment must have made it, since without
+// it a request replayed after the duplicate window would be answered twice.
 func openAnswered(ctx context.Context, base *service.Base, streams *service.Streams) (*answered, error) {
 	var maxAge time.Duration
 	managed := streams.ManageStreams

@@ -1,10 +1,11 @@
 // Package secrets keeps the secrets a process was given out of everything it prints. A secret is
 // known by where it is, not by what it looks like: the value of every variable named *_PASSWORD,
-// *_TOKEN or *_SECRET, the password of every URL in any variable (whatever its characters), the
-// headers of OTEL_EXPORTER_OTLP_HEADERS, and the lines of the NATS credentials file. The one place
-// they are taken out is the process's standard output and error (internal/process wraps both), so
-// logs at every level, configuration errors, --help and recovered panics are covered alike; a URL's
-// password is also redacted by position in texts that never held a known secret (RedactURLs).
+// *_TOKEN, *_SECRET or *_PASS, the password of every URL in any variable (whatever its characters)
+// and the token of a NATS URL, the headers of OTEL_EXPORTER_OTLP_HEADERS, and the lines of the NATS
+// credentials file. The one place they are taken out is the process's standard output and error
+// and the log package's output (internal/process wraps them), so logs at every level,
+// configuration errors, --help and recovered panics are covered alike; on standard error a URL's
+// password is also masked by position, in texts that never held a known secret (RedactURLs).
 package secrets
 
 import (
