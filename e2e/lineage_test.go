@@ -99,7 +99,7 @@ func TestDroppedTableIsRefilledBeforeAnyPrompt(t *testing.T) {
 		t.Fatalf("podium store rebuild: exit %d\n%s", code, out)
 	}
 	checkWhole(t, promptOf(t, e, exec, "t3", 3), teams, n)
-	if out, code := e.podium(t, nil, "prompts", "verify", "--all", "--execution", exec); code != 0 {
+	if out, code := e.verifySettled(t, exec); code != 0 {
 		t.Fatalf("podium prompts verify: exit %d\n%s", code, out)
 	}
 	if lines := logLines(ranker, "refilling the store from EVALUATIONS; unready until it is whole"); len(lines) == 0 {

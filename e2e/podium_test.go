@@ -31,6 +31,23 @@ func (e *env) podium(t testing.TB, extraEnv []string, args ...string) (string, i
 	return "", 0
 }
 
+// verifySettled runs `podium prompts verify --all` on an execution as an auditor does after a
+// refill or a rebuild: again while the CLI says the store changed while it was read (the ranker
+// notes the lineage it settled on at its next check; the CLI's own advice is to try again), at most
+// 30 s. It returns the last run's output and status.
+func (e *env) verifySettled(t testing.TB, execution string) (string, int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, code := e.podium(t, nil, "prompts", "verify", "--all", "--execution", execution)
+		if code != 3 || !strings.Contains(out, "changed while it was read") || time.Now().After(deadline) {
+			return out, code
+		}
+		t.Logf("verify met the store changing while it was read; again:\n%s", out)
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // TestPodiumCLI plays a round and uses the CLI as an auditor and an operator would: every
 // recorded prompt verifies, a tampered copy does not; standings, history, publishing and dead
 // letters work, and a dead letter is replayed once a fix makes it valid.

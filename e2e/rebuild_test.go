@@ -71,7 +71,7 @@ func TestStoreRebuiltFromTheStream(t *testing.T) {
 	t.Logf("rebuild:\n%s", out)
 	checkAgainstTruth(t, ranker, first)
 
-	out, code = e.podium(t, nil, "prompts", "verify", "--all", "--execution", "exec-0")
+	out, code = e.verifySettled(t, "exec-0")
 	if code != 0 {
 		t.Fatalf("podium prompts verify after the rebuild: exit %d\n%s", code, out)
 	}
