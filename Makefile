@@ -4,7 +4,7 @@ BIN     ?= bin
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PKGS    := ./...
 
-.PHONY: all build test test-long test-short lint demo bench fuzz soak clickhouse clean help
+.PHONY: all build test test-long test-short lint demo bench fuzz soak clickhouse clickhouse-server clean help
 
 all: build
 
@@ -14,9 +14,13 @@ help: ## list the targets
 build: ## build ranker, composer, console, podium and demo into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-clickhouse: ## install what the tests run for real when missing: ClickHouse, ZooKeeper, Jinja2, Chromium, Node (Debian); ajv, nats.js and chDB (npm, locked)
+clickhouse-server: ## install the ClickHouse server when missing (Debian), all the demo needs besides Go
+	@command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || { \
+		echo "installing Debian's clickhouse-server clickhouse-client"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clickhouse-server clickhouse-client; }
+
+clickhouse: clickhouse-server ## install what the tests run for real when missing: ClickHouse, ZooKeeper, Jinja2, Chromium, Node (Debian); ajv, nats.js and chDB (npm, locked)
 	@missing=""; \
-	command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || missing="$$missing clickhouse-server clickhouse-client"; \
 	[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1 || missing="$$missing zookeeper"; \
 	/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$$missing python3-jinja2"; \
 	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing="$$missing chromium"; \
@@ -32,7 +36,7 @@ clickhouse: ## install what the tests run for real when missing: ClickHouse, Zoo
 	@# the native library of this platform only, which npm ci refuses; npm install --no-save keeps to it.
 	@[ -d internal/chstore/chdb/node_modules/chdb ] || npm install --prefix internal/chstore/chdb --no-save --no-audit --no-fund --loglevel=error
 
-demo: clickhouse build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse, with the web console (SERVE=1 keeps it up until Ctrl-C)
+demo: clickhouse-server build ## play a 4-team, 3-round tournament on real JetStream and ClickHouse, with the web console (SERVE=1 keeps it up until Ctrl-C)
 	$(BIN)/demo --bin $(BIN) $(if $(SERVE),--serve)
 
 test: clickhouse ## run every test (unit, store, end-to-end) against real servers
