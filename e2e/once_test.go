@@ -253,3 +253,27 @@ func TestConcurrentFirstAnswers(t *testing.T) {
 	}
 	checkNoted(t, e, "once-other")
 }
+
+// TestAnsweredDeletedIsMadeAgain: ANSWERED deleted under a running composer holds the requests
+// that need it (unready, never answered without their note) until the composer has made it again,
+// then answers them once.
+func TestAnsweredDeletedIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composer := e.start("composer")
+	answerFirst(t, e)
+	if err := e.js.DeleteKeyValue(t.Context(), events.BucketAnswered); err != nil {
+		t.Fatal(err)
+	}
+	e.requestRound("once-after", onceRequest, t0.Add(time.Hour))
+	got := e.answers("prompt.*.once.t1", 2, 30*time.Second)
+	if a := got["once-after"]; !a.ok() {
+		t.Fatalf("the request after ANSWERED was deleted: %s %+v", a.subject, a.failed)
+	}
+	checkNoted(t, e, "once-after") // in the bucket made again
+	if n := composer.metric(t, "composer_answer_retries_total"); n < 1 {
+		t.Errorf("composer_answer_retries_total = %v: the answer was not held while ANSWERED was missing", n)
+	}
+	composer.waitOK(t, "http://"+composer.addr+"/readyz")
+}
