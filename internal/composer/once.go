@@ -59,7 +59,7 @@ func (a *answered) lookup(ctx context.Context, answerID string) (uint64, bool, e
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("%w: read %s: %v", errAnswered, answerID, err)
+		return 0, false, fmt.Errorf("%w: read %s: %w", errAnswered, answerID, err)
 	}
 	var v events.Answered
 	if err := json.Unmarshal(e.Value(), &v); err != nil || v.PromptsSeq == 0 {
@@ -90,7 +90,7 @@ func (a *answered) note(ctx context.Context, answerID string, seq uint64) error 
 		return err
 	}
 	if _, err := a.kv.Put(ctx, answerID, body); err != nil {
-		return fmt.Errorf("%w: note %s: %v", errAnswered, answerID, err)
+		return fmt.Errorf("%w: note %s: %w", errAnswered, answerID, err) // the cause kept: storage full is said as such
 	}
 	return nil
 }
