@@ -291,6 +291,12 @@ func testReplicaKilledUnderLoad(t *testing.T, cl *servers.Cluster) {
 			}
 			killedAt, floorAtKill = time.Now(), ackFloor(t, e)
 		case 2 * third:
+			// The other two replicas commit while it is down: waited for (the suite's load may
+			// hold the pipeline seconds behind the pacing), at most 30 s.
+			testenv.WaitFor(t, 30*time.Second, "a commit while the replica is down", func() (bool, string) {
+				f := ackFloor(t, e)
+				return f > floorAtKill, fmt.Sprintf("ack floor %d, %d at the kill", f, floorAtKill)
+			})
 			restartedAt, floorAtRestart = time.Now(), ackFloor(t, e)
 			if err := victim.Start(context.Background()); err != nil { // while the pipeline works
 				t.Fatalf("restart the killed replica: %v", err)
