@@ -2,13 +2,14 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/podium-llm/podium/internal/testenv"
 )
 
 // TestInputsFromOutsideAreBounded: every input the CLI reads whole from outside is read with a
@@ -30,16 +31,7 @@ func TestInputsFromOutsideAreBounded(t *testing.T) {
 	}
 
 	// The bomb: a bundle header, then 64 MiB of blanks, gzip-compressed.
-	var bomb bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestSpeed) // blanks compress well at any level; this one is cheap
-	zw.Write([]byte(`{"format": "podium-bundle/1", "execution_id": "x", "padding": "`))
-	blanks := bytes.Repeat([]byte(" "), 1<<20)
-	for range 64 {
-		zw.Write(blanks)
-	}
-	zw.Write([]byte(`"}`))
-	zw.Close()
-	bundle := write("bomb.json.gz", bomb.Bytes())
+	bundle := write("bomb.json.gz", testenv.BundleBomb(64))
 
 	big := bytes.Repeat([]byte("x"), 2<<20) // over MAX_EVENT_BYTES (1 MiB)
 	folder := filepath.Join(dir, "tmpl")

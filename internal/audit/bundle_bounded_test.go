@@ -2,32 +2,24 @@ package audit
 
 import (
 	"bytes"
-	"compress/gzip"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/podium-llm/podium/internal/bounded"
+	"github.com/podium-llm/podium/internal/testenv"
 )
 
 // TestReadBundleIsBounded: a bundle that decompresses to far more than its file (256 MiB of blanks
 // in about 256 KB) is refused at the limit, having allocated a few MiB, not the 256 MiB (and more)
 // it unfolds to.
 func TestReadBundleIsBounded(t *testing.T) {
-	var bomb bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestSpeed) // blanks compress well at any level; this one is cheap
-	zw.Write([]byte(`{"format": "podium-bundle/1", "execution_id": "x", "padding": "`))
-	blanks := bytes.Repeat([]byte(" "), 1<<20)
-	for range 256 {
-		zw.Write(blanks)
-	}
-	zw.Write([]byte(`"}`))
-	zw.Close()
+	bomb := testenv.BundleBomb(256)
 
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err := ReadBundle(bytes.NewReader(bomb.Bytes()), "bomb", bounded.Limit{Bytes: 1 << 20, Setting: "PODIUM_MAX_INPUT_BYTES"})
+	_, err := ReadBundle(bytes.NewReader(bomb), "bomb", bounded.Limit{Bytes: 1 << 20, Setting: "PODIUM_MAX_INPUT_BYTES"})
 	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), "bundle bomb is larger than 1048576 bytes, the limit (raise it with PODIUM_MAX_INPUT_BYTES)") {
 		t.Fatalf("ReadBundle: %v", err)
@@ -35,6 +27,6 @@ func TestReadBundleIsBounded(t *testing.T) {
 	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 16<<20 {
 		t.Errorf("reading the bomb allocated %d MiB, want a few", allocated>>20)
 	} else {
-		t.Logf("a %d KB bomb of 256 MiB refused after %d KiB allocated", bomb.Len()>>10, allocated>>10)
+		t.Logf("a %d KB bomb of 256 MiB refused after %d KiB allocated", len(bomb)>>10, allocated>>10)
 	}
 }

@@ -82,7 +82,7 @@ func (c *composer) handle(ctx context.Context, msg jetstream.Msg) (context.Conte
 func (c *composer) answer(ctx context.Context, md *jetstream.MsgMetadata, req events.RoundRequest, out events.PromptComposed, err error) settle.Outcome {
 	answerID := events.PromptEventID(req.ID)
 	if err == nil {
-		_, err = c.store(ctx, answerID, func(ctx context.Context) (*jetstream.PubAck, error) { return c.publishComposed(ctx, out) })
+		err = c.store(ctx, answerID, func(ctx context.Context) (*jetstream.PubAck, error) { return c.publishComposed(ctx, out) })
 		var tooLarge *events.TooLargeError
 		if !errors.As(err, &tooLarge) {
 			if err != nil {
@@ -106,7 +106,7 @@ func (c *composer) answer(ctx context.Context, md *jetstream.MsgMetadata, req ev
 		// consumer allows a few more, for a composer that dies holding it: run.go).
 		return settle.RetryLater(err)
 	}
-	if _, err := c.store(ctx, answerID, func(ctx context.Context) (*jetstream.PubAck, error) {
+	if err := c.store(ctx, answerID, func(ctx context.Context) (*jetstream.PubAck, error) {
 		return c.publishFailed(ctx, req.ID, req.Data.ExecutionID, req.Data.TeamID, req.Data.RoundNumber, f)
 	}); err != nil {
 		return settle.RetryLater(err)
@@ -138,7 +138,7 @@ func (c *composer) reject(ctx context.Context, msg jetstream.Msg, md *jetstream.
 			requestID = md.Stream + "-" + strconv.FormatUint(md.Sequence.Stream, 10)
 		}
 		f := &events.Failure{Code: events.CodeInvalidRequest, Message: cause.Error()}
-		if _, err := c.store(ctx, events.PromptEventID(requestID), func(ctx context.Context) (*jetstream.PubAck, error) {
+		if err := c.store(ctx, events.PromptEventID(requestID), func(ctx context.Context) (*jetstream.PubAck, error) {
 			return c.publishFailed(ctx, requestID, addr.ExecutionID, addr.TeamID, req.Data.RoundNumber, f)
 		}); err != nil {
 			return settle.RetryLater(err)

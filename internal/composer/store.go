@@ -56,10 +56,10 @@ func (a *answerStore) done() {
 }
 
 // store publishes an answer until PROMPTS takes it (see the top of this file), once per request
-// (once.go). It returns whether PROMPTS held an answer of the request already (a replay: nothing
-// was published), nil once stored, the publish's error when the answer can never be stored (too
-// large), or ctx's error.
-func (c *composer) store(ctx context.Context, answerID string, publish func(context.Context) (*jetstream.PubAck, error)) (bool, error) {
+// (once.go: a request PROMPTS holds an answer of already is counted as replayed, and nothing is
+// published). It returns nil once stored or found, the publish's error when the answer can never
+// be stored (too large), or ctx's error.
+func (c *composer) store(ctx context.Context, answerID string, publish func(context.Context) (*jetstream.PubAck, error)) error {
 	a := c.answers
 	var since time.Time
 	var published uint64 // PROMPTS took the answer at this sequence: only the note is left to store
@@ -76,7 +76,7 @@ func (c *composer) store(ctx context.Context, answerID string, publish func(cont
 			if replayed {
 				c.replayed(ctx, answerID, seq)
 			}
-			return replayed, err
+			return err
 		}
 		first := since.IsZero()
 		if first {
@@ -102,7 +102,7 @@ func (c *composer) store(ctx context.Context, answerID string, publish func(cont
 		}
 		if retry.Sleep(ctx, delay) != nil {
 			a.done()
-			return false, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
