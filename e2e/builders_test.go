@@ -141,15 +141,41 @@ func TestPromptBuilders(t *testing.T) {
 			t.Fatalf("push %s: exit %d\n%s", name, code, out)
 		}
 		if h.kind == "load" {
-			obj, err := e.js.ObjectStore(t.Context(), "BUILDER_MODULES")
+			// Bytes changed in the authors' store under the pushed version: production refuses them.
+			sum := fmt.Sprintf("%x", sha256.Sum256(module))
+			modules, err := e.js.ObjectStore(t.Context(), "BUILDER_MODULES")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := obj.PutBytes(t.Context(), fmt.Sprintf("%x", sha256.Sum256(module)), []byte("changed under its name")); err != nil {
+			if _, err := modules.PutBytes(t.Context(), sum, []byte("changed under its name")); err != nil {
 				t.Fatal(err)
 			}
-		}
-		if out, code := e.podium(t, nil, "builders", "label", name, "1", "production"); code != 0 {
+			if out, code := e.podium(t, nil, "builders", "label", name, "1", "production"); code == 0 || !strings.Contains(out, "the module of "+name+"@1 is 22 bytes") {
+				t.Fatalf("label over changed bytes: exit %d\n%s", code, out)
+			}
+			if _, err := modules.PutBytes(t.Context(), sum, module); err != nil {
+				t.Fatal(err)
+			}
+			if out, code := e.podium(t, nil, "builders", "label", name, "1", "production"); code != 0 {
+				t.Fatalf("label %s: exit %d\n%s", name, code, out)
+			}
+			if n := composer.metric(t, `composer_builder_builds_total{reason="timeout",result="fallback"}`); n < 1 {
+				t.Fatalf("the timeout fallback is not counted: %v", n)
+			}
+			// The released bytes fail on the store's side (a fault, not a role: only the release
+			// role writes there) while no composer holds them: a composer started now falls back.
+			if _, err := composer.stop(t, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			releases, err := e.js.ObjectStore(t.Context(), "BUILDER_RELEASES")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := releases.PutBytes(t.Context(), sum, []byte("changed under its name")); err != nil {
+				t.Fatal(err)
+			}
+			composer = e.start("composer")
+		} else if out, code := e.podium(t, nil, "builders", "label", name, "1", "production"); code != 0 {
 			t.Fatalf("label %s: exit %d\n%s", name, code, out)
 		}
 		team := fmt.Sprintf("h%d", i)
@@ -189,7 +215,7 @@ func TestPromptBuilders(t *testing.T) {
 		t.Fatalf("the console's page of a fallback: %d\n%s", status, page)
 	}
 	// An author writes a labelled version's key again, to take every phi-4 model with the highest
-	// priority: the label no longer pins it, and the version serves nothing until labelled again.
+	// priority: production still serves the version it named, from its copy, and the key is named.
 	kv, err := e.js.KeyValue(t.Context(), "BUILDERS")
 	if err != nil {
 		t.Fatal(err)
@@ -207,19 +233,24 @@ func TestPromptBuilders(t *testing.T) {
 	if _, err := kv.Put(t.Context(), "hostile-clock.v1", rewritten); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the rewritten version no longer served", func() (bool, string) {
-		status, body := composer.render(t, map[string]any{"execution_id": execution, "team_id": "t9", "team_name": "Nine", "round_number": 1,
-			"user_prompt": "Go.", "model": "hostile-clock", "time": t0.Format(time.RFC3339)})
-		return status == 200 && !strings.Contains(string(body), `"builder"`), fmt.Sprintf("%d %.300s", status, body)
+	testenv.WaitFor(t, 10*time.Second, "the rewrite named", func() (bool, string) {
+		out, code := e.podium(t, nil, "builders", "list")
+		return code == 0 && strings.Contains(out, "written again: served from its label's copy only"), out
 	})
-	if phi := request("t4", "Four", "phi-4-mini", nil); phi.Builder == nil || phi.Builder.Name != "phi4mini" || phi.Builder.Fallback {
-		t.Fatalf("after the rewrite, phi-4-mini is built by %+v", phi.Builder)
-	}
-	if out, code := e.podium(t, nil, "builders", "list"); code != 0 || !strings.Contains(out, "production (not pinned: label it again)") {
-		t.Fatalf("list after the rewrite: exit %d\n%s", code, out)
-	}
-	if n := composer.metric(t, `composer_builder_builds_total{reason="timeout",result="fallback"}`); n < 1 {
-		t.Fatalf("the timeout fallback is not counted: %v", n)
+	started := e.start("composer")
+	waitReadiness(t, started, 200, 60*time.Second) // ready once its builders are loaded
+	for i, p := range []*proc{composer, started} { // one that saw the rewrite, one started after it
+		status, body := p.render(t, map[string]any{"execution_id": execution, "team_id": "t9", "team_name": "Nine", "round_number": 1,
+			"user_prompt": "Go.", "model": "hostile-clock", "time": t0.Format(time.RFC3339)})
+		if status != 200 || !strings.Contains(string(body), `"builder":{"name":"hostile-clock"`) {
+			out, _ := e.podium(t, nil, "builders", "list")
+			t.Fatalf("after the rewrite, hostile-clock (composer %d): %d %s\n%s", i, status, body[max(0, len(body)-200):], out)
+		}
+		status, body = p.render(t, map[string]any{"execution_id": execution, "team_id": "t9", "team_name": "Nine", "round_number": 1,
+			"user_prompt": "Go.", "model": "phi-4-mini", "time": t0.Format(time.RFC3339)})
+		if status != 200 || !strings.Contains(string(body), `"builder":{"name":"phi4mini"`) {
+			t.Fatalf("after the rewrite, phi-4-mini: %d %.300s", status, body)
+		}
 	}
 	// Unharmed: still ready, and the example builder still builds.
 	if code := composer.getJSON(t, "/readyz", nil); code != 200 {

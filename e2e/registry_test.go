@@ -168,7 +168,7 @@ func TestTemplateRegistry(t *testing.T) {
 	if _, err := kv.Put(t.Context(), registry.VersionKey("greet", 3), doc); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(t.Context(), registry.LabelKey("greet", "staging"), []byte("3")); err != nil {
+	if _, err := kv.Put(t.Context(), registry.LabelKey("greet", "staging"), []byte("3@"+registry.Digest(doc))); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range composers {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/chstore"
@@ -115,7 +117,10 @@ func run(ctx context.Context, p *service.Prepared[config], stdout io.Writer) err
 		if err != nil {
 			return v, nil // no builder registry: a built record says it cannot be run again
 		}
-		obj, err := base.JS.ObjectStore(ctx, builders.Modules)
+		obj, err := base.JS.ObjectStore(ctx, builders.Releases) // what production ran
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return v, nil
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
-	"strconv"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/bounded"
 	"github.com/podium-llm/podium/internal/builders"
+	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/wasm"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
@@ -28,31 +30,52 @@ func (e *env) builderBuckets(ctx context.Context, create bool) (jetstream.KeyVal
 	if err != nil {
 		return nil, nil, err
 	}
-	js := e.js // opened by keyValue
-	obj, err := js.ObjectStore(ctx, builders.Modules)
-	if errors.Is(err, jetstream.ErrBucketNotFound) && create {
-		obj, err = js.CreateObjectStore(ctx, builders.ModulesConfig(e.cfg.StreamReplicas))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			obj, err = js.ObjectStore(ctx, builders.Modules)
-		}
+	obj, err := e.objectStore(ctx, builders.ModulesConfig(e.cfg.StreamReplicas), create)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil, &checkError{"the builder registry holds no module: nothing was pushed yet"}
 	}
 	return kv, obj, err
 }
 
-// existingBuilderBuckets are the builder registry's buckets, nils when there is none.
-func (e *env) existingBuilderBuckets(ctx context.Context) (jetstream.KeyValue, jetstream.ObjectStore, error) {
-	kv, obj, err := e.builderBuckets(ctx, false)
+// objectStore opens an object store; create makes it when missing.
+func (e *env) objectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig, create bool) (jetstream.ObjectStore, error) {
+	js, err := e.jetstream()
+	if err != nil {
+		return nil, err
+	}
+	obj, err := js.ObjectStore(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && create {
+		obj, err = js.CreateObjectStore(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			obj, err = js.ObjectStore(ctx, cfg.Bucket)
+		}
+	}
+	return obj, err
+}
+
+// releasedBuilders are the builder registry's bucket and the store of the modules production
+// served, nils when either is missing (nothing was ever labelled production).
+func (e *env) releasedBuilders(ctx context.Context) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+	kv, err := e.keyValue(ctx, builders.BucketConfig(e.cfg.StreamReplicas), false, "the builder registry")
 	var empty *checkError
 	if errors.As(err, &empty) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	obj, err := e.objectStore(ctx, builders.ReleasesConfig(e.cfg.StreamReplicas), false)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil, nil
 	}
 	return kv, obj, err
 }
 
-// builderSource runs the builder versions records name, from the registry (nil when there is
-// none): what `prompts verify` needs for records a builder built.
+// builderSource runs the builder versions records name, from the registry and the modules
+// production served (nil when there are none): what `prompts verify` needs for records a builder
+// built.
 func (e *env) builderSource(ctx context.Context) (func(context.Context, events.BuilderRef, time.Time) (compose.Builder, error), error) {
-	kv, obj, err := e.existingBuilderBuckets(ctx)
+	kv, obj, err := e.releasedBuilders(ctx)
 	if kv == nil || err != nil {
 		return nil, err
 	}
@@ -73,10 +96,10 @@ func (e *env) builderEngine(ctx context.Context) (*wasm.Engine, error) {
 	return engine, nil
 }
 
-// builderModules reads the module of a builder version from the registry, for a bundle (nil when
-// there is no registry).
+// builderModules reads the module of a builder version production served, for a bundle (nil
+// when there is no registry).
 func (e *env) builderModules(ctx context.Context) (func(events.BuilderRef) ([]byte, error), error) {
-	kv, obj, err := e.existingBuilderBuckets(ctx)
+	kv, obj, err := e.releasedBuilders(ctx)
 	if kv == nil || err != nil {
 		return nil, err
 	}
@@ -150,39 +173,52 @@ func buildersPush(fs *flag.FlagSet) func(context.Context, *env) error {
 			fmt.Fprintf(e.out, "it serves nothing until labelled production; it will see %s\n", builders.Sees)
 			return nil
 		}
-		return labelBuilder(ctx, e, kv, v.Name, v.Version, *label)
+		return labelBuilder(ctx, e, kv, obj, v.Name, v.Version, "", *label)
 	}
 }
 
-// labelBuilder moves a label of a builder, saying where the server refused it.
-func labelBuilder(ctx context.Context, e *env, kv jetstream.KeyValue, name string, version int, label string) error {
-	err := e.permitted(ctx, func(ctx context.Context) error { return builders.Label(ctx, kv, name, label, version) })
+// labelBuilder moves a label of a builder, saying where the server refused it, and prints what it
+// names now with its digest. Production's module is copied into the releases store, which only
+// the release role may write.
+func labelBuilder(ctx context.Context, e *env, kv jetstream.KeyValue, modules jetstream.ObjectStore, name string, version int, digest, label string) error {
+	var releases jetstream.ObjectStore
+	if label == builders.Production {
+		var err error
+		if releases, err = e.objectStore(ctx, builders.ReleasesConfig(e.cfg.StreamReplicas), true); err != nil {
+			return &checkError{denial(err, "open the store of released modules ("+builders.Releases+")").Error()}
+		}
+	}
+	var target registry.Target
+	err := e.permitted(ctx, func(ctx context.Context) (err error) {
+		target, err = builders.Label(ctx, kv, modules, releases, name, label, version, digest)
+		return err
+	})
 	if err != nil {
 		return &checkError{denial(err, fmt.Sprintf("move the %s label of builder %s", label, name)).Error()}
 	}
-	fmt.Fprintf(e.out, "label %s of builder %s -> %d\n", label, name, version)
+	fmt.Fprintf(e.out, "label %s of builder %s -> %s\n", label, name, target)
 	return nil
 }
 
 func buildersLabel(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		name, label := e.args[0], e.args[2]
-		version, err := strconv.Atoi(e.args[1])
-		if err != nil || version < 1 {
-			return usagef("VERSION must be a version number, got %s", events.Quote(e.args[1]))
+		target, err := registry.ParseTarget(e.args[1])
+		if err != nil || len(target) != 1 || strings.Contains(e.args[1], "=") {
+			return usagef("VERSION must be a version number, or VERSION@DIGEST, got %s", events.Quote(e.args[1]))
 		}
-		kv, _, err := e.builderBuckets(ctx, false)
+		kv, modules, err := e.builderBuckets(ctx, false)
 		if err != nil {
 			return err
 		}
-		return labelBuilder(ctx, e, kv, name, version, label)
+		return labelBuilder(ctx, e, kv, modules, name, target[0].Version, target[0].Digest, label)
 	}
 }
 
 // buildersList prints every version, its models, priority and labels, and what a builder sees.
 func buildersList(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		kv, _, err := e.builderBuckets(ctx, false)
+		kv, err := e.keyValue(ctx, builders.BucketConfig(e.cfg.StreamReplicas), false, "the builder registry")
 		if err != nil {
 			return err
 		}
@@ -197,6 +233,15 @@ func buildersList(fs *flag.FlagSet) func(context.Context, *env) error {
 		fmt.Fprintln(tw, "BUILDER\tVERSION\tSHA256\tBYTES\tMODELS\tPRIORITY\tLABELS")
 		for _, v := range s.Versions {
 			fmt.Fprintf(tw, "%s\t%d\t%.12s\t%d\t%s\t%d\t%s\n", v.Name, v.Version, v.SHA256, v.Size, strings.Join(v.Models, " "), v.Priority, strings.Join(s.LabelsOf(v), " "))
+		}
+		for _, name := range slices.Sorted(maps.Keys(s.Rewritten)) {
+			for _, n := range s.Rewritten[name] {
+				what := "written again: never served"
+				if _, served := s.Version(name, n); served {
+					what = "written again: served from its label's copy only"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\t-\t%s\n", name, n, what)
+			}
 		}
 		if err := tw.Flush(); err != nil {
 			return err

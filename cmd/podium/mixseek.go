@@ -50,7 +50,7 @@ func templatesImportMixseek(fs *flag.FlagSet) func(context.Context, *env) error 
 			}
 			fmt.Fprintf(e.out, "pushed %s@%d\n", *name, v)
 			if *label != "" {
-				if err := registry.Label(ctx, kv, *name, *label, compose.Split{{Version: v, Weight: 1}}); err != nil {
+				if _, err := registry.Label(ctx, kv, *name, *label, registry.Target{{Version: v, Weight: 1}}); err != nil {
 					return err
 				}
 				fmt.Fprintf(e.out, "label %s of %s -> %d\n", *label, *name, v)

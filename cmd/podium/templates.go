@@ -130,13 +130,7 @@ func templatesPush(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		fmt.Fprintf(e.out, "pushed %s@%d (%d files)\n", name, v, len(files))
 		if *label != "" {
-			err := e.permitted(ctx, func(ctx context.Context) error {
-				return registry.Label(ctx, kv, name, *label, compose.Split{{Version: v, Weight: 1}})
-			})
-			if err != nil {
-				return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", *label, name)).Error()}
-			}
-			fmt.Fprintf(e.out, "label %s of %s -> %d\n", *label, name, v)
+			return labelTemplate(ctx, e, kv, name, *label, registry.Target{{Version: v, Weight: 1}})
 		}
 		return nil
 	}
@@ -177,19 +171,27 @@ func templatesList(fs *flag.FlagSet) func(context.Context, *env) error {
 		for _, v := range s.Versions {
 			versions[v.Name] = append(versions[v.Name], v.Version)
 		}
+		for name := range s.Rewritten {
+			if versions[name] == nil {
+				versions[name] = []int{}
+			}
+		}
 		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TEMPLATE\tVERSIONS\tLABELS")
+		fmt.Fprintln(tw, "TEMPLATE\tVERSIONS\tLABELS\tWRITTEN AGAIN (never served from their key)")
 		for _, name := range slices.Sorted(maps.Keys(versions)) {
 			vs := versions[name]
 			slices.Sort(vs)
-			labels := []string{"latest=" + strconv.Itoa(vs[len(vs)-1])}
+			var labels []string
+			if len(vs) > 0 {
+				labels = append(labels, "latest="+strconv.Itoa(vs[len(vs)-1]))
+			}
 			for _, l := range slices.Sorted(maps.Keys(s.Labels[name])) {
 				labels = append(labels, fmt.Sprintf("%s=%d", l, s.Labels[name][l]))
 			}
 			for _, l := range slices.Sorted(maps.Keys(s.Splits[name])) {
 				labels = append(labels, fmt.Sprintf("%s=[%s]", l, s.Splits[name][l]))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", name, strings.Trim(fmt.Sprint(vs), "[]"), strings.Join(labels, " "))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, strings.Trim(fmt.Sprint(vs), "[]"), strings.Join(labels, " "), strings.Trim(fmt.Sprint(s.Rewritten[name]), "[]"))
 		}
 		return tw.Flush()
 	}
@@ -233,7 +235,7 @@ func templatesShow(fs *flag.FlagSet) func(context.Context, *env) error {
 func templatesLabel(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		name, label, specs := e.args[0], e.args[len(e.args)-1], e.args[1:len(e.args)-1]
-		split, err := registry.ParseSplit(strings.Join(specs, ","))
+		target, err := registry.ParseTarget(strings.Join(specs, ","))
 		if err != nil {
 			return usagef("%v", err)
 		}
@@ -241,17 +243,26 @@ func templatesLabel(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		err = e.permitted(ctx, func(ctx context.Context) error { return registry.Label(ctx, kv, name, label, split) })
-		if err != nil {
-			return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", label, name)).Error()}
-		}
-		if len(split) == 1 {
-			fmt.Fprintf(e.out, "label %s of %s -> %d\n", label, name, split[0].Version)
-			return nil
-		}
-		fmt.Fprintf(e.out, "label %s of %s -> %s (each team keeps the version it was first served for its whole execution)\n", label, name, split)
+		return labelTemplate(ctx, e, kv, name, label, target)
+	}
+}
+
+// labelTemplate moves a label of a template and prints what it names now, each version with the
+// digest it pins (what a reviewer passes as VERSION@DIGEST to refuse a version changed since).
+func labelTemplate(ctx context.Context, e *env, kv jetstream.KeyValue, name, label string, target registry.Target) error {
+	err := e.permitted(ctx, func(ctx context.Context) (err error) {
+		target, err = registry.Label(ctx, kv, name, label, target)
+		return err
+	})
+	if err != nil {
+		return &checkError{denial(err, fmt.Sprintf("move the %s label of %s", label, name)).Error()}
+	}
+	if len(target) == 1 {
+		fmt.Fprintf(e.out, "label %s of %s -> %s\n", label, name, target)
 		return nil
 	}
+	fmt.Fprintf(e.out, "label %s of %s -> %s (each team keeps the version it was first served for its whole execution)\n", label, name, target)
+	return nil
 }
 
 // denial says what a user was not permitted to do, where the server refused its publish; any
@@ -281,10 +292,7 @@ func templatesHistory(fs *flag.FlagSet) func(context.Context, *env) error {
 		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "REVISION\tTIME\tCHANGE")
 		for _, c := range changes {
-			change := "pushed version " + strconv.Itoa(c.Version)
-			if c.Label != "" {
-				change = fmt.Sprintf("label %s -> %d", c.Label, c.Version)
-			}
+			change := c.What()
 			fmt.Fprintf(tw, "%d\t%s\t%s\n", c.Revision, c.Time.Format(time.RFC3339), change)
 		}
 		return tw.Flush()

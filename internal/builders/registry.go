@@ -1,30 +1,28 @@
-// Package builders is the registry of prompt builders (docs/builders.md) in JetStream. A module's
-// bytes are an object of the object store BUILDER_MODULES named by their sha256: the store cuts
-// them into chunks, so a module of megabytes (a Go builder is about 3 MiB) fits however small the
-// server's max payload, and a module pushed twice is stored once. Versions and labels are keys of
-// the key-value bucket BUILDERS, every change kept, as the template registry keeps its own:
-//
-//	<name>.v<N>            a version: JSON {"name", "version", "sha256", "size", "models", "priority"}
-//	<name>.label.<label>   the version a label points at and the sha256 of its document: "<N>:<hex>"
+// Package builders is the registry of prompt builders (docs/builders.md) in JetStream, and their
+// runtime. Versions and labels are keys of the key-value bucket BUILDERS, kept by the rules every
+// registry shares (internal/registry: a label names a version with its digest, a version key
+// written again is never served). A version's document is JSON {"name", "version", "sha256",
+// "size", "models", "priority"}; the module's bytes are an object named by their sha256: the
+// store cuts them into chunks, so a module of megabytes (a Go builder is about 3 MiB) fits however
+// small the server's max payload, and a module pushed twice is stored once. Authors push modules
+// into BUILDER_MODULES; moving the production label copies the module into BUILDER_RELEASES,
+// which only the release role writes, and composers load modules from there alone: rewriting or
+// wiping the authors' store changes nothing production serves.
 //
 // A pushed version serves nothing: a request is built by the version its name's production label
-// points at, and only when its model matches that version's globs. The label pins the version's
-// document as it was labelled: whoever may write versions but not production (an author) cannot
-// change what production serves by writing the version's key again (Pinned).
+// names, and only when its model matches that version's globs.
 package builders
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,11 +33,12 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// Bucket and Modules are the key-value bucket of versions and labels and the object store of the
-// modules' bytes.
+// Bucket, Modules and Releases are the key-value bucket of versions and labels, the object store
+// of the modules authors push, and the object store of the modules production serves.
 const (
-	Bucket  = "BUILDERS"
-	Modules = "BUILDER_MODULES"
+	Bucket   = "BUILDERS"
+	Modules  = "BUILDER_MODULES"
+	Releases = "BUILDER_RELEASES"
 )
 
 // MaxModuleBytes bounds a module's size: every composer holds the bytes of what it serves.
@@ -64,6 +63,12 @@ func ModulesConfig(replicas int) jetstream.ObjectStoreConfig {
 		Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
 }
 
+// ReleasesConfig is the object store of the modules labelled production.
+func ReleasesConfig(replicas int) jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{Bucket: Releases, Description: "podium prompt builders: the modules labelled production, copied when labelled",
+		Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
+}
+
 // Version is one pushed version of a builder.
 type Version struct {
 	Name     string   `json:"name"`
@@ -72,31 +77,19 @@ type Version struct {
 	Size     int64    `json:"size"`
 	Models   []string `json:"models"`   // globs (path.Match), matched case-insensitively
 	Priority int      `json:"priority"` // the highest wins among the builders of a model; then the name
-	// Digest is the sha256 of the version's stored document, what a label pins (not stored in it).
+	// Digest is the sha256 of the version's stored document, what a label names (not stored in it).
 	Digest string `json:"-"`
 }
 
 // Serves reports whether the version's globs match model, as a template variant's do.
 func (v Version) Serves(model string) bool { return compose.ModelMatches(v.Models, model) }
 
-// State is the registry's content.
+// State is the registry's content as the rules serve it: its versions, its labels (each naming a
+// served version with its digest), and the version keys written again, never served.
 type State struct {
-	Versions []Version
-	Labels   map[string]map[string]int    // name -> label -> version
-	Pins     map[string]map[string]string // name -> label -> the digest of the version it was moved to
-}
-
-// Pinned says whether label still names v's document as it was when the label was moved to it: an
-// error when the label holds no digest (written by hand) or v's key was written again since.
-func (s State) Pinned(v Version, label string) error {
-	switch pin := s.Pins[v.Name][label]; pin {
-	case "":
-		return fmt.Errorf("label %s of builder %s holds no digest of version %d (not moved by podium builders label): label it again", label, v.Name, v.Version)
-	case v.Digest:
-		return nil
-	default:
-		return fmt.Errorf("version %d of builder %s was written again since it was labelled %s: label it again once checked", v.Version, v.Name, label)
-	}
+	Versions  []Version
+	Labels    map[string]map[string]int // name -> label -> version
+	Rewritten map[string][]int
 }
 
 // Labelled is the version a label of name points at.
@@ -108,14 +101,11 @@ func (s State) Labelled(name, label string) (Version, bool) {
 	return s.Version(name, n)
 }
 
-// LabelsOf are the labels that point at v, sorted; one that no longer pins v's document says so.
+// LabelsOf are the labels that name v, sorted.
 func (s State) LabelsOf(v Version) []string {
 	var out []string
 	for label, n := range s.Labels[v.Name] {
 		if n == v.Version {
-			if s.Pinned(v, label) != nil {
-				label += " (not pinned: label it again)"
-			}
 			out = append(out, label)
 		}
 	}
@@ -169,62 +159,47 @@ func (s State) names() []string {
 	return slices.Compact(out)
 }
 
-func versionKey(name string, version int) string { return name + ".v" + strconv.Itoa(version) }
-
-func labelKey(name, label string) string { return name + ".label." + label }
-
-// Parse reads the bucket's current entries; an entry of another layout is an error, left out.
-func Parse(entries map[string][]byte) (State, []error) {
-	s := State{Labels: map[string]map[string]int{}, Pins: map[string]map[string]string{}}
-	var errs []error
-	for _, key := range slices.Sorted(maps.Keys(entries)) {
-		value := entries[key]
-		name, rest, _ := strings.Cut(key, ".")
-		switch {
-		case strings.HasPrefix(rest, "label."):
-			number, pin, _ := strings.Cut(string(value), ":")
-			n, err := strconv.Atoi(number)
-			if err != nil || n < 1 {
-				errs = append(errs, fmt.Errorf("builders: label %s holds %s, not a version", key, events.Quote(string(value))))
-				continue
-			}
-			label := strings.TrimPrefix(rest, "label.")
-			if s.Labels[name] == nil {
-				s.Labels[name], s.Pins[name] = map[string]int{}, map[string]string{}
-			}
-			s.Labels[name][label], s.Pins[name][label] = n, pin
-		case strings.HasPrefix(rest, "v"):
+// Parse reads the bucket's content by the registry's rules; an entry they leave out, or a
+// document that is not a builder version, is an error.
+func Parse(c registry.Content) (State, []error) {
+	en := registry.Resolve(c)
+	s := State{Labels: map[string]map[string]int{}, Rewritten: en.Rewritten}
+	errs := en.Problems
+	for _, name := range slices.Sorted(maps.Keys(en.Docs)) {
+		for _, n := range slices.Sorted(maps.Keys(en.Docs[name])) {
+			d := en.Docs[name][n]
 			var v Version
-			n, err := strconv.Atoi(rest[1:])
-			if err == nil {
-				err = json.Unmarshal(value, &v)
-			}
-			if err != nil || v.Name != name || v.Version != n || len(v.SHA256) != 64 {
-				errs = append(errs, fmt.Errorf("builders: %s is not a version of %s (%v)", key, name, err))
+			if err := json.Unmarshal(d.Value, &v); err != nil || len(v.SHA256) != 64 {
+				errs = append(errs, fmt.Errorf("builders: version %d of %s is not a builder version (%v)", n, name, err))
 				continue
 			}
-			v.Digest = hexSHA256(value)
+			v.Digest = d.Digest
 			s.Versions = append(s.Versions, v)
-		default:
-			errs = append(errs, fmt.Errorf("builders: unknown key %s", key))
 		}
 	}
-	slices.SortFunc(s.Versions, func(a, b Version) int {
-		if c := strings.Compare(a.Name, b.Name); c != 0 {
-			return c
+	for _, name := range slices.Sorted(maps.Keys(en.Labels)) {
+		for _, label := range slices.Sorted(maps.Keys(en.Labels[name])) {
+			t := en.Labels[name][label]
+			if _, ok := s.Version(name, t[0].Version); len(t) != 1 || !ok {
+				errs = append(errs, fmt.Errorf("builders: label %s of %s names %s: a builder label names one served version", label, name, t))
+				continue
+			}
+			if s.Labels[name] == nil {
+				s.Labels[name] = map[string]int{}
+			}
+			s.Labels[name][label] = t[0].Version
 		}
-		return a.Version - b.Version
-	})
+	}
 	return s, errs
 }
 
 // Load reads the bucket and parses it: the state, and the entries it had to leave out.
 func Load(ctx context.Context, kv jetstream.KeyValue) (State, []error, error) {
-	entries, err := registry.Read(ctx, kv)
+	c, err := registry.Read(ctx, kv)
 	if err != nil {
 		return State{}, nil, err
 	}
-	s, bad := Parse(entries)
+	s, bad := Parse(c)
 	return s, bad, nil
 }
 
@@ -258,47 +233,46 @@ func Push(ctx context.Context, kv jetstream.KeyValue, obj jetstream.ObjectStore,
 			return Version{}, fmt.Errorf("builders: store the module: %w", err)
 		}
 	}
-	s, _, err := Load(ctx, kv)
-	if err != nil {
-		return Version{}, err
-	}
-	next := 1
-	for _, v := range s.Versions {
-		if v.Name == name {
-			next = max(next, v.Version+1)
-		}
-	}
-	for ; ; next++ {
-		v := Version{Name: name, Version: next, SHA256: sum, Size: int64(len(module)), Models: models, Priority: priority}
+	var v Version
+	_, err := registry.Next(ctx, kv, name, func(n int) ([]byte, error) {
+		v = Version{Name: name, Version: n, SHA256: sum, Size: int64(len(module)), Models: models, Priority: priority}
 		doc, err := json.Marshal(v)
-		if err != nil {
-			return Version{}, err
-		}
-		_, err = kv.Create(ctx, versionKey(name, next), doc)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			continue // pushed by someone else meanwhile: take the next number
-		}
-		if err != nil {
-			return Version{}, fmt.Errorf("builders: push %s: %w", name, err)
-		}
-		return v, nil
+		v.Digest = registry.Digest(doc)
+		return doc, err
+	})
+	if err != nil {
+		return Version{}, fmt.Errorf("builders: %w", err)
 	}
+	return v, nil
 }
 
-// Label points a label of name at one of its versions (a release, or a rollback), pinning the
-// version's document as it is now.
-func Label(ctx context.Context, kv jetstream.KeyValue, name, label string, version int) error {
-	if !events.ValidIdentifier(label) || label == "latest" {
-		return fmt.Errorf("builders: label %s must be an identifier other than latest", events.Quote(label))
+// Label points a label of name at one of its versions (a release, or a rollback) by the
+// registry's rules (registry.Move): with its digest, refused when digest is given and the version
+// is no longer that document. Moving production first copies the version's module from the
+// authors' store into the releases store, checked against its sha256. What the label names now is
+// returned.
+func Label(ctx context.Context, kv jetstream.KeyValue, modules, releases jetstream.ObjectStore, name, label string, version int, digest string) (registry.Target, error) {
+	copied := func(d registry.Doc) error {
+		if label != Production {
+			return nil
+		}
+		var v Version
+		if err := json.Unmarshal(d.Value, &v); err != nil {
+			return fmt.Errorf("builders: version %d of %s: %w", d.Version, name, err)
+		}
+		if _, err := Module(ctx, releases, v); err == nil {
+			return nil // copied before, and whole
+		}
+		module, err := Module(ctx, modules, v)
+		if err != nil {
+			return err
+		}
+		if _, err := releases.PutBytes(ctx, v.SHA256, module); err != nil {
+			return fmt.Errorf("builders: copy the module of %s@%d for release: %w", name, d.Version, err)
+		}
+		return nil
 	}
-	doc, err := kv.Get(ctx, versionKey(name, version))
-	if err != nil {
-		return fmt.Errorf("builders: %s has no version %d: %w", name, version, err)
-	}
-	if _, err := kv.Put(ctx, labelKey(name, label), []byte(strconv.Itoa(version)+":"+hexSHA256(doc.Value()))); err != nil {
-		return fmt.Errorf("builders: label %s: %w", label, err)
-	}
-	return nil
+	return registry.Move(ctx, kv, name, label, registry.Target{{Version: version, Digest: digest, Weight: 1}}, copied)
 }
 
 // Module reads a version's bytes and checks them against its size (before reading them) and its
@@ -319,12 +293,6 @@ func Module(ctx context.Context, obj jetstream.ObjectStore, v Version) ([]byte, 
 		return nil, fmt.Errorf("builders: the module of %s@%d has sha256 %s, not %s", v.Name, v.Version, got, v.SHA256)
 	}
 	return b, nil
-}
-
-// hexSHA256 is the hex sha256 of b.
-func hexSHA256(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // objectDigest is the object store's digest of b: "SHA-256=" and the base64url sha256.

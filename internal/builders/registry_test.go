@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/podium-llm/podium/internal/builders"
+	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/internal/wasm"
 )
@@ -14,7 +15,8 @@ import (
 // TestRegistry on a real JetStream: a push stores the bytes once per content and the version
 // with its globs; only a production label serves; the highest priority, then the name, builds a
 // model; a label moves back for a rollback; a module whose bytes changed under its version is
-// refused by its sha256.
+// refused by its sha256; the authors' store and a version's key rewritten change nothing
+// production serves.
 func TestRegistry(t *testing.T) {
 	ctx := context.Background()
 	_, js := testenv.JetStream(t, testenv.NATS(t))
@@ -25,6 +27,14 @@ func TestRegistry(t *testing.T) {
 	obj, err := js.CreateObjectStore(ctx, builders.ModulesConfig(1))
 	if err != nil {
 		t.Fatal(err)
+	}
+	releases, err := js.CreateObjectStore(ctx, builders.ReleasesConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := func(name, label string, v int, digest string) error {
+		_, err := builders.Label(ctx, kv, obj, releases, name, label, v, digest)
+		return err
 	}
 	accept := func([]byte) error { return nil }
 	a1, err := builders.Push(ctx, kv, obj, "alpha", []byte("module a1"), []string{"phi-*"}, 5, accept)
@@ -64,12 +74,15 @@ func TestRegistry(t *testing.T) {
 		label string
 		v     int
 	}{{"alpha", "production", 2}, {"beta", "production", 1}, {"alpha", "staging", 1}} {
-		if err := builders.Label(ctx, kv, l.name, l.label, l.v); err != nil {
+		if err := label(l.name, l.label, l.v, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := builders.Label(ctx, kv, "alpha", "production", 9); err == nil {
+	if err := label("alpha", "production", 9, ""); err == nil {
 		t.Fatal("a label moved to a version that does not exist")
+	}
+	if err := label("alpha", "production", 2, strings.Repeat("0", 64)); err == nil || !strings.Contains(err.Error(), "not what was reviewed") {
+		t.Fatalf("a label moved to a version by another digest: %v", err)
 	}
 	s := load()
 	// Equal priorities: the name decides, case-insensitively matched globs.
@@ -83,42 +96,45 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("llama-3 has a builder")
 	}
 	beta, _ := s.Labelled("beta", "production")
-	if m, err := builders.Module(ctx, obj, beta); err != nil || string(m) != "module a1" {
-		t.Fatalf("beta's module: %q %v", m, err)
+	if m, err := builders.Module(ctx, releases, beta); err != nil || string(m) != "module a1" {
+		t.Fatalf("beta's module, copied for release: %q %v", m, err)
 	}
 	// A higher priority wins; a rollback is a label move.
 	b2, err := builders.Push(ctx, kv, obj, "beta", []byte("module b2"), []string{"phi-*"}, 9, accept)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := builders.Label(ctx, kv, "beta", "production", b2.Version); err != nil {
+	if err := label("beta", "production", b2.Version, b2.Digest); err != nil { // as reviewed
 		t.Fatal(err)
 	}
 	if v, _ := load().For("phi-4-mini"); v.Name != "beta" || v.Version != 2 {
 		t.Fatalf("after beta@2 with priority 9: %+v", v)
 	}
-	if err := builders.Label(ctx, kv, "beta", "production", 1); err != nil {
+	if err := label("beta", "production", 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := load().For("phi-4-mini"); v.Name != "alpha" {
 		t.Fatalf("after the rollback of beta to 1 (priority 5): %+v", v)
 	}
 	// A version's key written again after its label moved (an author may write versions, not
-	// production): the label no longer pins it, and nothing of it is served.
-	alpha, _ := load().Labelled("alpha", "production")
-	if err := load().Pinned(alpha, "production"); err != nil {
-		t.Fatalf("alpha@2 as labelled: %v", err)
-	}
+	// production): the label still serves the document it named, from its copy; the key is named.
+	before, _ := load().Labelled("alpha", "production")
 	if _, err := kv.Put(ctx, "alpha.v2", []byte(`{"name":"alpha","version":2,"sha256":"`+b2.SHA256+`","models":["*"],"priority":99}`)); err != nil {
 		t.Fatal(err)
 	}
 	s = load()
-	alpha, _ = s.Labelled("alpha", "production")
-	if err := s.Pinned(alpha, "production"); err == nil || !strings.Contains(err.Error(), "written again since it was labelled production") {
-		t.Fatalf("alpha@2 rewritten: %v", err)
+	after, _ := s.Labelled("alpha", "production")
+	if after.Digest != before.Digest || after.Priority != 5 || len(s.Rewritten["alpha"]) != 1 {
+		t.Fatalf("alpha@2 rewritten: serves %+v (was %+v), rewritten %v", after, before, s.Rewritten)
 	}
-	if got := s.LabelsOf(alpha); len(got) != 1 || !strings.Contains(got[0], "not pinned") {
-		t.Fatalf("labels of the rewritten version: %v", got)
+	if err := label("alpha", "staging", 2, ""); err != nil {
+		t.Fatalf("alpha@2 has production's copy, so it can be labelled: %v", err)
+	}
+	if _, err := kv.Put(ctx, "beta.v2", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := label("beta", "staging", 2, ""); err == nil || !strings.Contains(err.Error(), "written again") {
+		t.Fatalf("beta@2 rewritten, never labelled before: %v", err)
 	}
 	// Bytes that are not the version's: refused by the sha256.
 	for tampered, want := range map[string]string{"module x2": "has sha256", "a longer module": "is 15 bytes, not 9"} {
@@ -129,16 +145,23 @@ func TestRegistry(t *testing.T) {
 			t.Fatalf("module %q under b2's name: %v, want %q", tampered, err, want)
 		}
 	}
+	if m, err := builders.Module(ctx, releases, b2); err != nil || string(m) != "module b2" {
+		t.Fatalf("b2's released module after the authors' store was rewritten: %q %v", m, err)
+	}
 }
 
 // TestParseLeavesOutWhatIsNotTheLayout: entries of another layout are reported, not served.
 func TestParseLeavesOutWhatIsNotTheLayout(t *testing.T) {
-	s, errs := builders.Parse(map[string][]byte{
-		"alpha.v1":               []byte(`{"name":"alpha","version":1,"sha256":"` + strings.Repeat("a", 64) + `","models":["x"]}`),
-		"alpha.v2":               []byte(`{"name":"alpha","version":3,"sha256":"` + strings.Repeat("a", 64) + `"}`),
-		"alpha.label.production": []byte("one"),
-		"alpha.other":            []byte("x"),
-	})
+	c := registry.NewContent()
+	for k, v := range map[string]string{
+		"alpha.v1":               `{"name":"alpha","version":1,"sha256":"` + strings.Repeat("a", 64) + `","models":["x"]}`,
+		"alpha.v2":               `{"name":"alpha","version":3,"sha256":"` + strings.Repeat("a", 64) + `"}`,
+		"alpha.label.production": "one",
+		"alpha.other":            "x",
+	} {
+		c.Values[k], c.Writes[k] = []byte(v), 1
+	}
+	s, errs := builders.Parse(c)
 	if len(s.Versions) != 1 || len(s.Labels) != 0 || len(errs) != 3 {
 		t.Fatalf("versions %+v, labels %v, errors %v", s.Versions, s.Labels, errs)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/internal/service"
@@ -40,9 +42,9 @@ type promptBuilders struct {
 	parses   chan struct{}          // one per podium.parse running: more are answered 429
 
 	mu       sync.Mutex
-	entries  map[string][]byte // the bucket's content last applied
-	failures uint64            // swaps in a row with a module that did not load
-	retrying *time.Timer       // the next swap of the same content, while one did not load
+	content  registry.Content // the bucket's content last applied
+	failures uint64           // swaps in a row with a module that did not load
+	retrying *time.Timer      // the next swap of the same content, while one did not load
 }
 
 func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *slog.Logger, reg prometheus.Registerer, h *health.Health, parses int) *promptBuilders {
@@ -50,7 +52,7 @@ func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *
 	b := &promptBuilders{loader: &builders.Loader{Engine: engine, Modules: modules}, log: log, parses: make(chan struct{}, parses),
 		builds: f.CounterVec("composer_builder_builds_total", "Prompts a prompt builder was asked to build, by result: built, or fallback (the template rendered) with the reason: load, timeout, trap, exit, memory, clock, too_large, invalid_output, budget (over max_prompt_tokens).", "result", "reason"),
 		served: f.GaugeVec("composer_builders_served", "1 for every prompt builder version a production label serves, by name and version.", "name", "version")}
-	b.registry = &follower{what: "builder registry", bucket: builders.Bucket, log: log, followed: h.Condition("builders", nil), apply: b.rebuild}
+	b.registry = &follower{what: "builder registry", bucket: builders.Bucket, log: log, followed: h.Condition("builders", errors.New("the builder registry is not loaded yet")), apply: b.rebuild}
 	b.cur.Store(&[]builders.Runner{})
 	return b
 }
@@ -59,27 +61,22 @@ func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *
 // per sha256; one that cannot be read or compiled is served all the same, every request of its
 // models falling back to its template saying why, and is tried again with the shared backoff
 // (the object store may be electing a leader) until it loads or the bucket moves on.
-func (b *promptBuilders) rebuild(ctx context.Context, entries map[string][]byte) {
+func (b *promptBuilders) rebuild(ctx context.Context, c registry.Content) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.entries, b.failures = maps.Clone(entries), 0
+	b.content, b.failures = registry.Content{Values: maps.Clone(c.Values), Writes: maps.Clone(c.Writes)}, 0
 	b.swap(ctx)
 }
 
-// swap serves b.entries; b.mu is held.
+// swap serves b.content; b.mu is held.
 func (b *promptBuilders) swap(ctx context.Context) {
-	state, bad := builders.Parse(b.entries)
+	state, bad := builders.Parse(b.content)
 	for _, err := range bad {
 		b.log.Error("builder registry entry rejected; it is not served", "error", err)
 	}
 	var next []builders.Runner
 	b.served.Reset() // a version no label serves any more is not listed
 	for _, v := range state.Serving() {
-		if err := state.Pinned(v, builders.Production); err != nil {
-			// Not what the release labelled: served as if unlabelled, the error logged each swap.
-			b.log.Error("builder version not served", "builder", v.Name, "version", v.Version, "error", err)
-			continue
-		}
 		m, err := b.loader.Load(ctx, v)
 		if err != nil {
 			b.log.Error("builder module cannot load; requests of its models fall back to their templates", "builder", v.Name, "version", v.Version, "error", err)
@@ -103,14 +100,15 @@ func (b *promptBuilders) swap(ctx context.Context) {
 	})
 }
 
-// builderRegistry opens the BUILDERS bucket and, beside it, the modules' object store; nils when
-// an operator-managed deployment has no bucket.
+// builderRegistry opens the BUILDERS bucket and, beside it, the object store of the modules
+// production serves (BUILDER_RELEASES: never the authors' store); nils when an operator-managed
+// deployment has no bucket.
 func builderRegistry(ctx context.Context, base *service.Base, cfg *Config) (jetstream.KeyValue, jetstream.ObjectStore, error) {
 	kv, err := base.KeyValue(ctx, builders.BucketConfig(cfg.StreamReplicas))
 	if kv == nil || err != nil {
 		return nil, nil, err
 	}
-	obj, err := base.ObjectStore(ctx, builders.ModulesConfig(cfg.StreamReplicas))
+	obj, err := base.ObjectStore(ctx, builders.ReleasesConfig(cfg.StreamReplicas))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,24 +10,30 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/retry"
 )
 
 // follower keeps what a composer serves in step with a key-value bucket (the template registry,
-// the builders): apply gets the bucket's whole current content at the start and at every change.
+// the builders): apply gets the bucket's whole content at the start and at every change (every
+// key's value and how many times it was written: the registry's rules never serve a version key
+// written again).
 // While the bucket is not followed its condition fails: what the composer serves may be behind
 // the bucket's labels.
 type follower struct {
 	what, bucket string // "template registry", TEMPLATES
 	log          *slog.Logger
 	followed     *health.Condition
-	apply        func(ctx context.Context, entries map[string][]byte)
+	apply        func(ctx context.Context, content registry.Content)
 }
 
 // follow starts watching the bucket (kv nil: there is none) and returns once its content at the
-// start is applied, or after 5s, so its labels apply from the first request.
+// start is applied, or after 5s, so its labels apply from the first request. Until it is applied
+// the composer is unready (its condition is made failing): a composer that has not yet loaded
+// production's builders would compose without them.
 func (f *follower) follow(ctx context.Context, kv jetstream.KeyValue) {
 	if kv == nil {
+		f.followed.Holds() // nothing to follow: what the composer serves is all there is
 		return
 	}
 	// Loaded is a cancel: called once or many times, it ends the wait below.
@@ -61,7 +67,7 @@ func (f *follower) run(ctx context.Context, kv jetstream.KeyValue, loaded func()
 // watch follows the bucket until ctx ends or the watch ends by itself (its error says why);
 // loaded is called once the bucket's content at the start is applied.
 func (f *follower) watch(ctx context.Context, kv jetstream.KeyValue, loaded func()) error {
-	w, err := kv.WatchAll(ctx)
+	w, err := kv.WatchAll(ctx, jetstream.IncludeHistory())
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", f.bucket, err)
 	}
@@ -83,23 +89,19 @@ func (f *follower) watch(ctx context.Context, kv jetstream.KeyValue, loaded func
 			}
 		}
 	}()
-	entries := map[string][]byte{}
+	content := registry.NewContent()
 	initial := true
 	for e := range w.Updates() {
 		if e == nil { // the bucket's content at the start is in
 			initial = false
-			f.apply(ctx, entries)
+			f.apply(ctx, content)
 			f.followed.Holds()
 			loaded()
 			continue
 		}
-		if e.Operation() == jetstream.KeyValuePut {
-			entries[e.Key()] = e.Value()
-		} else {
-			delete(entries, e.Key())
-		}
+		content.Note(e)
 		if !initial {
-			f.apply(ctx, entries)
+			f.apply(ctx, content)
 		}
 	}
 	select {

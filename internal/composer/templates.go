@@ -2,6 +2,7 @@ package composer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -28,8 +29,8 @@ type templates struct {
 
 func newTemplates(base *compose.Library, log *slog.Logger, m *metrics, h *health.Health) *templates {
 	t := &templates{base: base, log: log, m: m, rejected: map[string]bool{}}
-	t.registry = &follower{what: "template registry", bucket: registry.Bucket, log: log, followed: h.Condition("templates", nil),
-		apply: func(_ context.Context, entries map[string][]byte) { t.rebuild(entries) }}
+	t.registry = &follower{what: "template registry", bucket: registry.Bucket, log: log, followed: h.Condition("templates", errors.New("the template registry is not loaded yet")),
+		apply: func(_ context.Context, c registry.Content) { t.rebuild(c) }}
 	t.cur.Store(base)
 	return t
 }
@@ -39,8 +40,8 @@ func (t *templates) lib() *compose.Library { return t.cur.Load() }
 
 // rebuild makes the library of the registry's current content and swaps it in. A version that
 // fails its check is never served: it is logged as an error and counted, once.
-func (t *templates) rebuild(entries map[string][]byte) {
-	state, errs := registry.Parse(entries)
+func (t *templates) rebuild(c registry.Content) {
+	state, errs := registry.Parse(c)
 	lib, bad := t.base.WithRegistry(state.Versions, state.Labels)
 	lib = lib.WithSplits(state.Splits)
 	// Each rejection is logged and counted once while it lasts; the set holds the current ones

@@ -33,6 +33,8 @@ type registryName struct {
 	Versions []int
 	Labels   []labelView
 	Splits   []string // labels split between versions: "production=[5=50,6=50]"
+	// Rewritten are the versions whose key was written again: never served from it.
+	Rewritten []int
 }
 
 type labelView struct {
@@ -70,12 +72,17 @@ func (c *Console) templates(r *http.Request) (any, error) {
 	if err := c.addBuilders(r, &p); err != nil {
 		return nil, err
 	}
-	for _, name := range s.Names() {
+	names := s.Names()
+	for name := range s.Rewritten { // a name whose every version was written again is named too
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
 		n := registryName{Name: name}
 		for _, v := range s.VersionsOf(name) {
 			n.Versions = append(n.Versions, v.Version)
 		}
-		n.Labels, n.Splits = sortedLabels(s.Labels[name]), splitsOf(s, name)
+		n.Labels, n.Splits, n.Rewritten = sortedLabels(s.Labels[name]), splitsOf(s, name), s.Rewritten[name]
 		p.Registry = append(p.Registry, n)
 	}
 	return p, nil
@@ -127,6 +134,7 @@ type templatePage struct {
 	Versions   []int
 	Labels     []labelView
 	Splits     []string // labels split between versions: "production=[5=50,6=50]"
+	Rewritten  []int    // versions whose key was written again: never served from it
 	History    []registry.Change
 	A, B       int
 	Diff       *diffView
@@ -151,7 +159,7 @@ func (c *Console) template(r *http.Request) (any, error) {
 	if !ok || len(versions) == 0 {
 		return nil, notFound("the registry has no template %s", events.Quote(name))
 	}
-	p := templatePage{Name: name, Labels: sortedLabels(s.Labels[name]), Splits: splitsOf(s, name)}
+	p := templatePage{Name: name, Labels: sortedLabels(s.Labels[name]), Splits: splitsOf(s, name), Rewritten: s.Rewritten[name]}
 	byVersion := map[int]compose.Version{}
 	for _, v := range versions {
 		p.Versions = append(p.Versions, v.Version)

@@ -48,15 +48,37 @@ func Source(v compose.Version) string {
 	return b.String()
 }
 
-// Change is one entry of a name's history: a version pushed or a label moved.
+// Change is one entry of a name's history: a version pushed (or written again, or deleted), or
+// a label moved.
 type Change struct {
 	Revision uint64
 	Time     time.Time
-	Version  int    // the version pushed, or the one the label now points at
-	Label    string // empty for a push
+	Version  int    // the version pushed, or the first one the label now names
+	Label    string // empty for a version
+	Target   string // what the label names, as stored ("5@<sha256>", or a split)
+	Again    bool   // the version's key was written before: this write is never served
+	Deleted  bool
 }
 
-// History lists every version and label move of name, in the order they happened.
+// What says what the change did, as the CLI and the console list it.
+func (c Change) What() string {
+	switch {
+	case c.Label != "" && c.Deleted:
+		return fmt.Sprintf("label %s deleted", c.Label)
+	case c.Label != "":
+		return fmt.Sprintf("label %s -> %s", c.Label, c.Target)
+	case c.Again && c.Deleted:
+		return fmt.Sprintf("version %d deleted (written again: never served from its key)", c.Version)
+	case c.Deleted:
+		return fmt.Sprintf("version %d deleted", c.Version)
+	case c.Again:
+		return fmt.Sprintf("version %d written again (never served from its key)", c.Version)
+	}
+	return "pushed version " + strconv.Itoa(c.Version)
+}
+
+// History lists every version written and label moved of name, in the order they happened; a
+// label's copies (pin keys) are left out, as they follow its moves.
 func History(ctx context.Context, kv jetstream.KeyValue, name string) ([]Change, error) {
 	watcher, err := kv.Watch(ctx, name+".>", jetstream.IncludeHistory())
 	if err != nil {
@@ -64,6 +86,7 @@ func History(ctx context.Context, kv jetstream.KeyValue, name string) ([]Change,
 	}
 	defer watcher.Stop()
 	var out []Change
+	written := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -72,12 +95,20 @@ func History(ctx context.Context, kv jetstream.KeyValue, name string) ([]Change,
 			if entry == nil {
 				return out, nil // the history is read: what follows would be live changes
 			}
-			c := Change{Revision: entry.Revision(), Time: entry.Created().UTC()}
-			if label, ok := strings.CutPrefix(entry.Key(), name+".label."); ok {
-				c.Label = label
-				c.Version, _ = strconv.Atoi(string(entry.Value()))
-			} else {
-				c.Version, _ = strconv.Atoi(strings.TrimPrefix(entry.Key(), name+".v"))
+			c := Change{Revision: entry.Revision(), Time: entry.Created().UTC(), Deleted: entry.Operation() != jetstream.KeyValuePut}
+			rest := strings.TrimPrefix(entry.Key(), name+".")
+			switch {
+			case strings.HasPrefix(rest, "label."):
+				c.Label, c.Target = strings.TrimPrefix(rest, "label."), string(entry.Value())
+				if t, err := ParseTarget(c.Target); err == nil {
+					c.Version = t[0].Version
+				}
+			case strings.HasPrefix(rest, "v"):
+				c.Version, _ = strconv.Atoi(strings.TrimPrefix(rest, "v"))
+				c.Again = written[entry.Key()]
+				written[entry.Key()] = true
+			default:
+				continue
 			}
 			out = append(out, c)
 		}
