@@ -311,7 +311,7 @@ func TestConsumerDeletedIsMadeAgain(t *testing.T) {
 			// (the second answer deduplicated by PROMPTS).
 			want := map[string]float64{"ranker": 9, "composer": 3}[tt.service]
 			series = tt.service + `_messages_settled_total{outcome="done"}`
-			testenv.WaitFor(t, 10*time.Second, series+" counting the work of before twice", func() (bool, string) {
+			testenv.WaitFor(t, 30*time.Second, series+" counting the work of before twice", func() (bool, string) {
 				n := victim.metric(t, series)
 				return n == want, fmt.Sprint(n)
 			})
