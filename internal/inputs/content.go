@@ -164,5 +164,5 @@ func (s *streamContent) record(ctx context.Context, st jetstream.Stream, key ran
 	if err != nil || ev.ID != ref.EventID || ev.Data.ExecutionID != key.ExecutionID || ev.Data.TeamID != key.TeamID {
 		return rank.Record{}, fmt.Errorf("%w: sequence %d is not evaluation %s of %s/%s", errNotInStream, ref.Seq, ref.EventID, key.ExecutionID, key.TeamID)
 	}
-	return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: ref.Seq, Era: ref.Era, EvaluationCompleted: ev.Data}, nil
+	return rank.RecordOf(ev, ref.Seq, ref.Era), nil
 }

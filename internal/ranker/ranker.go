@@ -235,7 +235,7 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg, outcomes []set
 		} else {
 			j = len(b.recs)
 			seen[key] = j
-			b.recs = append(b.recs, rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, EvaluationCompleted: ev.Data})
+			b.recs = append(b.recs, rank.RecordOf(ev, md.Sequence.Stream, 0)) // its era: at commit (eraOf)
 		}
 		b.keep, b.recOf = append(b.keep, i), append(b.recOf, j)
 	}

@@ -65,7 +65,7 @@ func Run(ctx context.Context, o Options, after uint64, write Write) (Result, err
 			if err != nil {
 				return rank.Record{}, false
 			}
-			return rank.Record{EventID: ev.ID, Source: ev.Source, Seq: md.Sequence.Stream, Era: o.Era, EvaluationCompleted: ev.Data}, true
+			return rank.RecordOf(ev, md.Sequence.Stream, o.Era), true
 		}}
 	var progress func(context.Context, sink.Filled[rank.Record]) error
 	if o.Written != nil {

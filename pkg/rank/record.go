@@ -11,6 +11,13 @@ type Record struct {
 	events.EvaluationCompleted
 }
 
+// RecordOf is the record of an evaluation read from EVALUATIONS (events.ParseEvaluation) at
+// stream sequence seq of era: the one way a message becomes a record, for live writes, refills
+// and reads of a prompt's content alike.
+func RecordOf(ev events.Evaluation, seq uint64, era uint32) Record {
+	return Record{EventID: ev.ID, Source: ev.Source, Seq: seq, Era: era, EvaluationCompleted: ev.Data}
+}
+
 // Pos is where the record is in the EVALUATIONS history.
 func (r Record) Pos() Pos { return Pos{Era: r.Era, Seq: r.Seq} }
 
