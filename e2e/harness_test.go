@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/servers"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 			args = append(args, "-race") // binaries that report data races in their logs and exit 66
 		}
 		args = append(args, "github.com/podium-llm/podium/cmd/ranker", "github.com/podium-llm/podium/cmd/composer", "github.com/podium-llm/podium/cmd/podium",
-			"github.com/podium-llm/podium/cmd/console", "github.com/podium-llm/podium/cmd/archiver")
+			"github.com/podium-llm/podium/cmd/console", "github.com/podium-llm/podium/cmd/archiver", servers.NATSServerPackage)
 		out, buildErr := exec.Command("go", args...).CombinedOutput()
 		if buildErr != nil {
 			err = fmt.Errorf("go build: %v\n%s", buildErr, out)
@@ -60,6 +61,7 @@ func TestMain(m *testing.M) {
 type env struct {
 	t        testing.TB
 	ns       *server.Server
+	natsURL  string // the servers' URLs where ns is not one in this process (a cluster of processes)
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	chAddr   string
@@ -126,11 +128,19 @@ func freeAddr(t testing.TB) string {
 	return ""
 }
 
+// natsURLs is NATS_URL for the services and the CLI.
+func (e *env) natsURLs() string {
+	if e.natsURL != "" {
+		return e.natsURL
+	}
+	return e.ns.ClientURL()
+}
+
 // baseEnv is the configuration every service of e gets; extra entries override it.
 func (e *env) baseEnv(extra ...string) []string {
 	return append([]string{
 		"PATH=" + os.Getenv("PATH"),
-		"NATS_URL=" + e.ns.ClientURL(),
+		"NATS_URL=" + e.natsURLs(),
 		"CLICKHOUSE_ADDR=" + e.chAddr,
 		"CLICKHOUSE_DATABASE=" + e.database,
 		"LOG_LEVEL=debug",
