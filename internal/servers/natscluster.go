@@ -34,7 +34,7 @@ type NATSNode struct {
 const NATSServerPackage = "github.com/nats-io/nats-server/v2"
 
 // StartNATSProcesses starts n nats-server processes (bin: the binary, built from NATSServerPackage)
-// routed into one JetStream cluster, each under dir, and waits until JetStream answers on every
+// routed into one JetStream cluster (n 1: a single server), each under dir, and waits until JetStream answers on every
 // node (its meta leader elected). syncAlways makes each node sync every write before it is
 // acknowledged (`sync_interval: always`).
 func StartNATSProcesses(ctx context.Context, dir, bin string, n int, syncAlways bool) (*NATSCluster, error) {
@@ -57,9 +57,11 @@ func StartNATSProcesses(ctx context.Context, dir, bin string, n int, syncAlways 
 		if err := os.MkdirAll(node.dir, 0o755); err != nil {
 			return nil, err
 		}
-		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n%s}\n"+
-			"cluster {\n  name: podium\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
-			node.Name, ports[i], filepath.Join(node.dir, "js"), sync, ports[n+i], strings.Join(routes, ", "))
+		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n%s}\n",
+			node.Name, ports[i], filepath.Join(node.dir, "js"), sync)
+		if n > 1 { // one node is a server of its own, as deploy/nats/nats.conf runs it
+			conf += fmt.Sprintf("cluster {\n  name: podium\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", ports[n+i], strings.Join(routes, ", "))
+		}
 		if err := os.WriteFile(filepath.Join(node.dir, "nats.conf"), []byte(conf), 0o644); err != nil {
 			return nil, err
 		}
