@@ -16,6 +16,8 @@ type leaderboardResponse struct {
 	Teams          []events.LeaderboardRow `json:"teams"`
 	EvaluationsSeq uint64                  `json:"evaluations_seq"`
 	EvaluationsEra uint32                  `json:"evaluations_era,omitempty"`
+	// AsOf is the request's as_of: every evaluation of EVALUATIONS up to it is counted (asof.go).
+	AsOf uint64 `json:"as_of,omitempty"`
 }
 
 // historyResponse is the body of GET /v1/executions/{execution_id}/teams/{team_id}/history.
@@ -26,8 +28,9 @@ type historyResponse struct {
 }
 
 // newAPI serves leaderboards and histories; while refilling says the store is being refilled
-// (lineage.go) they answer 503 instead of a board that misses evaluations.
-func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string) http.Handler {
+// (lineage.go) they answer 503 instead of a board that misses evaluations. committed reads how far
+// the ranker's durable has committed EVALUATIONS, for a board as of a sequence (asof.go).
+func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string, committed committedFunc) http.Handler {
 	mux := http.NewServeMux()
 	whole := func(w http.ResponseWriter) bool {
 		if why := refilling(); why != "" {
@@ -47,6 +50,10 @@ func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string) htt
 			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: "invalid_request", Message: `score_order must be "asc" or "desc"`})
 			return
 		}
+		seq, wait, ok := asOf(w, r)
+		if !ok || (seq > 0 && !waitCommitted(r.Context(), w, committed, seq, wait)) {
+			return
+		}
 		if !whole(w) {
 			return
 		}
@@ -59,7 +66,7 @@ func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string) htt
 			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: "leaderboard read failed: " + err.Error()})
 			return
 		}
-		service.WriteJSON(w, http.StatusOK, leaderboardResponse{ExecutionID: exec, Teams: board.Rows, EvaluationsSeq: board.Seq, EvaluationsEra: board.Era})
+		service.WriteJSON(w, http.StatusOK, leaderboardResponse{ExecutionID: exec, Teams: board.Rows, EvaluationsSeq: board.Seq, EvaluationsEra: board.Era, AsOf: seq})
 	})
 	mux.HandleFunc("GET /v1/executions/{execution_id}/teams/{team_id}/history", func(w http.ResponseWriter, r *http.Request) {
 		exec, team := r.PathValue("execution_id"), r.PathValue("team_id")
