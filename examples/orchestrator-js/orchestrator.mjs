@@ -53,13 +53,17 @@ async function publish(subject, event) {
 }
 
 // Answers: one ordered consumer on PROMPTS for this execution, started before any request is
-// published (new messages only), so no answer is missed; each answer is matched by
-// data.request_id.
+// published, from the stream's last sequence plus one (not "new": a consumer the client makes
+// again before it saw a message would start after what was published meanwhile), so no answer is
+// missed; each answer is matched by data.request_id (docs/orchestrators.md).
 const answers = new Map(); // request id -> answer event
 const waiting = new Map(); // request id -> resolve
+const jsm = await js.jetstreamManager();
+const promptsInfo = await jsm.streams.info("PROMPTS");
 const consumer = await js.consumers.get("PROMPTS", {
   filter_subjects: [`prompt.*.${execution}.*`],
-  deliver_policy: DeliverPolicy.New,
+  deliver_policy: DeliverPolicy.StartSequence,
+  opt_start_seq: promptsInfo.state.last_seq + 1,
 });
 const stream = await consumer.consume();
 (async () => {
@@ -84,6 +88,7 @@ function answerOf(requestId, ms = 30_000) {
 const base = Date.UTC(2026, 10, 25, 9, 0, 0);
 const at = (minutes) => new Date(base + minutes * 60_000).toISOString().replace(/\.\d{3}Z$/, "Z");
 let published = 0;
+let lastSeq = 0; // the EVALUATIONS sequence of the last evaluation's acknowledgement
 const firstEvaluation = {};
 for (let round = 1; round <= ROUNDS; round++) {
   // Every team's prompt of the round.
@@ -120,7 +125,7 @@ for (let round = 1; round <= ROUNDS; round++) {
         metrics: [{ metric_name: "Clarity", score: 55 + 5 * round, evaluator_comment: "readable" }] },
       evaluated_at: at(round * 60 + 30),
     });
-    await publish(`evaluation.completed.${execution}.${team.id}`, event);
+    lastSeq = Math.max(lastSeq, await publish(`evaluation.completed.${execution}.${team.id}`, event));
     published++;
     if (round === 1 && i === 0) firstEvaluation.event = event;
   }
@@ -133,18 +138,22 @@ check("evaluation.completed", replay);
 {
   const h = headers();
   h.set("Content-Type", "application/cloudevents+json");
-  await js.publish(`evaluation.completed.${execution}.${TEAMS[0].id}`, JSON.stringify(replay), { msgID: `${replay.id}-replayed`, headers: h });
+  const ack = await js.publish(`evaluation.completed.${execution}.${TEAMS[0].id}`, JSON.stringify(replay), { msgID: `${replay.id}-replayed`, headers: h });
+  lastSeq = Math.max(lastSeq, ack.seq);
 }
 
-// The final board: a last request waits for every evaluation, so its leaderboard counts them all.
-const lastId = `req-${execution}-final`;
-await publish(`round.requested.${execution}.${TEAMS[0].id}`, cloudEvent("round.requested", lastId, at(999), {
-  execution_id: execution, team_id: TEAMS[0].id, team_name: TEAMS[0].name, round_number: ROUNDS + 1,
-  user_prompt: "One more round.", standings: "live",
-}));
-const last = await answerOf(lastId);
-if (last.type !== "prompt.composed") throw new Error(`${lastId}: ${JSON.stringify(last.data)}`);
-const board = last.data.inputs.leaderboard;
+// The final board, as of the last evaluation's sequence: the ranker answers once it has committed
+// everything up to it, the replay included (docs/orchestrators.md, "Read the board as of your
+// evaluations").
+const rankerURL = process.env.RANKER_URL ?? "http://127.0.0.1:8082";
+let board;
+for (let attempt = 1; ; attempt++) {
+  const res = await fetch(`${rankerURL}/v1/executions/${execution}/leaderboard?as_of=${lastSeq}&wait=10s`);
+  const body = await res.json();
+  if (res.ok) { board = body.teams; break; }
+  if (res.status !== 503 || attempt === 10) throw new Error(`the board as of ${lastSeq}: ${res.status} ${JSON.stringify(body)}`);
+  await new Promise((r) => setTimeout(r, 1000));
+}
 const counted = board.reduce((n, row) => n + row.rounds, 0);
 if (counted !== published) throw new Error(`the board counts ${counted} evaluations, ${published} were published`);
 if (board.some((row) => row.best_score === 1000)) throw new Error("the replayed evaluation was counted");
