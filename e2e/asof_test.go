@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -86,18 +85,11 @@ func mustEvent(t *testing.T, id string, ev any) []byte {
 	return body
 }
 
+// get is an HTTP GET of a service's path: its status and body.
 func get(t *testing.T, p *proc, path string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get("http://" + p.addr + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, body
+	status, body := getPage(t, "http://"+p.addr+path)
+	return status, []byte(body)
 }
 
 func compileSchema(t *testing.T, path string) *jsonschema.Schema {

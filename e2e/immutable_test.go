@@ -39,7 +39,7 @@ func TestAnAuthorCannotChangeProduction(t *testing.T) {
 		t.Fatalf("push: exit %d\n%s", code, out)
 	}
 	// The digest is the test's own: the sha256 of the bytes the author's push stored.
-	nc, denied := connectAs(t, ns, "author")
+	nc, _ := connectAs(t, ns, "author")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -94,20 +94,7 @@ func TestAnAuthorCannotChangeProduction(t *testing.T) {
 		t.Error("the author's rollup of TEMPLATES was stored")
 	}
 	for _, subject := range []string{"$KV.TEMPLATES.greet.label.production", "$KV.TEMPLATES.greet.pin.production." + reviewed} {
-		if err := nc.Publish(subject, []byte("1")); err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-denied:
-			if !strings.Contains(err.Error(), subject) {
-				t.Errorf("publish to %s: refused for %v", subject, err)
-			}
-		case <-time.After(3 * time.Second):
-			t.Errorf("the author may publish to %s", subject)
-		}
+		refused(t, ns, "author", subject)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the rewrite named", func() (bool, string) {
 		out, _ := e.podium(t, as("author"), "templates", "history", "greet")
