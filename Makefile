@@ -11,7 +11,7 @@ all: build
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build ranker, composer, console, podium and demo into bin/
+build: ## build archiver, composer, console, demo, podium and ranker into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 clickhouse-server: ## install the ClickHouse server when missing (Debian), all the demo needs besides Go

@@ -15,6 +15,7 @@ package door
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,19 +83,28 @@ func (d Door) Guard(addr string) func(http.Handler) http.Handler {
 			case d.configured():
 				if !d.allows(r) {
 					w.Header().Set("WWW-Authenticate", `Basic realm="podium", charset="UTF-8"`)
-					http.Error(w, "401 unauthorized: this endpoint needs the token of "+d.TokenVar+" (Authorization: Bearer, or as the basic-auth password)", http.StatusUnauthorized)
+					refuse(w, http.StatusUnauthorized, "unauthorized", "this endpoint needs the token of "+d.TokenVar+" (Authorization: Bearer, or as the basic-auth password)")
 					return
 				}
 			case !loopback:
-				http.Error(w, "403 forbidden: this endpoint serves tournament data and the service listens beyond loopback without a credential: set "+d.TokenVar, http.StatusForbidden)
+				refuse(w, http.StatusForbidden, "forbidden", "this endpoint serves tournament data and the service listens beyond loopback without a credential: set "+d.TokenVar)
 				return
 			case !loopbackRequest(r):
-				http.Error(w, "403 forbidden: this service listens on loopback and answers requests to a loopback host only (localhost, 127.0.0.1, [::1])", http.StatusForbidden)
+				refuse(w, http.StatusForbidden, "forbidden", "this service listens on loopback and answers requests to a loopback host only (localhost, 127.0.0.1, [::1])")
 				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// refuse answers a refused request with the contract's error body, {"code", "message"}.
+func refuse(w http.ResponseWriter, status int, code, message string) {
+	body, _ := json.Marshal(map[string]string{"code": code, "message": message})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
 }
 
 // loopbackRequest reports whether the request names a loopback host.

@@ -1,6 +1,7 @@
 package door
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -88,6 +89,13 @@ func TestGuard(t *testing.T) {
 			}
 			if w.Code == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 				t.Error("a 401 without WWW-Authenticate: a browser would not ask for the credential")
+			}
+			if w.Code >= 400 {
+				// The contract's error body: {"code", "message"}, as JSON.
+				var e struct{ Code, Message string }
+				if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Code == "" || e.Message == "" || w.Header().Get("Content-Type") != "application/json" {
+					t.Errorf("a %d with body %q (%s): want {\"code\", \"message\"}", w.Code, w.Body, w.Header().Get("Content-Type"))
+				}
 			}
 		})
 	}

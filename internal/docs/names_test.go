@@ -1,0 +1,127 @@
+package docs
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var (
+	// codePath is a repository file a doc names in code quotes: `internal/sink/view.go`.
+	codePath = regexp.MustCompile("`((?:cmd|internal|pkg|e2e|deploy|schemas|examples|docs|builders)/[A-Za-z0-9_./-]+\\.[a-z]+)`")
+	// qualified is a Go identifier a doc names with its package: `rank.Latest`, `chstore.NoSpace`.
+	qualified = regexp.MustCompile("`([a-z][a-z0-9]*)\\.([A-Z][A-Za-z0-9_]*)(?:\\(\\))?`")
+)
+
+// TestDocsNameWhatExists: every repository path a doc (README.md, docs/, deploy/README.md,
+// schemas/README.md) names in code quotes exists, and every identifier it names as package.Name
+// is declared by a Go package of that name in the repository. A doc that names a moved or renamed
+// thing fails here.
+func TestDocsNameWhatExists(t *testing.T) {
+	root := filepath.Join("..", "..")
+	decls := packageDecls(t, root)
+	docs := []string{"README.md", "deploy/README.md", "schemas/README.md"}
+	matches, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	for _, m := range matches {
+		rel, _ := filepath.Rel(root, m)
+		docs = append(docs, filepath.ToSlash(rel))
+	}
+	for _, doc := range docs {
+		text, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range codePath.FindAllStringSubmatch(string(text), -1) {
+			path := strings.TrimSuffix(m[1], ".")
+			if strings.ContainsAny(path, "*<>{}") {
+				continue // a pattern, not a file
+			}
+			if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(path))); err != nil {
+				t.Errorf("%s names %s, which does not exist", doc, path)
+			}
+		}
+		for _, m := range qualified.FindAllStringSubmatch(string(text), -1) {
+			pkg, name := m[1], m[2]
+			names, known := decls[pkg]
+			if !known {
+				continue // not a package of this repository (json.Marshal, http.Client)
+			}
+			if !names[name] {
+				t.Errorf("%s names %s.%s, which no package %s here declares", doc, pkg, name, pkg)
+			}
+		}
+	}
+}
+
+// packageDecls are the top-level declarations of every Go package of the repository (tests
+// aside), by package name: the union where two directories share a name.
+func packageDecls(t *testing.T, root string) map[string]map[string]bool {
+	t.Helper()
+	out := map[string]map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		names, err := declarations(path)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.Base(filepath.Dir(path))
+		if out[pkg] == nil {
+			out[pkg] = map[string]bool{}
+		}
+		for n := range names {
+			out[pkg][n] = true
+			if _, method, ok := strings.Cut(n, "."); ok {
+				out[pkg][method] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestBuildNamesEveryBinary: `make build`'s description (Makefile) and docs/development.md list
+// every command under cmd/.
+func TestBuildNamesEveryBinary(t *testing.T) {
+	root := filepath.Join("..", "..")
+	entries, err := os.ReadDir(filepath.Join(root, "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := os.ReadFile(filepath.Join(root, "docs", "development.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, build, _ := strings.Cut(string(makefile), "\nbuild: ## ")
+	build, _, _ = strings.Cut(build, "\n")
+	_, devBuild, _ := strings.Cut(string(dev), "make build ")
+	devBuild, _, _ = strings.Cut(devBuild, "\n")
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if !regexp.MustCompile(`\b` + e.Name() + `\b`).MatchString(build) {
+			t.Errorf("the Makefile's build description (%q) does not name cmd/%s", build, e.Name())
+		}
+		if !strings.Contains(devBuild, "bin/"+e.Name()) {
+			t.Errorf("docs/development.md's make build line (%q) does not name bin/%s", devBuild, e.Name())
+		}
+	}
+}
