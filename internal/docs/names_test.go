@@ -125,3 +125,66 @@ func TestBuildNamesEveryBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployREADMENamesWhatShips: deploy/README.md's rows name every binary the Dockerfile builds,
+// every service compose.yaml runs, every job prometheus.yml scrapes, and every Deployment of k8s/.
+func TestDeployREADMENamesWhatShips(t *testing.T) {
+	root := filepath.Join("..", "..", "deploy")
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	readme := read("README.md")
+	row := func(file string) string {
+		_, r, ok := strings.Cut(readme, "| `"+file+"` |")
+		if !ok {
+			t.Fatalf("deploy/README.md has no row for %s", file)
+		}
+		r, _, _ = strings.Cut(r, "\n")
+		return r
+	}
+	check := func(file, what string, names []string) {
+		t.Helper()
+		if len(names) == 0 {
+			t.Fatalf("read no %s from %s", what, file)
+		}
+		r := row(file)
+		for _, n := range names {
+			if !strings.Contains(r, n) {
+				t.Errorf("deploy/README.md's row of %s does not name the %s %s: %s", file, what, n, r)
+			}
+		}
+	}
+	var binaries []string
+	for _, m := range regexp.MustCompile(`\./cmd/([a-z]+)`).FindAllStringSubmatch(read("Dockerfile"), -1) {
+		binaries = append(binaries, "`"+m[1]+"`")
+	}
+	check("Dockerfile", "binary", binaries)
+	var services []string
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z]+):\s*$`).FindAllStringSubmatch(read("compose.yaml"), -1) {
+		name := map[string]string{"nats": "NATS", "clickhouse": "ClickHouse", "prometheus": "Prometheus", "grafana": "Grafana", "tempo": "Tempo", "ranker": "rankers", "composer": "composers", "archiver": "archivers", "console": "console", "migrate": "migrate"}[m[1]]
+		if name == "" {
+			t.Errorf("compose.yaml runs %s, which this test does not know how deploy/README.md names", m[1])
+			continue
+		}
+		services = append(services, name)
+	}
+	check("compose.yaml", "service", services)
+	var jobs []string
+	for _, m := range regexp.MustCompile(`job_name: ([a-z]+)`).FindAllStringSubmatch(read("prometheus/prometheus.yml"), -1) {
+		jobs = append(jobs, m[1])
+	}
+	check("prometheus/prometheus.yml", "job", jobs)
+	deployments, _ := filepath.Glob(filepath.Join(root, "k8s", "*.yaml"))
+	var names []string
+	for _, d := range deployments {
+		if strings.Contains(read(filepath.Join("k8s", filepath.Base(d))), "kind: Deployment") {
+			names = append(names, strings.TrimSuffix(filepath.Base(d), ".yaml"))
+		}
+	}
+	check("k8s/", "Deployment", names)
+}
