@@ -188,3 +188,37 @@ func TestDeployREADMENamesWhatShips(t *testing.T) {
 	}
 	check("k8s/", "Deployment", names)
 }
+
+// TestDocsNameMetricsThatExist: every series a doc names in code quotes (ranker_..., composer_...,
+// archiver_..., console_..., <service>_...) is one docs/metrics-reference.md, generated from the
+// code, lists.
+func TestDocsNameMetricsThatExist(t *testing.T) {
+	root := filepath.Join("..", "..")
+	ref, err := os.ReadFile(filepath.Join(root, "docs", "metrics-reference.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_<>]+)`").FindAllStringSubmatch(string(ref), -1) {
+		listed[m[1]] = true
+	}
+	series := regexp.MustCompile("`((?:ranker|composer|archiver|console|<service>)_[a-z_]+)(?:\\{[^}]*\\})?`")
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "deploy", "README.md"))
+	for _, doc := range docs {
+		if filepath.Base(doc) == "metrics-reference.md" {
+			continue
+		}
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range series.FindAllStringSubmatch(string(text), -1) {
+			name := regexp.MustCompile(`_(bucket|sum|count)$`).ReplaceAllString(m[1], "")
+			_, rest, _ := strings.Cut(name, "_")
+			if !listed[m[1]] && !listed[name] && !listed["<service>_"+rest] { // a series every service has, named for one
+				t.Errorf("%s names the series %s, which docs/metrics-reference.md does not list", filepath.Base(doc), m[1])
+			}
+		}
+	}
+}
