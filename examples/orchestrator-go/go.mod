@@ -1,6 +1,6 @@
 module github.com/podium-llm/podium/examples/orchestrator-go
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/nats-io/nats.go v1.55.0
