@@ -55,7 +55,7 @@ func TestNoBinaryPrintsAPassword(t *testing.T) {
 					"NATS_USER=ranker", "NATS_PASSWORD=" + pw("Nats"),
 					"CLICKHOUSE_ADDR=127.0.0.1:1", "CLICKHOUSE_USER=ranker", "CLICKHOUSE_PASSWORD=" + pw("Ch"),
 					"COMPOSER_API_TOKEN=" + pw("ComposerToken"), "RANKER_API_TOKEN=" + pw("RankerToken"),
-					"CONSOLE_TOKEN=" + pw("ConsoleToken"), "API_TOKEN=" + pw("Token"),
+					"CONSOLE_AUTH_TOKEN=" + pw("ConsoleToken"), "API_TOKEN=" + pw("Token"),
 					"OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer " + pw("Otel"),
 					"OTEL_EXPORTER_OTLP_ENDPOINT=http://u:" + pw("Endpoint") + "@127.0.0.1:1",
 				}

@@ -222,3 +222,77 @@ func TestDocsNameMetricsThatExist(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsNameSettingsThatExist: every environment variable a doc names in code quotes is a
+// setting of docs/configuration.md (generated from the code), under its own name or the shared
+// name a service prefix overrides (HTTP_ADDR for RANKER_HTTP_ADDR, PODIUM_X for the CLI's X), or a
+// variable the tests read, or a name that is not a setting (a stream or bucket, OpenTelemetry's
+// own, a benchmark's).
+func TestDocsNameSettingsThatExist(t *testing.T) {
+	root := filepath.Join("..", "..")
+	conf, err := os.ReadFile(filepath.Join(root, "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([A-Z][A-Z0-9_]+)`").FindAllStringSubmatch(string(conf), -1) {
+		settings[m[1]] = true
+	}
+	// The CLI's own settings, read with the prefix PODIUM_ (cmd/podium's configuration struct).
+	cli, _ := filepath.Glob(filepath.Join(root, "cmd", "podium", "*.go"))
+	for _, f := range cli {
+		b, _ := os.ReadFile(f)
+		for _, m := range regexp.MustCompile(`envconfig:"([A-Z][A-Z0-9_]+)"`).FindAllStringSubmatch(string(b), -1) {
+			settings["PODIUM_"+m[1]] = true
+		}
+	}
+	read := map[string]bool{} // variables the code reads by name (tests' switches)
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() && d.Name() == "node_modules" {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(path, ".go") {
+			b, _ := os.ReadFile(path)
+			for _, m := range regexp.MustCompile(`Getenv\("([A-Z][A-Z0-9_]+)"\)`).FindAllStringSubmatch(string(b), -1) {
+				read[m[1]] = true
+			}
+		}
+		return nil
+	})
+	known := func(v string) bool {
+		if settings[v] || read[v] {
+			return true
+		}
+		for _, p := range []string{"OTEL_", "BENCH_", "KV_", "OBJ_"} { // OpenTelemetry's, benchmarks', streams of buckets
+			if strings.HasPrefix(v, p) {
+				return true
+			}
+		}
+		for _, p := range []string{"", "RANKER_", "COMPOSER_", "ARCHIVER_", "CONSOLE_", "PODIUM_"} {
+			shared := strings.TrimPrefix(v, p)
+			for _, q := range []string{"", "RANKER_", "COMPOSER_", "ARCHIVER_", "CONSOLE_", "PODIUM_"} {
+				if settings[q+shared] {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	notSettings := map[string]bool{"BUILDER_MODULES": true, "BUILDER_RELEASES": true, "COMPOSER_API": true}
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "deploy", "README.md"))
+	for _, doc := range docs {
+		if filepath.Base(doc) == "configuration.md" {
+			continue
+		}
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile("`([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?:=[^`]*)?`").FindAllStringSubmatch(string(text), -1) {
+			if v := m[1]; !known(v) && !notSettings[v] {
+				t.Errorf("%s names %s, which is no setting of docs/configuration.md and nothing the code reads", filepath.Base(doc), v)
+			}
+		}
+	}
+}
