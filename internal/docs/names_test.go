@@ -296,3 +296,41 @@ func TestDocsNameSettingsThatExist(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsNameCommandsThatExist: every `podium ...` command line a doc shows names a command of
+// cmd/podium/commands.go (or help).
+func TestDocsNameCommandsThatExist(t *testing.T) {
+	root := filepath.Join("..", "..")
+	table, err := os.ReadFile(filepath.Join(root, "cmd", "podium", "commands.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	commands := map[string]bool{"help": true}
+	groups := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\{[a-z]+, "([a-z][a-z -]*)",`).FindAllStringSubmatch(string(table), -1) {
+		commands[m[1]] = true
+		group, _, _ := strings.Cut(m[1], " ")
+		groups[group] = true
+	}
+	if len(commands) < 20 {
+		t.Fatalf("read %d commands from cmd/podium/commands.go", len(commands))
+	}
+	line := regexp.MustCompile(`(?m)(?:^\$ (?:[A-Z_]+=\S+ )*|` + "`" + `)podium ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?`)
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "deploy", "README.md"))
+	for _, doc := range docs {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range line.FindAllStringSubmatch(string(text), -1) {
+			one, two := m[1], strings.TrimSpace(m[1]+" "+m[2])
+			switch {
+			case commands[two], commands[one]:
+			case groups[one] && m[2] == "":
+			default:
+				t.Errorf("%s shows `podium %s`, which cmd/podium/commands.go does not define", filepath.Base(doc), two)
+			}
+		}
+	}
+}
