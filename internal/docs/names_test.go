@@ -334,3 +334,37 @@ func TestDocsNameCommandsThatExist(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryAlertIsTested: every alert of deploy/prometheus/alerts.yml has a promtool unit test in
+// alerts_test.yml (deploy/check runs them), and every Podium* alert a doc names exists.
+func TestEveryAlertIsTested(t *testing.T) {
+	root := filepath.Join("..", "..")
+	rules, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "alerts_test.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := map[string]bool{}
+	for _, m := range regexp.MustCompile(`alert: (\w+)`).FindAllStringSubmatch(string(rules), -1) {
+		alerts[m[1]] = true
+		if !strings.Contains(string(tests), "alertname: "+m[1]+"\n") {
+			t.Errorf("alert %s has no unit test in deploy/prometheus/alerts_test.yml", m[1])
+		}
+	}
+	if len(alerts) < 5 {
+		t.Fatalf("read %d alerts", len(alerts))
+	}
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "deploy", "README.md"))
+	for _, doc := range docs {
+		text, _ := os.ReadFile(doc)
+		for _, m := range regexp.MustCompile("`(Podium[A-Z]\\w+)`").FindAllStringSubmatch(string(text), -1) {
+			if !alerts[m[1]] {
+				t.Errorf("%s names the alert %s, which alerts.yml does not define", filepath.Base(doc), m[1])
+			}
+		}
+	}
+}
