@@ -48,10 +48,13 @@ func TestNextOnAnR3Stream(t *testing.T) {
 	}
 	ctx := context.Background()
 	js := r3Evaluations(t)[2]
-	for _, subject := range []string{"evaluation.completed.a.t", "evaluation.completed.b.t", "evaluation.completed.a.u"} {
-		if _, err := js.Publish(ctx, subject, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
+	for i, subject := range []string{"evaluation.completed.a.t", "evaluation.completed.b.t", "evaluation.completed.a.u"} {
+		// As an orchestrator publishes: the same id again until the stream answers (CI saw "no
+		// response from stream" on the first publish, a leader not yet elected), stored once.
+		testenv.WaitFor(t, 20*time.Second, "publish "+subject+" acknowledged", func() (bool, string) {
+			_, err := js.Publish(ctx, subject, []byte("{}"), jetstream.WithMsgID(fmt.Sprintf("m%d", i)))
+			return err == nil, fmt.Sprint(err)
+		})
 	}
 	e := &evaluationsStream{js: js}
 	// A lookup from a follower's client can fail while the cluster settles its stream leader
@@ -143,5 +146,25 @@ func r3Evaluations(t *testing.T) []jetstream.JetStream {
 		_, err := clients[0].CreateOrUpdateStream(context.Background(), cfg)
 		return err == nil, fmt.Sprint(err)
 	})
+	// Made is not yet served: wait until the stream has a leader and both followers are current,
+	// seen from every server, so a test's first publish does not race the election.
+	for i, js := range clients {
+		testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("EVALUATIONS led and current, seen from server %d", i), func() (bool, string) {
+			st, err := js.Stream(context.Background(), events.StreamEvaluations)
+			if err != nil {
+				return false, err.Error()
+			}
+			c := st.CachedInfo().Cluster
+			if c == nil || c.Leader == "" || len(c.Replicas) != 2 {
+				return false, fmt.Sprintf("cluster %+v", c)
+			}
+			for _, r := range c.Replicas {
+				if !r.Current {
+					return false, r.Name + " not current"
+				}
+			}
+			return true, ""
+		})
+	}
 	return clients
 }
