@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/render"
+	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/internal/textdiff"
 	"github.com/podium-llm/podium/pkg/compose"
 	"github.com/podium-llm/podium/pkg/events"
@@ -258,40 +260,45 @@ func promptsTail(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		policy := jetstream.DeliverNewPolicy
-		if *fromStart {
-			policy = jetstream.DeliverAllPolicy
-		}
-		cons, err := js.OrderedConsumer(ctx, events.StreamPrompts, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{"prompt.*." + *execution + "." + *team}, DeliverPolicy: policy})
-		if err != nil {
-			return fmt.Errorf("read %s: %w", events.StreamPrompts, err)
-		}
-		for seen := 0; *count == 0 || seen < *count; {
-			msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
-			if ctx.Err() != nil {
-				return nil // interrupted: the normal end of a tail
+		// Read by direct gets, as every reader does: a reader makes no consumer on PROMPTS.
+		var after uint64
+		if !*fromStart {
+			if after, err = streamscan.Last(ctx, js, events.StreamPrompts); err != nil {
+				return err
 			}
-			if err != nil {
-				continue // nothing new yet
-			}
+		}
+		enough := errors.New("enough records")
+		seen := 0
+		err = streamscan.Follow(ctx, js, events.StreamPrompts, "prompt.*."+*execution+"."+*team, after, time.Second, func(msg jetstream.Msg) error {
 			seen++
-			var env events.Envelope
-			if err := json.Unmarshal(msg.Data(), &env); err != nil {
-				fmt.Fprintf(e.out, "%s  (not a CloudEvent: %v)\n", msg.Subject(), err)
-				continue
+			printTailLine(e.out, msg)
+			if *count > 0 && seen >= *count {
+				return enough
 			}
-			if env.Type == events.TypePromptFailed {
-				var pf events.PromptFailed
-				_ = json.Unmarshal(env.Data, &pf)
-				fmt.Fprintf(e.out, "%s  failed    %s %s round %d  %s: %s\n", env.Time, pf.ExecutionID, pf.TeamID, pf.RoundNumber, pf.Code, pf.Message)
-				continue
-			}
-			var pc events.PromptComposed
-			_ = json.Unmarshal(env.Data, &pc)
-			fmt.Fprintf(e.out, "%s  composed  %s %s round %d  %s@%d  %d tokens  sha256 %.16s…\n", env.Time, pc.ExecutionID, pc.TeamID, pc.RoundNumber,
-				pc.Template.Name, pc.Template.Version, pc.TokenEstimate, pc.PromptSHA256)
+			return nil
+		})
+		if errors.Is(err, enough) {
+			return nil
 		}
-		return nil
+		return err // nil when interrupted: the normal end of a tail
 	}
+}
+
+// printTailLine prints one record of PROMPTS as `prompts tail` shows it.
+func printTailLine(out io.Writer, msg jetstream.Msg) {
+	var env events.Envelope
+	if err := json.Unmarshal(msg.Data(), &env); err != nil {
+		fmt.Fprintf(out, "%s  (not a CloudEvent: %v)\n", msg.Subject(), err)
+		return
+	}
+	if env.Type == events.TypePromptFailed {
+		var pf events.PromptFailed
+		_ = json.Unmarshal(env.Data, &pf)
+		fmt.Fprintf(out, "%s  failed    %s %s round %d  %s: %s\n", env.Time, pf.ExecutionID, pf.TeamID, pf.RoundNumber, pf.Code, pf.Message)
+		return
+	}
+	var pc events.PromptComposed
+	_ = json.Unmarshal(env.Data, &pc)
+	fmt.Fprintf(out, "%s  composed  %s %s round %d  %s@%d  %d tokens  sha256 %.16s…\n", env.Time, pc.ExecutionID, pc.TeamID, pc.RoundNumber,
+		pc.Template.Name, pc.Template.Version, pc.TokenEstimate, pc.PromptSHA256)
 }

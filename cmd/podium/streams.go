@@ -27,7 +27,7 @@ func streamsApply(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		o := e.cfg.Streams.Options()
 		var drifts []events.Drift
-		for _, name := range []string{events.StreamEvaluations, events.StreamRounds, events.StreamPrompts, events.StreamLeaderboards, events.StreamDeadLetter} {
+		for _, name := range events.StreamNames() {
 			want, err := events.StreamConfig(name, o)
 			if err != nil {
 				return err

@@ -18,7 +18,13 @@ const (
 	StreamPrompts      = "PROMPTS"
 	StreamLeaderboards = "LEADERBOARDS"
 	StreamDeadLetter   = "DEADLETTER"
+	StreamAudit        = "AUDIT"
 )
+
+// StreamNames are the contract's streams, in the order the docs list them.
+func StreamNames() []string {
+	return []string{StreamEvaluations, StreamRounds, StreamPrompts, StreamLeaderboards, StreamDeadLetter, StreamAudit}
+}
 
 // Durable consumer names: every replica of a service shares its durable.
 const (
@@ -55,14 +61,16 @@ func StreamConfig(name string, o StreamOptions) (jetstream.StreamConfig, error) 
 		Replicas:   replicas,
 		Duplicates: 2 * time.Minute,
 		MaxBytes:   -1,
+		// Every stream is read by direct gets, answered by any replica without its leader:
+		// composers read each evaluation's content so, and every scan (refills, audits, the
+		// console) reads without a consumer, so a role that may read a stream need not be
+		// one that may touch its consumers (docs/operating.md, the roles table).
+		AllowDirect: true,
 	}
 	switch name {
 	case StreamEvaluations:
 		cfg.Description = "evaluation.completed events: the ranker's input and the replay source of every leaderboard"
 		cfg.Subjects = []string{TypeEvaluationCompleted + ".>"}
-		// Composers read each evaluation's content here by sequence; a direct get is answered
-		// by any replica of the stream, without its leader.
-		cfg.AllowDirect = true
 		o.Evaluations.apply(&cfg)
 	case StreamRounds:
 		cfg.Description = "round.requested events: the composer's input"
@@ -88,6 +96,12 @@ func StreamConfig(name string, o StreamOptions) (jetstream.StreamConfig, error) 
 	case StreamDeadLetter:
 		cfg.Description = "events that can never be processed, byte for byte, with Dead-Reason, Dead-Stream and Dead-Sequence headers"
 		cfg.Subjects = []string{"deadletter.>"}
+	case StreamAudit:
+		cfg.Description = "signed checkpoints of the audit log over PROMPTS (docs/audit.md)"
+		cfg.Subjects = []string{"audit.>"}
+		// What was signed stays: an auditor checks each checkpoint against the next.
+		cfg.DenyDelete = true
+		cfg.DenyPurge = true
 	default:
 		return jetstream.StreamConfig{}, fmt.Errorf("events: unknown stream %q", name)
 	}
@@ -118,8 +132,8 @@ func window(dup, maxAge time.Duration) time.Duration {
 
 // EnsureStreams creates the named streams, or updates what the configuration owns of those that
 // exist; running it again changes nothing. What it owns: subjects, description, replicas, the
-// duplicate window, PROMPTS' deny-delete, deny-purge and compression (other streams' compression
-// is an operator's choice), EVALUATIONS' direct gets,
+// duplicate window, deny-delete and deny-purge (PROMPTS, AUDIT), PROMPTS' compression (other
+// streams' compression is an operator's choice), direct gets,
 // LEADERBOARDS' one message per subject and age (STATE_MAX_IDLE), and the limits of Retention that
 // are set. Everything else an operator set on the server (a limit the configuration leaves unset,
 // discard policy, placement, sources) is left as it is, so a restart never reverts it.
