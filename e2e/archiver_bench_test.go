@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/auditlog"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -21,9 +23,38 @@ import (
 //
 // `go test -run '^$' -bench ArchiverRecord -benchtime 4000x ./e2e`; BENCH_ARCHIVER_PROFILE=FILE saves a
 // CPU profile of two seconds of it.
-func BenchmarkArchiverRecord(b *testing.B) {
+func BenchmarkArchiverRecord(b *testing.B) { benchArchiver(b, nil) }
+
+// BenchmarkArchiverAuditLog is BenchmarkArchiverRecord with the audit log off and on
+// (docs/audit.md): on, the archiver also reads each record again, extends the tree and signs a
+// checkpoint every 1000 records, and the clock stops once the last checkpoint signs every record.
+//
+// `go test -run '^$' -bench ArchiverAuditLog -benchtime 4000x -count 3 ./e2e`
+func BenchmarkArchiverAuditLog(b *testing.B) {
+	b.Run("off", func(b *testing.B) { benchArchiver(b, nil) })
+	b.Run("on", func(b *testing.B) {
+		private, public, err := auditlog.NewKey("bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		keyFile := filepath.Join(b.TempDir(), "audit.key")
+		if err := os.WriteFile(keyFile, []byte(private), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		benchArchiver(b, &benchLog{keyFile: keyFile, public: public})
+	})
+}
+
+// benchLog is the audit log a benchmark of the archiver keeps.
+type benchLog struct{ keyFile, public string }
+
+func benchArchiver(b *testing.B, log *benchLog) {
 	e := newEnv(b)
-	arch := e.start("archiver", "PPROF=true")
+	settings := []string{"PPROF=true"}
+	if log != nil {
+		settings = append(settings, "ARCHIVER_AUDIT_SIGNING_KEY_FILE="+log.keyFile)
+	}
+	arch := e.start("archiver", settings...)
 	chPid := testenv.ClickHouse(b).Pid()
 	records := make([][]byte, b.N)
 	subjects := make([]string, b.N)
@@ -57,6 +88,14 @@ func BenchmarkArchiverRecord(b *testing.B) {
 	}
 	ctx := context.Background()
 	for i, body := range records {
+		// At most 2,000 in flight: beyond the client's 4,000 a publish stalls and fails.
+		if i > 0 && i%2000 == 0 {
+			select {
+			case <-e.js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				b.Fatal("publishes not acknowledged within a minute")
+			}
+		}
 		if _, err := e.js.PublishAsync(subjects[i], body, jetstream.WithMsgID(fmt.Sprintf("bench-%d", i))); err != nil {
 			b.Fatal(err)
 		}
@@ -73,6 +112,27 @@ func BenchmarkArchiverRecord(b *testing.B) {
 		}
 		return info.AckFloor.Stream >= uint64(b.N) && info.NumAckPending == 0, fmt.Sprintf("ack floor %d of %d", info.AckFloor.Stream, b.N)
 	})
+	if log != nil {
+		v, err := auditlog.Verifier(log.public)
+		if err != nil {
+			b.Fatal(err)
+		}
+		testenv.WaitFor(b, 5*time.Minute, "a checkpoint of every record", func() (bool, string) {
+			st, err := e.js.Stream(ctx, events.StreamAudit)
+			if err != nil {
+				return false, err.Error()
+			}
+			last, err := st.GetLastMsgForSubject(ctx, auditlog.Subject)
+			if err != nil {
+				return false, err.Error()
+			}
+			c, err := auditlog.Open(last.Data, v)
+			if err != nil {
+				return false, err.Error()
+			}
+			return c.Size >= int64(b.N), fmt.Sprintf("signed %d of %d", c.Size, b.N)
+		})
+	}
 	took := time.Since(start)
 	used := cpu()
 	b.StopTimer()

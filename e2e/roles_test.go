@@ -53,6 +53,7 @@ func roleObjects(role string) []cellObject {
 		stream("PROMPTS", "PROMPTS", "prompt.composed.cells.t1", "prompt.failed.cells.t1"),
 		stream("LEADERBOARDS", "LEADERBOARDS", "leaderboard.updated.cells"),
 		stream("DEADLETTER", "DEADLETTER", "deadletter.evaluation.completed.cells.t1"),
+		stream("AUDIT", "AUDIT", "audit.checkpoint.prompts"),
 		stream("TEMPLATES", "KV_TEMPLATES", "$KV.TEMPLATES.cells.v1", "$KV.TEMPLATES.cells.label.staging").
 			first(action{"release", []string{"$KV.TEMPLATES.cells.label.production", "$KV.TEMPLATES.cells.pin.production." + digest}}),
 		stream("BUILDERS", "KV_BUILDERS", "$KV.BUILDERS.cells.v1", "$KV.BUILDERS.cells.label.staging").

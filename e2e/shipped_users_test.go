@@ -183,7 +183,9 @@ func TestShippedUsers(t *testing.T) {
 	// The shipped users reach the database of CLICKHOUSE_DATABASE's default only (allow_databases).
 	e := &env{t: t, ns: ns, nc: orch, js: js, chAddr: ch.Addr, database: "rounds"}
 	as := roleEnv
-	procs := []*proc{e.start("ranker", as("ranker")...), e.start("composer", as("composer")...), e.start("archiver", as("archiver")...)}
+	keyFile, public := e.auditKey(t, "shipped")
+	procs := []*proc{e.start("ranker", as("ranker")...), e.start("composer", as("composer")...),
+		e.start("archiver", append(as("archiver"), "ARCHIVER_AUDIT_SIGNING_KEY_FILE="+keyFile, "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms")...)}
 	console := e.start("console", as("console")...)
 	procs = append(procs, console)
 
@@ -218,6 +220,16 @@ func TestShippedUsers(t *testing.T) {
 	}
 	if out, code := e.podium(t, as("auditor"), "prompts", "verify", "--all", "--execution", exec); code != 0 {
 		t.Errorf("an auditor's verify: exit %d\n%s", code, out)
+	}
+	// The archiver keeps the audit log under its user; an auditor checks it under theirs.
+	operator, _ := connectAs(t, ns, "operator")
+	opJS, err := jetstream.New(operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signedUpTo(t, opJS, public)
+	if out, code := e.podium(t, append(as("auditor"), "AUDIT_PUBLIC_KEY="+public), "audit", "check"); code != 0 || !strings.Contains(out, "the log is whole") {
+		t.Errorf("an auditor's audit check: exit %d\n%s", code, out)
 	}
 
 	for _, c := range []struct{ role, subject string }{

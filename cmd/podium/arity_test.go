@@ -13,6 +13,7 @@ func TestArityOfEveryCommand(t *testing.T) {
 		"templates compare": {1, 1}, "templates import-mixseek": {1, 1},
 		"builders push": {1, 1}, "builders label": {3, 3}, "builders list": {0, 0}, "builders parse": {1, 1},
 		"prompts show": {3, 3}, "prompts verify": {alternatives}, "prompts diff": {4, 4}, "prompts tail": {0, 0},
+		"audit check": {0, 0}, "audit keygen": {1, 1},
 		"export": {0, 0}, "leaderboard": {1, 1}, "history": {2, 2}, "publish evaluation": {0, 0}, "publish round": {0, 0},
 		"deadletters list": {0, 0}, "deadletters replay": {alternatives}, "store status": {0, 0}, "streams apply": {0, 0}, "store rebuild": {0, 0},
 	}

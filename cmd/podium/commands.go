@@ -107,6 +107,10 @@ func commands() []command {
 		{auditors, "export", "--execution EXEC [--out FILE]", "one execution's evaluations, prompts and templates in one bundle",
 			"Write one execution's bundle: its evaluations, its prompt records byte for byte and the files of every template version they name, which `prompts verify --bundle` proves offline.", export},
 
+		{auditors, "audit check", "[--key PUBLIC_KEY] [--since CHECKPOINT_FILE] [--json]", "prove the audit log whole: signed, only grown, stream and archive alike",
+			"Check the audit log over PROMPTS with nothing but its public key (--key or AUDIT_PUBLIC_KEY): every checkpoint in AUDIT is signed by it, each extends the one before (and the one given with --since: a checkpoint kept from an earlier check), and PROMPTS and the archive hold exactly the records the signed tree holds; exit 1 naming each record deleted, changed, inserted or reordered with its position. Prints the latest checkpoint to keep. docs/audit.md.", auditCheck},
+		{operators, "audit keygen", "NAME [--out FILE]", "make the audit log's signing key",
+			"Make an ed25519 signing key for the audit log named NAME: the private key into FILE (mode 0600, never overwritten) for the archiver's ARCHIVER_AUDIT_SIGNING_KEY_FILE, the public key printed for auditors. docs/audit.md.", auditKeygen},
 		{operators, "leaderboard", "EXEC [--asc] [--json]", "an execution's standings, as the ranker computes them",
 			"Print an execution's standings, every evaluation counted, as the ranker computes them.", leaderboard},
 		{operators, "history", "EXEC TEAM [--json]", "a team's latest evaluation of each round",

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/auditlog"
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/render"
 	"github.com/podium-llm/podium/internal/streamscan"
@@ -92,12 +94,13 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 	bundle := fs.String("bundle", "", "verify every record of an export bundle (podium export), with no NATS and no ClickHouse")
 	dir := fs.String("templates-dir", "", "the composers' template directory (default: COMPOSER_TEMPLATES_DIR)")
 	tz := fs.String("tz", "", "the composers' default timezone (default: TZ; with --bundle, the bundle's)")
+	key := fs.String("key", os.Getenv("AUDIT_PUBLIC_KEY"), "with --bundle: the audit log's public key (default $AUDIT_PUBLIC_KEY), to check each prompt's inclusion proof")
 	return func(ctx context.Context, e *env) error {
 		if *bundle != "" {
 			if *all || *execution != "" || len(e.args) > 0 {
 				return usagef("--bundle takes no other record selection")
 			}
-			return verifyBundle(ctx, e, *bundle, *tz)
+			return verifyBundle(ctx, e, *bundle, *tz, *key)
 		}
 		settings := e.templates.With(*dir, *tz)
 		var q audit.Query
@@ -180,7 +183,7 @@ func verifyRecords(ctx context.Context, e *env, v *audit.Verifier, recs []audit.
 }
 
 // verifyBundle proves every record of an export bundle from the bundle alone.
-func verifyBundle(ctx context.Context, e *env, path, tz string) error {
+func verifyBundle(ctx context.Context, e *env, path, tz, key string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return &usageError{err.Error()}
@@ -215,7 +218,66 @@ func verifyBundle(ctx context.Context, e *env, path, tz string) error {
 		})
 	}
 	fmt.Fprintf(e.out, "bundle of %s: %d evaluations, %d prompts, %d template versions\n", b.ExecutionID, len(b.Evaluations), len(recs), len(b.Templates))
+	if err := verifyBundleLog(e, b, key); err != nil {
+		return err
+	}
 	return verifyRecords(ctx, e, v, recs)
+}
+
+// verifyBundleLog checks the bundle's audit log proofs with the public key: the checkpoint is
+// signed, and each prompt is in it as the bundle holds it. A prompt changed in the bundle is named
+// with its position.
+func verifyBundleLog(e *env, b audit.Bundle, key string) error {
+	switch {
+	case b.Log == nil && key == "":
+		return nil
+	case b.Log == nil:
+		return &checkError{"the bundle carries no audit log proof (exported without the log's public key)"}
+	case key == "":
+		fmt.Fprintln(e.out, "the bundle carries a signed checkpoint and inclusion proofs: give --key (or AUDIT_PUBLIC_KEY) to check them")
+		return nil
+	}
+	v, err := auditlog.Verifier(key)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	c, err := auditlog.Open([]byte(b.Log.Checkpoint), v)
+	if err != nil {
+		return &checkError{fmt.Sprintf("the bundle's checkpoint: %v", err)}
+	}
+	proofs := map[uint64][][]byte{}
+	for _, p := range b.Log.Proofs {
+		proofs[p.Seq] = p.Hashes
+	}
+	var bad []string
+	proven := 0
+	for _, p := range b.Prompts {
+		hashes, ok := proofs[p.Seq]
+		if !ok {
+			continue
+		}
+		proof := make(tlog.RecordProof, len(hashes))
+		for i, h := range hashes {
+			if len(h) != tlog.HashSize {
+				bad = append(bad, fmt.Sprintf("position %d: its proof is not a list of hashes", auditlog.Position(p.Seq)))
+				continue
+			}
+			copy(proof[i][:], h)
+		}
+		if err := auditlog.Included(c, p.Seq, p.Subject, []byte(p.Event), proof); err != nil {
+			bad = append(bad, fmt.Sprintf("position %d (PROMPTS sequence %d): the prompt is not what the log signed: changed in the bundle (%v)", auditlog.Position(p.Seq), p.Seq, err))
+			continue
+		}
+		proven++
+	}
+	fmt.Fprintf(e.out, "audit log %s: checkpoint of %d records signed; %d of %d prompts proven in it\n", c.Origin, c.Size, proven, len(b.Prompts))
+	for _, line := range bad {
+		fmt.Fprintln(e.out, line)
+	}
+	if len(bad) > 0 {
+		return &checkError{fmt.Sprintf("%d prompts of the bundle are not in the signed audit log", len(bad))}
+	}
+	return nil
 }
 
 // archivedNote says where a record was read from, when it was the archive.

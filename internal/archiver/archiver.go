@@ -58,6 +58,9 @@ type archiver struct {
 	// createDatabase makes the database again when it was dropped (Repair makes the tables).
 	createDatabase func(ctx context.Context) error
 	now            func() time.Time
+	// offer hands each message delivered to the audit log's keeper (auditlog.Keeper.Offer), which
+	// then need not read it again from the stream; nil when no log is kept.
+	offer func(created time.Time, seq uint64, subject string, body []byte)
 
 	// publish names the archive's epoch in the consumer's metadata (consume.Runtime.SetMetadata);
 	// published reads the epoch the consumer names now (another replica may have published one).
@@ -113,6 +116,10 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 	recs := make([]chstore.ArchivedPrompt, 0, len(msgs))
 	kept := make([]int, 0, len(msgs))
 	for i, msg := range msgs {
+		// Of the stream now, not one deleted since (streamOf): the keeper's tree is this one's.
+		if md, err := msg.Metadata(); err == nil && a.offer != nil && !md.Timestamp.Before(created) {
+			a.offer(created, md.Sequence.Stream, msg.Subject(), msg.Data())
+		}
 		rec, err := record(msg, created)
 		if err != nil {
 			a.m.records.WithLabelValues("dead_lettered").Inc()

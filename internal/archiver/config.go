@@ -20,6 +20,14 @@ type Config struct {
 	Linger          time.Duration `envconfig:"LINGER" default:"5ms" desc:"gap between records that ends a batch when nothing is being written"`
 	AckWait         time.Duration `envconfig:"ACK_WAIT" default:"30s" desc:"redelivery timeout of the archiver consumer; batches in hand are kept alive"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"time to finish the batch in hand after SIGTERM"`
+	AuditLog
+}
+
+// AuditLog is the tamper-evident log over PROMPTS the archiver keeps (docs/audit.md).
+type AuditLog struct {
+	KeyFile  string        `envconfig:"AUDIT_SIGNING_KEY_FILE" desc:"file holding the audit log's ed25519 signing key (podium audit keygen); empty: no audit log is kept"`
+	Every    int64         `envconfig:"AUDIT_CHECKPOINT_EVERY" default:"1000" desc:"records between two signed checkpoints at most"`
+	Interval time.Duration `envconfig:"AUDIT_CHECKPOINT_INTERVAL" default:"10s" desc:"longest a record waits for a signed checkpoint that holds it"`
 }
 
 // batching is how the archiver cuts its batches.
@@ -35,6 +43,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("ARCHIVER_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout))
+	}
+	if c.AuditLog.Every < 1 {
+		errs = append(errs, fmt.Errorf("ARCHIVER_AUDIT_CHECKPOINT_EVERY must be at least 1, got %d", c.AuditLog.Every))
+	}
+	if c.AuditLog.Interval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("ARCHIVER_AUDIT_CHECKPOINT_INTERVAL must be at least 100ms, got %s", c.AuditLog.Interval))
 	}
 	return errors.Join(errs...)
 }

@@ -18,6 +18,8 @@ type metrics struct {
 	lag              prometheus.Histogram
 	pending          prometheus.Gauge
 	oldest           prometheus.Gauge
+	checkpoints      prometheus.Counter
+	logSize          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -30,6 +32,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lag:              f.Histogram("archiver_lag_seconds", "From the stream storing a record to ClickHouse having it.", series.Doubling(0.001, 18)),
 		pending:          f.Gauge("archiver_pending_records", "Records PROMPTS holds that are not archived yet (the consumer's pending and unacknowledged)."),
 		oldest:           f.Gauge("archiver_oldest_unarchived_seconds", "Age of the oldest record not archived yet, 0 when none: PROMPTS must keep records at least this long (PROMPTS_MAX_AGE)."),
+		checkpoints:      f.Counter("archiver_audit_checkpoints_total", "Signed checkpoints of the audit log over PROMPTS published to AUDIT."),
+		logSize:          f.Gauge("archiver_audit_log_size", "Records the last signed checkpoint of the audit log holds."),
 	}
 	m.sink = sink.NewMetrics(f.Under("archiver"), m.clickhouseErrors)
 	return m

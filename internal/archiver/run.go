@@ -37,13 +37,18 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		return err
 	}
 	defer st.Close()
-	base, err := service.Start(ctx, "archiver", &cfg.Common, log, events.StreamPrompts, events.StreamDeadLetter)
+	base, err := service.Start(ctx, "archiver", &cfg.Common, log, events.StreamPrompts, events.StreamDeadLetter, events.StreamAudit)
 	if err != nil {
+		return err
+	}
+	m := newMetrics(base.Reg)
+	keeper, err := newKeeper(cfg.AuditLog, base.JS, base.Health, m, log)
+	if err != nil {
+		base.Close()
 		return err
 	}
 	writes, filled := newConditions(base.Health)
 	base.Health.Probe("clickhouse_ping", st.Ping)
-	m := newMetrics(base.Reg)
 	a := &archiver{
 		writes:  writes,
 		filled:  filled,
@@ -79,6 +84,13 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	}
 	a.warnRetention(ctx)
 	base.StoreMetrics(st)
+	watch := []func(context.Context){
+		func(work context.Context) { a.watchConsumer(work, cons, 5*time.Second) },
+	}
+	if keeper != nil {
+		a.offer = keeper.Offer
+		watch = append(watch, func(work context.Context) { _ = keeper.Run(work) })
+	}
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
 		ShutdownTimeout: cfg.ShutdownTimeout,
@@ -86,9 +98,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		Consume: func(stop, work context.Context) error {
 			return consumeBatches(stop, work, a, runtime, cons, cfg)
 		},
-		Watch: []func(context.Context){
-			func(work context.Context) { a.watchConsumer(work, cons, 5*time.Second) },
-		},
+		Watch: watch,
 	})
 }
 

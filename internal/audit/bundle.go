@@ -43,6 +43,23 @@ type Bundle struct {
 	// Builders are the prompt builders' modules the records name (a compatible addition, absent
 	// when none), so a built record verifies with no server.
 	Builders []BundleBuilder `json:"builders,omitempty"` // by name, then version
+	// Log proves each prompt is in the signed audit log over PROMPTS (docs/audit.md; a compatible
+	// addition, absent when the export was made without the log's public key).
+	Log *BundleLog `json:"log,omitempty"`
+}
+
+// BundleLog is a signed checkpoint of the audit log and, per prompt it signs, the proof that the
+// prompt is in it.
+type BundleLog struct {
+	Checkpoint string        `json:"checkpoint"` // the signed note, as AUDIT holds it
+	Proofs     []BundleProof `json:"proofs"`     // in the order of Prompts; a prompt the checkpoint does not sign has none
+}
+
+// BundleProof is one prompt's inclusion proof: the hashes of RFC 9162's audit path (base64 in
+// the JSON), from the leaf of the record at prompts_seq to the checkpoint's root.
+type BundleProof struct {
+	Seq    uint64   `json:"prompts_seq"`
+	Hashes [][]byte `json:"hashes"`
 }
 
 // BundleBuilder is one prompt builder version a record names, with its module's bytes (base64 in

@@ -170,6 +170,25 @@ func storedBefore(a, b ArchivedPrompt) bool {
 	return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.StreamCreated, b.StreamCreated), cmp.Compare(a.EventID, b.EventID)) < 0
 }
 
+// ArchiveRowsOf hands yield every row the archive holds of the PROMPTS created at created, each
+// copy (a record written twice is two rows until a merge), in no particular order: an audit of
+// the archive against the stream (internal/auditlog) reads them all, and names a copy that differs.
+func (s *Store) ArchiveRowsOf(ctx context.Context, created time.Time, yield func(seq uint64, subject string, body []byte, eventID string) error) error {
+	q := `SELECT stream_seq, subject, body, event_id FROM prompts WHERE stream_created = ?`
+	err := s.query(ctx, q, []any{created.UTC().Format(time.RFC3339Nano)}, func(rows driver.Rows) error {
+		var seq uint64
+		var subject, body, id string
+		if err := rows.Scan(&seq, &subject, &body, &id); err != nil {
+			return err
+		}
+		return yield(seq, subject, []byte(body), id)
+	})
+	if err != nil {
+		return fmt.Errorf("rank: the archive's rows: %w", err)
+	}
+	return nil
+}
+
 // ArchivedCount is the number of distinct records the archive holds (the soak and the capacity
 // benchmark compare it with the stream).
 func (s *Store) ArchivedCount(ctx context.Context) (uint64, error) {

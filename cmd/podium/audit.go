@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/auditlog"
+	"github.com/podium-llm/podium/internal/streamscan"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// auditKeygen makes the audit log's signing key: the private key into a file only the archiver
+// reads, the public key printed (all an auditor needs).
+func auditKeygen(fs *flag.FlagSet) func(context.Context, *env) error {
+	out := fs.String("out", "audit-signing.key", "file to write the private key to (made, never overwritten; mode 0600)")
+	return func(ctx context.Context, e *env) error {
+		name := fs.Arg(0)
+		if !events.ValidIdentifier(name) {
+			return usagef("the log's name %s: an identifier (1-128 characters of A-Z, a-z, 0-9, '_' and '-')", events.Quote(name))
+		}
+		private, public, err := auditlog.NewKey(name)
+		if err != nil {
+			return err
+		}
+		f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("write the private key: %w", err)
+		}
+		if _, err := fmt.Fprintln(f, private); err != nil {
+			f.Close()
+			return fmt.Errorf("write the private key: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("write the private key: %w", err)
+		}
+		abs, _ := filepath.Abs(*out)
+		fmt.Fprintf(e.out, "private key: %s (the archiver's ARCHIVER_AUDIT_SIGNING_KEY_FILE; keep it secret)\npublic key:  %s\n", abs, public)
+		fmt.Fprintln(e.out, "Give auditors the public key (AUDIT_PUBLIC_KEY or --key): the log is named by it.")
+		return nil
+	}
+}
+
+// auditCheck checks the audit log over PROMPTS: every checkpoint signed, the log only grown, the
+// stream and the archive holding exactly what the signed tree holds.
+func auditCheck(fs *flag.FlagSet) func(context.Context, *env) error {
+	key := fs.String("key", os.Getenv("AUDIT_PUBLIC_KEY"), "the log's public key (default $AUDIT_PUBLIC_KEY)")
+	since := fs.String("since", "", "a checkpoint kept from an earlier check (a file): prove the log only grew since it")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	return func(ctx context.Context, e *env) error {
+		if *key == "" {
+			return usagef("audit check needs the log's public key: --key or AUDIT_PUBLIC_KEY")
+		}
+		v, err := auditlog.Verifier(*key)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		var sinceNote []byte
+		if *since != "" {
+			if sinceNote, err = os.ReadFile(*since); err != nil {
+				return usagef("--since: %v", err)
+			}
+		}
+		rep, err := e.checkAuditLog(ctx, v, sinceNote)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.out)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				return err
+			}
+		} else {
+			printAuditReport(e, rep)
+		}
+		if !rep.Whole() {
+			return &checkError{fmt.Sprintf("the audit log is not whole: %d findings", len(rep.Findings))}
+		}
+		return nil
+	}
+}
+
+// checkAuditLog reads AUDIT, PROMPTS and the archive and checks them (auditlog.Check).
+func (e *env) checkAuditLog(ctx context.Context, v note.Verifier, since []byte) (auditlog.Report, error) {
+	js, err := e.jetstream()
+	if err != nil {
+		return auditlog.Report{}, err
+	}
+	prompts, err := js.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return auditlog.Report{}, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
+	}
+	info := prompts.CachedInfo()
+	// The log's name is its key's: the archiver signs with the key `podium audit keygen NAME` made.
+	origin := auditlog.Origin(v.Name(), info.Created)
+	var floor uint64
+	if c, err := js.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver); err == nil {
+		floor = c.CachedInfo().AckFloor.Stream
+	}
+	st, err := e.rank(ctx)
+	if err != nil {
+		return auditlog.Report{}, err
+	}
+	created := info.Created.UTC()
+	src := auditlog.Sources{
+		Checkpoints: func(yield func(uint64, []byte) error) error {
+			_, err := streamscan.Scan(ctx, js, events.StreamAudit, auditlog.Subject, 0, func(m jetstream.Msg) error {
+				md, err := m.Metadata()
+				if err != nil {
+					return err
+				}
+				return yield(md.Sequence.Stream, m.Data())
+			})
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return nil // no checkpoint yet: the archiver keeps no log
+			}
+			return err
+		},
+		Stream: func(yield func(uint64, string, []byte) error) error {
+			_, err := streamscan.Scan(ctx, js, events.StreamPrompts, ">", 0, func(m jetstream.Msg) error {
+				md, err := m.Metadata()
+				if err != nil {
+					return err
+				}
+				return yield(md.Sequence.Stream, m.Subject(), m.Data())
+			})
+			return err
+		},
+		First: info.State.FirstSeq, Last: info.State.LastSeq,
+		Archive: func(yield func(uint64, string, []byte, string) error) error {
+			return st.ArchiveRowsOf(ctx, created, yield)
+		},
+		AckFloor: floor,
+		IsRecord: func(subject string, body []byte) bool {
+			_, err := audit.Decode(subject, body)
+			return err == nil
+		},
+	}
+	return auditlog.Check(v, origin, since, src)
+}
+
+func printAuditReport(e *env, rep auditlog.Report) {
+	fmt.Fprintf(e.out, "log %s\n", rep.Origin)
+	fmt.Fprintf(e.out, "PROMPTS holds %d records, the archive %d rows; %d signed checkpoints, the latest of %d records; %d consistency proofs checked\n",
+		rep.StreamRecords, rep.ArchiveRows, rep.Checkpoints, rep.Signed, rep.Consistent)
+	if rep.SinceConsistent {
+		fmt.Fprintln(e.out, "the log only grew since the checkpoint given with --since")
+	}
+	for _, f := range rep.Findings {
+		if f.Position >= 0 {
+			fmt.Fprintf(e.out, "position %d: %s\n", f.Position, f.What)
+		} else {
+			fmt.Fprintf(e.out, "%s\n", f.What)
+		}
+	}
+	if rep.Whole() {
+		fmt.Fprintln(e.out, "the log is whole: every checkpoint is signed, and PROMPTS and the archive hold exactly what the signed tree holds")
+		if rep.Latest != nil {
+			fmt.Fprintf(e.out, "\nthe latest checkpoint (keep it; pass it as --since next time):\n%s", rep.Latest.Signed)
+		}
+	}
+}

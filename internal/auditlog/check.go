@@ -1,0 +1,330 @@
+package auditlog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// Sources are what a check reads: the signed checkpoints, the stream and the archive, each handed
+// over one item at a time (a check keeps 32 bytes a record, and the tree: 64 more).
+type Sources struct {
+	// Checkpoints hands every message of AUDIT on Subject, in stream order.
+	Checkpoints func(yield func(auditSeq uint64, signed []byte) error) error
+	// Stream hands every message PROMPTS holds, in stream order; First is its first sequence
+	// (what retention trimmed lies below it), Last its last.
+	Stream      func(yield func(seq uint64, subject string, body []byte) error) error
+	First, Last uint64
+	// Archive hands every row of the archive that names this PROMPTS, each copy, in any order.
+	Archive func(yield func(seq uint64, subject string, body []byte, eventID string) error) error
+	// AckFloor is the archiver's: every record at or below it is in the archive.
+	AckFloor uint64
+	// IsRecord says whether a message is one the archiver archives (a prompt record, not a
+	// message it dead-letters).
+	IsRecord func(subject string, body []byte) bool
+}
+
+// Finding is one thing a check found wrong, at a position of the log (-1: none in particular).
+type Finding struct {
+	Position int64  `json:"position"`
+	What     string `json:"what"`
+}
+
+// Report is what a check found.
+type Report struct {
+	Origin          string      `json:"origin"`
+	StreamRecords   int64       `json:"stream_records"`
+	ArchiveRows     int64       `json:"archive_rows"`
+	Checkpoints     int         `json:"checkpoints"`        // signed ones of this log
+	Signed          int64       `json:"signed_size"`        // the size of the latest of them
+	Consistent      int         `json:"consistency_proofs"` // checked between consecutive checkpoints
+	SinceConsistent bool        `json:"since_consistent,omitempty"`
+	Findings        []Finding   `json:"findings"`
+	Latest          *Checkpoint `json:"-"`
+	// Tree is the tree the check computed over every position it could (an export proves its
+	// records' inclusion from it).
+	Tree *Hashes `json:"-"`
+}
+
+// Whole reports whether the check found nothing wrong.
+func (r Report) Whole() bool { return len(r.Findings) == 0 }
+
+func (r *Report) find(pos int64, format string, args ...any) {
+	r.Findings = append(r.Findings, Finding{Position: pos, What: fmt.Sprintf(format, args...)})
+}
+
+// Check proves, with nothing but the public key, that every checkpoint of origin is signed, that
+// the log only grew from one to the next (and from since, a checkpoint an auditor kept, when
+// given), and that PROMPTS and the archive hold exactly the records the signed tree holds. Each
+// record deleted, changed, inserted or reordered is named with its position; a change that only
+// the roots show (made alike in the stream and the archive) is named by the positions between
+// the last checkpoint that still holds and the first that does not.
+func Check(v note.Verifier, origin string, since []byte, src Sources) (Report, error) {
+	rep := Report{Origin: origin, Findings: []Finding{}}
+	checkpoints, err := readCheckpoints(v, origin, src, &rep)
+	if err != nil {
+		return rep, err
+	}
+
+	// The stream's leaves, by position.
+	leaves := make([]tlog.Hash, 0, src.Last)
+	held := make([]bool, 0, src.Last)
+	records := make([]bool, 0, src.Last)
+	err = src.Stream(func(seq uint64, subject string, body []byte) error {
+		if seq == 0 || seq <= uint64(len(leaves)) {
+			return fmt.Errorf("PROMPTS handed sequence %d after %d: not in stream order", seq, len(leaves))
+		}
+		for uint64(len(leaves))+1 < seq { // a gap: filled from the archive below, or named
+			leaves, held, records = append(leaves, tlog.Hash{}), append(held, false), append(records, false)
+		}
+		leaves, held = append(leaves, LeafHash(seq, subject, body)), append(held, true)
+		records = append(records, src.IsRecord(subject, body))
+		rep.StreamRecords++
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("read PROMPTS: %w", err)
+	}
+
+	// The archive: each row against the stream, and the archive's copies where the stream has none.
+	fromArchive := map[int64][]copyOf{}
+	archived := map[int64]bool{}
+	err = src.Archive(func(seq uint64, subject string, body []byte, eventID string) error {
+		rep.ArchiveRows++
+		pos, leaf := Position(seq), LeafHash(seq, subject, body)
+		archived[pos] = true
+		switch {
+		case seq == 0:
+			rep.find(-1, "the archive holds a row at sequence 0 (event id %s): no stream stores one there", eventID)
+		case pos < int64(len(held)) && held[pos]:
+			if leaf != leaves[pos] {
+				rep.find(pos, "the archive's row (event id %s) differs from what PROMPTS holds at sequence %d", eventID, seq)
+			}
+		case seq > src.Last:
+			rep.find(pos, "the archive holds a row (event id %s) at sequence %d, which PROMPTS never stored (its last is %d): inserted", eventID, seq, src.Last)
+		default:
+			if !slices.ContainsFunc(fromArchive[pos], func(c copyOf) bool { return c.leaf == leaf }) {
+				fromArchive[pos] = append(fromArchive[pos], copyOf{leaf, eventID})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("read the archive: %w", err)
+	}
+
+	// Every position up to the stream's last, from the stream, else from the archive.
+	for uint64(len(leaves)) < src.Last {
+		leaves, held, records = append(leaves, tlog.Hash{}), append(held, false), append(records, false)
+	}
+	whole := int64(len(leaves)) // the tree can be computed below the first position held nowhere
+	var ambiguous []int64       // positions the archive alone holds, in two or more different rows
+	for pos := range int64(len(leaves)) {
+		seq := uint64(pos) + 1
+		if held[pos] {
+			if records[pos] && seq <= src.AckFloor && !archived[pos] {
+				rep.find(pos, "PROMPTS holds a record at sequence %d that the archive lacks, below the archiver's ack floor (%d): deleted from the archive", seq, src.AckFloor)
+			}
+			continue
+		}
+		copies := fromArchive[pos]
+		switch {
+		case len(copies) == 0:
+			rep.find(pos, "sequence %d is in neither PROMPTS nor the archive: deleted from both", seq)
+			whole = min(whole, pos)
+			continue
+		case len(copies) > 1:
+			ambiguous = append(ambiguous, pos)
+		case seq < src.First:
+			// Trimmed by PROMPTS' retention: the archive is its copy.
+		default:
+			rep.find(pos, "sequence %d was deleted from PROMPTS; the archive holds it", seq)
+		}
+		leaves[pos] = copies[0].leaf
+	}
+	// Where the archive alone holds a position in different rows, the signed root says which
+	// one is the record: the others are named.
+	for _, pos := range ambiguous {
+		if err := resolve(pos, fromArchive[pos], leaves[:whole], checkpoints, &rep); err != nil {
+			return rep, err
+		}
+	}
+
+	// The tree over every position, checked against each signed root.
+	h := &Hashes{}
+	for _, leaf := range leaves[:whole] {
+		if err := h.Add(leaf); err != nil {
+			return rep, err
+		}
+	}
+	rep.Tree = h
+	var good *Checkpoint // the last checkpoint whose root the records still give
+	for i := range checkpoints {
+		c := &checkpoints[i]
+		if c.Size > h.Size() {
+			if c.Size > int64(len(leaves)) {
+				rep.find(c.Size-1, "a checkpoint signs %d records; PROMPTS and the archive hold %d: records at positions %d to %d were deleted", c.Size, len(leaves), len(leaves), c.Size-1)
+			} else {
+				rep.find(whole, "the checkpoint of size %d cannot be checked: position %d is held nowhere", c.Size, whole)
+			}
+			continue
+		}
+		root, err := h.Root(c.Size)
+		if err != nil {
+			return rep, err
+		}
+		if root != c.Root {
+			from := int64(0)
+			if good != nil {
+				from = good.Size
+			}
+			rep.find(from, "the records at positions %d to %d are not what the checkpoint of size %d signed: one was changed, deleted, inserted or reordered in PROMPTS and the archive alike", from, c.Size-1, c.Size)
+			continue
+		}
+		if good != nil && good.Size < c.Size {
+			p, err := h.Consistency(good.Size, c.Size)
+			if err != nil {
+				return rep, err
+			}
+			if err := tlog.CheckTree(p, c.Size, c.Root, good.Size, good.Root); err != nil {
+				rep.find(good.Size, "the checkpoint of size %d does not extend the one of size %d: %v", c.Size, good.Size, err)
+				continue
+			}
+			rep.Consistent++
+		}
+		good = c
+	}
+	if len(checkpoints) > 0 {
+		rep.Latest = &checkpoints[len(checkpoints)-1]
+		rep.Signed = rep.Latest.Size
+	}
+	if since != nil {
+		if err := checkSince(v, origin, since, h, rep.Latest, &rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// copyOf is one of the archive's rows at a position the stream no longer holds.
+type copyOf struct {
+	leaf    tlog.Hash
+	eventID string
+}
+
+// resolve picks, of the archive's different rows at pos, the one the first checkpoint that signs
+// pos was made over (the others being fixed, exactly one can give its root), sets it in leaves,
+// and names the others.
+func resolve(pos int64, copies []copyOf, leaves []tlog.Hash, checkpoints []Checkpoint, rep *Report) error {
+	seq := pos + 1
+	i := slices.IndexFunc(checkpoints, func(c Checkpoint) bool { return c.Size > pos })
+	if i < 0 || checkpoints[i].Size > int64(len(leaves)) {
+		rep.find(pos, "the archive holds %d different rows at sequence %d, and no checkpoint that can be checked signs it: which is the record cannot be told", len(copies), seq)
+		return nil
+	}
+	c := checkpoints[i]
+	genuine := -1
+	for k, cp := range copies {
+		leaves[pos] = cp.leaf
+		h := &Hashes{}
+		for _, l := range leaves[:c.Size] {
+			if err := h.Add(l); err != nil {
+				return err
+			}
+		}
+		if root, err := h.Root(c.Size); err != nil {
+			return err
+		} else if root == c.Root {
+			genuine = k
+			break
+		}
+	}
+	if genuine < 0 {
+		rep.find(pos, "none of the archive's %d rows at sequence %d is the record the checkpoint of size %d signed", len(copies), seq, c.Size)
+		return nil
+	}
+	leaves[pos] = copies[genuine].leaf
+	for k, cp := range copies {
+		if k != genuine {
+			rep.find(pos, "the archive's row (event id %s) at sequence %d is not the record the log signed (event id %s is)", cp.eventID, seq, copies[genuine].eventID)
+		}
+	}
+	return nil
+}
+
+// readCheckpoints reads the signed checkpoints of origin in AUDIT's order, naming any not signed
+// by the key and any that states a smaller log than one before it.
+func readCheckpoints(v note.Verifier, origin string, src Sources, rep *Report) ([]Checkpoint, error) {
+	var out []Checkpoint
+	err := src.Checkpoints(func(auditSeq uint64, signed []byte) error {
+		c, err := Open(signed, v)
+		if err != nil {
+			rep.find(-1, "AUDIT sequence %d: %v", auditSeq, err)
+			return nil
+		}
+		if c.Origin != origin {
+			return nil // another PROMPTS' log (a stream deleted since)
+		}
+		if n := len(out); n > 0 && c.Size < out[n-1].Size {
+			rep.find(c.Size, "AUDIT sequence %d signs a log of %d records after one of %d: the log went back", auditSeq, c.Size, out[n-1].Size)
+			return nil
+		}
+		if n := len(out); n > 0 && c.Size == out[n-1].Size {
+			if c.Root != out[n-1].Root {
+				rep.find(c.Size, "AUDIT sequence %d signs another root for the same %d records: the log forked", auditSeq, c.Size)
+			}
+			return nil
+		}
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read AUDIT: %w", err)
+	}
+	rep.Checkpoints = len(out)
+	return out, nil
+}
+
+// checkSince proves the latest checkpoint extends since, a checkpoint the auditor kept.
+func checkSince(v note.Verifier, origin string, since []byte, h *Hashes, latest *Checkpoint, rep *Report) error {
+	s, err := Open(since, v)
+	if errors.Is(err, ErrNotSigned) {
+		return fmt.Errorf("the checkpoint given with --since: %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("the checkpoint given with --since: %w", err)
+	}
+	switch {
+	case s.Origin != origin:
+		rep.find(-1, "the checkpoint given with --since is of another log (%s): PROMPTS was made again since", s.Origin)
+		return nil
+	case latest == nil || latest.Size < s.Size:
+		rep.find(s.Size, "the checkpoint given with --since signs %d records; AUDIT's latest signs fewer: the log went back", s.Size)
+		return nil
+	case latest.Size == s.Size:
+		if !bytes.Equal(latest.Root[:], s.Root[:]) {
+			rep.find(s.Size, "the checkpoint given with --since and AUDIT's latest sign different roots for %d records: the log forked", s.Size)
+		} else {
+			rep.SinceConsistent = true
+		}
+		return nil
+	}
+	if latest.Size > h.Size() {
+		rep.find(h.Size(), "the log cannot be proven to have only grown since the checkpoint given: position %d is held nowhere", h.Size())
+		return nil
+	}
+	p, err := h.Consistency(s.Size, latest.Size)
+	if err != nil {
+		return err
+	}
+	if err := tlog.CheckTree(p, latest.Size, latest.Root, s.Size, s.Root); err != nil {
+		rep.find(0, "the log did not only grow since the checkpoint given with --since (size %d): %v", s.Size, err)
+		return nil
+	}
+	rep.SinceConsistent = true
+	return nil
+}

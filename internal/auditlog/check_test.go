@@ -1,0 +1,190 @@
+package auditlog
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// logFixture is a log of n messages, signed at the given sizes: what the stream, the archive and
+// AUDIT hold, each changed by a test as tampering would.
+type logFixture struct {
+	origin   string
+	stream   map[uint64][2]string // seq → subject, body
+	archive  []archiveRow
+	signed   [][]byte
+	first    uint64
+	last     uint64
+	ackFloor uint64
+}
+
+type archiveRow struct {
+	seq           uint64
+	subject, body string
+	id            string
+}
+
+func newFixture(t *testing.T, n int, at ...int64) (*logFixture, string) {
+	t.Helper()
+	path, public := key(t, "fixture")
+	signer, _, err := LoadKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &logFixture{origin: Origin("fixture", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), stream: map[uint64][2]string{}, first: 1, last: uint64(n), ackFloor: uint64(n)}
+	tree := NewTree()
+	for i := 1; i <= n; i++ {
+		subject, body := fmt.Sprintf("prompt.composed.x.t%d", i%2), fmt.Sprintf(`{"id":"p-%d"}`, i)
+		f.stream[uint64(i)] = [2]string{subject, body}
+		f.archive = append(f.archive, archiveRow{uint64(i), subject, body, fmt.Sprintf("p-%d", i)})
+		if err := tree.Append(LeafHash(uint64(i), subject, []byte(body))); err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(at, int64(i)) {
+			root, _ := tree.Root()
+			c, err := Sign(f.origin, int64(i), root, signer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.signed = append(f.signed, c.Signed)
+		}
+	}
+	return f, public
+}
+
+func (f *logFixture) check(t *testing.T, public string, since []byte) Report {
+	t.Helper()
+	v, err := Verifier(public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(v, f.origin, since, Sources{
+		Checkpoints: func(yield func(uint64, []byte) error) error {
+			for i, s := range f.signed {
+				if err := yield(uint64(i+1), s); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		Stream: func(yield func(uint64, string, []byte) error) error {
+			for seq := f.first; seq <= f.last; seq++ {
+				if m, ok := f.stream[seq]; ok {
+					if err := yield(seq, m[0], []byte(m[1])); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+		First: f.first, Last: f.last,
+		Archive: func(yield func(uint64, string, []byte, string) error) error {
+			for _, r := range f.archive {
+				if err := yield(r.seq, r.subject, []byte(r.body), r.id); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		AckFloor: f.ackFloor,
+		IsRecord: func(string, []byte) bool { return true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func findings(rep Report) string {
+	var b strings.Builder
+	for _, f := range rep.Findings {
+		fmt.Fprintf(&b, "%d: %s\n", f.Position, f.What)
+	}
+	return b.String()
+}
+
+// TestCheckNamesEachTampering: a log that only grew is whole; each kind of tampering is named
+// with its position.
+func TestCheckNamesEachTampering(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		tamper func(f *logFixture)
+		want   []string // each a finding's text, with its position first
+	}{
+		{"whole", func(*logFixture) {}, nil},
+		{"a row forged at a new sequence", func(f *logFixture) {
+			f.archive = append(f.archive, archiveRow{40, "prompt.composed.x.t0", `{"id":"forged"}`, "forged"})
+		}, []string{"39: the archive holds a row (event id forged) at sequence 40, which PROMPTS never stored"}},
+		{"a row changed in the archive", func(f *logFixture) {
+			f.archive[4].body = `{"id":"p-5","changed":true}`
+		}, []string{"4: the archive's row (event id p-5) differs from what PROMPTS holds at sequence 5"}},
+		{"a row deleted from the archive", func(f *logFixture) {
+			f.archive = slices.Delete(f.archive, 9, 10)
+		}, []string{"9: PROMPTS holds a record at sequence 10 that the archive lacks"}},
+		{"a record gone from the stream, the archive holds it", func(f *logFixture) {
+			delete(f.stream, 12)
+		}, []string{"11: sequence 12 was deleted from PROMPTS; the archive holds it"}},
+		{"trimmed by retention, and a forged copy of a trimmed record", func(f *logFixture) {
+			f.first = 6
+			f.archive = append(f.archive, archiveRow{3, "prompt.composed.x.t1", `{"id":"p-3","forged":true}`, "p-3"})
+		}, []string{"2: the archive's row (event id p-3) at sequence 3 is not the record the log signed"}},
+		{"gone from both", func(f *logFixture) {
+			delete(f.stream, 12)
+			f.archive = slices.Delete(f.archive, 11, 12)
+		}, []string{"11: sequence 12 is in neither PROMPTS nor the archive", "11: the checkpoint of size 16 cannot be checked", "11: the checkpoint of size 20 cannot be checked"}},
+		{"changed alike in the stream and the archive", func(f *logFixture) {
+			f.stream[14] = [2]string{f.stream[14][0], `{"id":"p-14","changed":true}`}
+			f.archive[13].body = `{"id":"p-14","changed":true}`
+		}, []string{"10: the records at positions 10 to 15 are not what the checkpoint of size 16 signed", "10: the records at positions 10 to 19 are not what the checkpoint of size 20 signed"}},
+		{"a checkpoint that is not signed", func(f *logFixture) {
+			f.signed = append(f.signed, []byte(strings.Replace(string(f.signed[1]), "\n10\n", "\n11\n", 1)))
+		}, []string{"-1: AUDIT sequence 5: the checkpoint is not signed by the log's key"}},
+		{"checkpoints out of order", func(f *logFixture) {
+			f.signed[1], f.signed[2] = f.signed[2], f.signed[1]
+		}, []string{"10: AUDIT sequence 3 signs a log of 10 records after one of 16: the log went back"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, public := newFixture(t, 20, 4, 10, 16, 20)
+			tt.tamper(f)
+			rep := f.check(t, public, nil)
+			got := findings(rep)
+			if len(tt.want) == 0 && !rep.Whole() {
+				t.Fatalf("findings in a whole log:\n%s", got)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("missing %q in:\n%s", w, got)
+				}
+			}
+			if len(rep.Findings) > len(tt.want)+1 {
+				t.Errorf("more findings than the tampering explains:\n%s", got)
+			}
+		})
+	}
+}
+
+// TestCheckSince: the log only grew since a checkpoint kept: passes; a kept checkpoint of a log
+// that was changed below it: named.
+func TestCheckSince(t *testing.T) {
+	f, public := newFixture(t, 20, 4, 10, 16, 20)
+	rep := f.check(t, public, f.signed[1])
+	if !rep.Whole() || !rep.SinceConsistent || rep.Consistent != 3 {
+		t.Fatalf("since size 10: whole %v, since %v, %d proofs:\n%s", rep.Whole(), rep.SinceConsistent, rep.Consistent, findings(rep))
+	}
+	// A checkpoint signed by another key is refused outright.
+	g, public2 := newFixture(t, 20, 10, 20)
+	v2, err := Verifier(public2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(v2, g.origin, f.signed[1], Sources{
+		Checkpoints: func(func(uint64, []byte) error) error { return nil },
+		Stream:      func(func(uint64, string, []byte) error) error { return nil },
+		Archive:     func(func(uint64, string, []byte, string) error) error { return nil },
+		IsRecord:    func(string, []byte) bool { return true },
+	}); err == nil {
+		t.Error("a --since checkpoint of another key was taken")
+	}
+}

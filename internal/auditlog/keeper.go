@@ -1,0 +1,339 @@
+package auditlog
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/retry"
+	"github.com/podium-llm/podium/internal/streamscan"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// EdgeHeader carries, beside each checkpoint, the right edge of the tree it states (base64,
+// comma-separated): not signed, and refused by a keeper unless it gives the signed root.
+const EdgeHeader = "Podium-Tree-Edge"
+
+// Keeper extends the log as PROMPTS grows, in stream order: from the leaves the archiver offers as
+// it is delivered each message (hashed from the bytes in hand), and, for any position not offered
+// within a poll, from the stream itself (by direct gets: so every replica of the archiver keeps the
+// same tree, whatever share of the durable's messages it archives). It publishes a signed checkpoint to AUDIT every Every records or every Interval,
+// whichever comes first. Replicas publish the same checkpoint under the same message id (ed25519
+// signatures are deterministic): AUDIT stores one.
+type Keeper struct {
+	JS       jetstream.JetStream
+	Name     string // the log's name, the origin's first part: the key's name
+	Signer   note.Signer
+	Verifier note.Verifier // of Signer: a checkpoint resumed from must be the keeper's own
+	Every    int64
+	Interval time.Duration
+	Poll     time.Duration // how often an idle keeper asks PROMPTS for more
+	// Cond holds while the log grows with PROMPTS; it fails naming a record the log cannot take
+	// (a position missing from the stream) or a stream that does not answer.
+	Cond *health.Condition
+	Log  *slog.Logger
+	// Signed, when set, hears of each checkpoint published.
+	Signed func(Checkpoint)
+	// AckFloor is the archivers' durable's: a record at or below it was handled, and offered to
+	// the keeper of the replica that handled it (nil: every record not offered within a poll is
+	// read from the stream).
+	AckFloor func(ctx context.Context) (uint64, error)
+
+	offered offers // leaves the archiver was delivered (Offer), not yet in the tree
+}
+
+// errRemade ends one log: PROMPTS was made again, which starts a new one.
+var errRemade = errors.New("PROMPTS was made again: a new log begins")
+
+// Run keeps the log until ctx ends.
+func (k *Keeper) Run(ctx context.Context) error {
+	for failures := uint64(0); ; {
+		err := k.keep(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errRemade) {
+			k.Log.InfoContext(ctx, "PROMPTS was made again: the audit log starts a new tree")
+			failures = 0
+			continue
+		}
+		failures++
+		k.Cond.Fail("the audit log does not grow: %v", err)
+		k.Log.WarnContext(ctx, "the audit log does not grow; will retry", "error", err)
+		if err := retry.Sleep(ctx, retry.Redelivery().Backoff(failures)); err != nil {
+			return nil
+		}
+	}
+}
+
+// keep extends one log, PROMPTS as it is now, until the stream is made again or a fault.
+func (k *Keeper) keep(ctx context.Context) error {
+	created, err := k.created(ctx)
+	if err != nil {
+		return err
+	}
+	origin := Origin(k.Name, created)
+	tree, signed, err := k.resume(ctx, origin)
+	if err != nil {
+		return err
+	}
+	lastSigned := time.Now()
+	checkpoint := func() error {
+		if tree.Size() == signed {
+			return nil
+		}
+		// Only what this stream held: a stream made again since the records were read is
+		// another log, and nothing read from it is signed as this one's.
+		if now, err := k.created(ctx); err != nil {
+			return err
+		} else if !now.Equal(created) {
+			return errRemade
+		}
+		if err := k.publish(ctx, origin, tree); err != nil {
+			return err
+		}
+		signed, lastSigned = tree.Size(), time.Now()
+		return nil
+	}
+	appendLeaf := func(seq uint64, leaf tlog.Hash) error {
+		if got, want := Position(seq), tree.Size(); got != want {
+			return fmt.Errorf("position %d (PROMPTS sequence %d) is missing from PROMPTS: the log cannot grow past it (`podium audit check` names what is gone)", want, want+1)
+		}
+		if err := tree.Append(leaf); err != nil {
+			return err
+		}
+		if tree.Size()-signed >= k.Every {
+			return checkpoint()
+		}
+		return nil
+	}
+	var behindSince time.Time // since when the tree has not grown while the stream held more
+	for {
+		before := tree.Size()
+		// What the archiver was delivered, in order, first: hashed from the bytes it had.
+		for {
+			leaf, ok := k.offered.take(created, uint64(tree.Size())+1)
+			if !ok {
+				break
+			}
+			if err := appendLeaf(uint64(tree.Size())+1, leaf); err != nil {
+				return err
+			}
+		}
+		st, err := k.JS.Stream(ctx, events.StreamPrompts)
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", events.StreamPrompts, err)
+		}
+		// Made again: the next read would take the new stream from the old size.
+		if !st.CachedInfo().Created.UTC().Equal(created) {
+			return errRemade
+		}
+		switch last := st.CachedInfo().State.LastSeq; {
+		case uint64(tree.Size()) >= last:
+			behindSince = time.Time{}
+		case behindSince.IsZero() || tree.Size() > before:
+			behindSince = time.Now() // growing from offers: the archiver is about to offer the rest
+		case time.Since(behindSince) >= k.Poll && k.handledElsewhere(ctx, uint64(tree.Size())+1, time.Since(behindSince)):
+			// Handled and not offered here (another replica's share, an offer dropped), or the
+			// archiver stuck: read from the stream, what was offered meanwhile used.
+			_, err := streamscan.Scan(ctx, k.JS, events.StreamPrompts, ">", uint64(tree.Size()), func(msg jetstream.Msg) error {
+				md, err := msg.Metadata()
+				if err != nil {
+					return err
+				}
+				seq := md.Sequence.Stream
+				leaf, ok := k.offered.take(created, seq)
+				if !ok {
+					leaf = LeafHash(seq, msg.Subject(), msg.Data())
+				}
+				return appendLeaf(seq, leaf)
+			})
+			if err != nil {
+				return err
+			}
+			behindSince = time.Time{}
+		}
+		k.offered.forget(created, uint64(tree.Size()))
+		if time.Since(lastSigned) >= k.Interval {
+			if err := checkpoint(); err != nil {
+				return err
+			}
+		}
+		if behindSince.IsZero() || tree.Size() > before {
+			k.Cond.Holds() // caught up, or growing
+		}
+		if err := retry.Sleep(ctx, k.Poll); err != nil {
+			return err
+		}
+	}
+}
+
+// handledElsewhere reports whether the keeper should read the record at seq from the stream: the
+// archivers' durable acknowledged it (whoever handled it offered it to its own keeper, not this
+// one), or the keeper has waited for it longer than a checkpoint's interval (the archiver stuck:
+// the log does not wait on ClickHouse).
+func (k *Keeper) handledElsewhere(ctx context.Context, seq uint64, waited time.Duration) bool {
+	if waited >= k.Interval || k.AckFloor == nil {
+		return true
+	}
+	floor, err := k.AckFloor(ctx)
+	return err != nil || floor >= seq
+}
+
+// Offer hands the keeper a message the archiver was delivered from the PROMPTS created at
+// created: its leaf, hashed from the bytes in hand, spares the keeper reading the message again
+// from the stream. What is offered and never taken (more than the keeper holds, a stream made again
+// since) is read from the stream instead; an offer of another stream than the keeper's is never
+// taken for it.
+func (k *Keeper) Offer(created time.Time, seq uint64, subject string, body []byte) {
+	k.offered.put(created.UTC(), seq, LeafHash(seq, subject, body))
+}
+
+// maxOffered bounds the leaves offered ahead of the tree that a keeper holds (32 bytes each).
+const maxOffered = 1 << 16
+
+// offers are the leaves offered and not yet taken, by sequence, of one stream: an offer of a newer
+// stream drops those of the one before; one of an older stream is dropped.
+type offers struct {
+	mu      sync.Mutex
+	created time.Time
+	leaves  map[uint64]tlog.Hash
+}
+
+func (o *offers) put(created time.Time, seq uint64, leaf tlog.Hash) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case created.Before(o.created):
+		return // a message of a stream deleted since
+	case !created.Equal(o.created) || o.leaves == nil:
+		o.created, o.leaves = created, map[uint64]tlog.Hash{}
+	}
+	if len(o.leaves) < maxOffered {
+		o.leaves[seq] = leaf
+	}
+}
+
+func (o *offers) take(created time.Time, seq uint64) (tlog.Hash, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !created.Equal(o.created) {
+		return tlog.Hash{}, false
+	}
+	leaf, ok := o.leaves[seq]
+	delete(o.leaves, seq)
+	return leaf, ok
+}
+
+// forget drops what was offered at or below seq: a redelivery of what the tree holds.
+func (o *offers) forget(created time.Time, seq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !created.Equal(o.created) {
+		return
+	}
+	for s := range o.leaves {
+		if s <= seq {
+			delete(o.leaves, s)
+		}
+	}
+}
+
+// created is PROMPTS' identity now: its creation time.
+func (k *Keeper) created(ctx context.Context) (time.Time, error) {
+	st, err := k.JS.Stream(ctx, events.StreamPrompts)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("look up %s: %w", events.StreamPrompts, err)
+	}
+	return st.CachedInfo().Created.UTC(), nil
+}
+
+// resume is the tree of the last checkpoint of origin, and its size; an empty tree when AUDIT
+// holds none of it. A last checkpoint the keeper's key does not verify, or whose edge does not
+// give its root, stops the keeper: it would sign on from a forgery.
+func (k *Keeper) resume(ctx context.Context, origin string) (*Tree, int64, error) {
+	st, err := k.JS.Stream(ctx, events.StreamAudit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("look up %s: %w", events.StreamAudit, err)
+	}
+	last, err := st.GetLastMsgForSubject(ctx, Subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return NewTree(), 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the last checkpoint: %w", err)
+	}
+	c, err := Open(last.Data, k.Verifier)
+	if err != nil {
+		return nil, 0, fmt.Errorf("the last checkpoint in %s (sequence %d): %w", events.StreamAudit, last.Sequence, err)
+	}
+	if c.Origin != origin {
+		return NewTree(), 0, nil // of a PROMPTS deleted since: this stream's log starts empty
+	}
+	edge, err := parseEdge(last.Header.Get(EdgeHeader))
+	if err != nil {
+		return nil, 0, fmt.Errorf("the last checkpoint in %s (sequence %d): %w", events.StreamAudit, last.Sequence, err)
+	}
+	tree, err := ResumeTree(c, edge)
+	if err != nil {
+		return nil, 0, fmt.Errorf("the last checkpoint in %s (sequence %d): %w", events.StreamAudit, last.Sequence, err)
+	}
+	return tree, c.Size, nil
+}
+
+// publish signs the tree as it is and publishes the checkpoint, with its edge.
+func (k *Keeper) publish(ctx context.Context, origin string, tree *Tree) error {
+	root, err := tree.Root()
+	if err != nil {
+		return err
+	}
+	c, err := Sign(origin, tree.Size(), root, k.Signer)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(Subject)
+	msg.Data = c.Signed
+	msg.Header.Set(EdgeHeader, formatEdge(tree.Edge()))
+	if _, err := k.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("checkpoint %s %d", origin, c.Size))); err != nil {
+		return fmt.Errorf("publish the checkpoint at size %d: %w", c.Size, err)
+	}
+	if k.Signed != nil {
+		k.Signed(c)
+	}
+	return nil
+}
+
+func formatEdge(edge []tlog.Hash) string {
+	parts := make([]string, len(edge))
+	for i, h := range edge {
+		parts[i] = base64.StdEncoding.EncodeToString(h[:])
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseEdge(s string) ([]tlog.Hash, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]tlog.Hash, len(parts))
+	for i, p := range parts {
+		b, err := base64.StdEncoding.DecodeString(p)
+		if err != nil || len(b) != tlog.HashSize {
+			return nil, fmt.Errorf("the tree's edge kept beside it is not a list of hashes")
+		}
+		copy(out[i][:], b)
+	}
+	return out, nil
+}
