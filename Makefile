@@ -12,7 +12,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build archiver, composer, console, demo, podium and ranker into bin/
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/...
 
 clickhouse-server: ## install the ClickHouse server when missing (Debian), all the demo needs besides Go
 	@command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || { \

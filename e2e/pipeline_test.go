@@ -196,6 +196,50 @@ func TestGracefulShutdown(t *testing.T) {
 	})
 }
 
+// TestVersionAndGroupHelp: every binary's --version says the commit it was built from (the checkout's
+// HEAD); `podium GROUP`, `podium GROUP --help` and `podium COMMAND --help` list what they should
+// and exit 0, as git's and kubectl's do.
+func TestVersionAndGroupHelp(t *testing.T) {
+	t.Parallel()
+	if bins.err != nil {
+		t.Fatal(bins.err)
+	}
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("no git checkout to compare the commit with: %v", err)
+	}
+	for _, name := range []string{"ranker", "composer", "archiver", "console", "podium"} {
+		out, err := exec.Command(filepath.Join(bins.dir, name), "--version").CombinedOutput()
+		if want := name + " "; err != nil || !strings.HasPrefix(string(out), want) || !strings.Contains(string(out), "commit "+strings.TrimSpace(string(head))) {
+			t.Errorf("%s --version: %v\n%s\nwant %q and commit %s", name, err, out, want, head)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"templates"}, []string{"Usage: podium templates COMMAND", "  push DIR|FILE", "  compare NAME"}},
+		{[]string{"builders", "--help"}, []string{"Usage: podium builders COMMAND", "  label NAME VERSION[@DIGEST] LABEL"}},
+		{[]string{"prompts", "-h"}, []string{"  verify EXEC TEAM ROUND", "  tail "}},
+		{[]string{"audit"}, []string{"  check [--key PUBLIC_KEY]", "  keygen NAME"}},
+		{[]string{"audit", "check", "--help"}, []string{"Usage: podium audit check", "-since"}},
+		{[]string{"help"}, []string{"--version", "GROUP"}},
+	} {
+		out, err := exec.Command(filepath.Join(bins.dir, "podium"), tt.args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("podium %s: %v, want exit 0\n%s", strings.Join(tt.args, " "), err, out)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("podium %s does not say %q:\n%s", strings.Join(tt.args, " "), w, out)
+			}
+		}
+	}
+	if out, err := exec.Command(filepath.Join(bins.dir, "podium"), "templates", "nonesuch").CombinedOutput(); err == nil || !strings.Contains(string(out), "unknown command") {
+		t.Errorf("podium templates nonesuch: %v\n%s", err, out)
+	}
+}
+
 func TestHelpAndBadConfiguration(t *testing.T) {
 	t.Parallel()
 	if bins.err != nil {

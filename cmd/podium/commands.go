@@ -151,6 +151,26 @@ func isGroup(cmds []command, word string) bool {
 const helpColumn = 36
 
 // helpText is what `podium help` prints: every command of the table, by audience.
+// groupHelp lists the commands of a group (podium templates, podium prompts, ...).
+func groupHelp(cmds []command, group string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage: podium %s COMMAND [flags] [arguments]\n\n", group)
+	for _, c := range cmds {
+		sub, ok := strings.CutPrefix(c.name, group+" ")
+		if !ok {
+			continue
+		}
+		usage := strings.TrimSpace(sub + " " + c.args)
+		if len(usage)+2 > helpColumn {
+			fmt.Fprintf(&b, "  %s\n  %*s%s\n", usage, helpColumn, "", c.short)
+		} else {
+			fmt.Fprintf(&b, "  %-*s%s\n", helpColumn, usage, c.short)
+		}
+	}
+	fmt.Fprintf(&b, "\npodium %s COMMAND --help: a command's flags; podium help: every command.\n", group)
+	return b.String()
+}
+
 func helpText(cmds []command) string {
 	var b strings.Builder
 	b.WriteString("podium: tools for the people around the pipeline.\n\nUsage: podium COMMAND [flags] [arguments]\n")
@@ -170,6 +190,8 @@ func helpText(cmds []command) string {
 		}
 	}
 	fmt.Fprintf(&b, "\n  %-*s%s\n", helpColumn, "help, COMMAND --help", "this text, or a command's flags")
+	fmt.Fprintf(&b, "  %-*s%s\n", helpColumn, "GROUP", "a group's commands (podium templates, podium prompts, ...)")
+	fmt.Fprintf(&b, "  %-*s%s\n", helpColumn, "--version", "the version and the commit podium was built from")
 	b.WriteString(`
 Configuration is the services' environment (NATS_URL, NATS_CREDS, CLICKHOUSE_ADDR,
 CLICKHOUSE_DATABASE, ...; PODIUM_ prefixed names override the shared ones). verify also reads the

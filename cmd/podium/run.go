@@ -19,6 +19,7 @@ import (
 	"github.com/podium-llm/podium/internal/library"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/storeview"
+	"github.com/podium-llm/podium/internal/version"
 )
 
 // config is what podium reads from the environment: the services' shared settings, and ClickHouse
@@ -61,9 +62,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
+	if args[1] == "--version" || args[1] == "version" {
+		fmt.Fprintln(stdout, version.String("podium"))
+		return nil
+	}
 	cmd, rest := args[1], args[2:]
-	if isGroup(cmds, cmd) && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-		cmd, rest = cmd+" "+rest[0], rest[1:]
+	if isGroup(cmds, cmd) {
+		// A group alone, or asked for help, lists its commands, as git and kubectl do.
+		if len(rest) == 0 || rest[0] == "-h" || rest[0] == "--help" || rest[0] == "help" {
+			fmt.Fprint(stdout, groupHelp(cmds, cmd))
+			return nil
+		}
+		if !strings.HasPrefix(rest[0], "-") {
+			cmd, rest = cmd+" "+rest[0], rest[1:]
+		}
 	}
 	c, ok := find(cmds, cmd)
 	if !ok {

@@ -27,6 +27,7 @@ import (
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/series"
 	"github.com/podium-llm/podium/internal/tracing"
+	"github.com/podium-llm/podium/internal/version"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -64,6 +65,9 @@ func Prepare[C any, P interface {
 	switch sub {
 	case "-h", "--help", "help":
 		return nil, Usage(stdout, cmd.Name, cmd.Summary, cfg)
+	case "--version", "version":
+		_, err := fmt.Fprintln(stdout, version.String(cmd.Name))
+		return nil, err
 	case "":
 	default:
 		if !slices.Contains(cmd.Subcommands, sub) {
