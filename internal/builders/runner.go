@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -82,35 +81,23 @@ func (r *Runner) run(ctx context.Context, req any) ([]byte, error) {
 	return r.Module.Run(ctx, in, r.At)
 }
 
-// Loader reads versions' modules from the object store and compiles them, once per sha256.
+// Loader reads versions' modules from the object store and compiles them: a module the engine
+// has compiled now (those served, and its bounded cache) is not read again.
 type Loader struct {
 	Engine  *wasm.Engine
 	Modules jetstream.ObjectStore
-
-	mu     sync.Mutex
-	loaded map[string]*wasm.Module
 }
 
 // Load is the compiled module of v; its bytes are checked against v's sha256.
 func (l *Loader) Load(ctx context.Context, v Version) (*wasm.Module, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if m, ok := l.loaded[v.SHA256]; ok {
+	if m, ok := l.Engine.Cached(v.SHA256); ok {
 		return m, nil
 	}
 	module, err := Module(ctx, l.Modules, v)
 	if err != nil {
 		return nil, err
 	}
-	m, err := l.Engine.Load(ctx, module)
-	if err != nil {
-		return nil, err
-	}
-	if l.loaded == nil {
-		l.loaded = map[string]*wasm.Module{}
-	}
-	l.loaded[v.SHA256] = m
-	return m, nil
+	return l.Engine.Load(ctx, module)
 }
 
 // Recorded is the runner of the version a record names, for verifying it: the registry's

@@ -85,6 +85,13 @@ func (b *promptBuilders) swap(ctx context.Context) {
 		b.served.WithLabelValues(v.Name, strconv.Itoa(v.Version)).Set(1)
 	}
 	b.cur.Store(&next)
+	// What production serves stays compiled; what it served before goes to the engine's bounded
+	// cache, and out of memory as other versions come.
+	served := make([]string, 0, len(next))
+	for _, r := range next {
+		served = append(served, r.V.SHA256)
+	}
+	b.loader.Engine.Keep(ctx, served)
 	b.log.Info("builders swapped", "serving", len(next))
 	if !slices.ContainsFunc(next, func(r builders.Runner) bool { return r.Err != nil }) || b.retrying != nil {
 		return

@@ -43,6 +43,10 @@ type Limits struct {
 	// deadline. Besides its pages, a call may hold up to 400 MB of call stack in the host
 	// (wazero's ceiling for a module that recurses deeply): this bounds the sum.
 	Concurrent int
+	// CacheModules and CacheBytes bound the compiled modules kept besides those served now
+	// (Engine.Keep), by count and by their modules' bytes (0: 8 modules, 128 MiB; cache.go).
+	CacheModules int
+	CacheBytes   int64
 }
 
 // Reasons a call fails, recorded with a fallback.
@@ -71,9 +75,11 @@ type Engine struct {
 	limits Limits
 
 	mu       sync.Mutex
-	compiled map[string]wazero.CompiledModule // by sha256 of the bytes
-	mapped   atomic.Int64                     // instances' memory mappings not given back yet
-	slots    chan struct{}                    // one per call running
+	compiled map[string]*compiled // by sha256 of the bytes: those kept and the cache (cache.go)
+	kept     map[string]bool      // sha256 of the modules served now (Keep)
+	clock    uint64               // counts loads and calls: the cache's order of use
+	mapped   atomic.Int64         // instances' memory mappings not given back yet
+	slots    chan struct{}        // one per call running
 }
 
 // NewEngine starts a runtime with WASI preview 1 and limits.
@@ -84,13 +90,19 @@ func NewEngine(ctx context.Context, limits Limits) (*Engine, error) {
 	if limits.Concurrent == 0 {
 		limits.Concurrent = runtime.GOMAXPROCS(0)
 	}
+	if limits.CacheModules <= 0 {
+		limits.CacheModules = defaultCacheModules
+	}
+	if limits.CacheBytes <= 0 {
+		limits.CacheBytes = defaultCacheBytes
+	}
 	cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(limits.MemoryPages).WithCloseOnContextDone(true)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: WASI: %w", err)
 	}
-	return &Engine{rt: rt, limits: limits, compiled: map[string]wazero.CompiledModule{}, slots: make(chan struct{}, limits.Concurrent)}, nil
+	return &Engine{rt: rt, limits: limits, compiled: map[string]*compiled{}, slots: make(chan struct{}, limits.Concurrent)}, nil
 }
 
 // Close frees every compiled module and the runtime.
@@ -102,20 +114,22 @@ func SHA256(wasm []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Module is a compiled module.
+// Module is a compiled module (with its bytes: a call on a module the cache freed meanwhile
+// compiles it again).
 type Module struct {
 	e      *Engine
-	c      wazero.CompiledModule
+	c      *compiled
 	SHA256 string
 }
 
-// Load compiles wasm, once per content: a module already compiled is shared. A module that is
-// not a WASI command (no _start) is refused here, not at its first call.
+// Load compiles wasm, once per content while it stays compiled (cache.go): a module already
+// compiled is shared. A module that is not a WASI command (no _start) is refused here, not at its
+// first call.
 func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	sum := SHA256(wasm)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if c, ok := e.compiled[sum]; ok {
+	if c := e.cachedLocked(sum); c != nil {
 		return &Module{e: e, c: c, SHA256: sum}, nil
 	}
 	// What the module declares is checked before anything is compiled (budget.go).
@@ -131,13 +145,25 @@ func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 		_ = c.Close(ctx)
 		return nil, &Failure{Reason: ReasonLoad, Detail: "the module exports no _start: it is not a WASI command (build Go with GOOS=wasip1 GOARCH=wasm)"}
 	}
-	e.compiled[sum] = c
-	return &Module{e: e, c: c, SHA256: sum}, nil
+	entry := &compiled{sha: sum, c: c, wasm: wasm}
+	e.addLocked(ctx, entry)
+	return &Module{e: e, c: entry, SHA256: sum}, nil
 }
 
 // Run runs the module once: input on stdin, now as its wall clock. It returns stdout, or a
 // *Failure.
 func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, error) {
+	c := m.c
+	if !m.e.acquire(c) { // freed by the cache since it was loaded: compiled again
+		again, err := m.e.Load(ctx, c.wasm)
+		if err != nil {
+			return nil, err
+		}
+		if c = again.c; !m.e.acquire(c) {
+			return nil, &Failure{Reason: ReasonLoad, Detail: "the compiled module was freed as it was loaded again (the cache is too small for the modules in use)"}
+		}
+	}
+	defer m.e.release(ctx, c)
 	select {
 	case m.e.slots <- struct{}{}:
 		defer func() { <-m.e.slots }()
@@ -174,7 +200,7 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 	// wazero panics on an allocator's failure it does not expect: this call's failure, not the
 	// composer's.
 	if p := panics.Catch(func() {
-		mod, err = m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, maps.allocator()), m.c, cfg)
+		mod, err = m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, maps.allocator()), c.c, cfg)
 	}); p != nil {
 		return nil, &Failure{Reason: ReasonMemory, Detail: fmt.Sprintf("the instance could not be made: %v", p.Value)}
 	}
