@@ -152,6 +152,9 @@ func printAuditReport(e *env, rep auditlog.Report) {
 	fmt.Fprintf(e.out, "log %s\n", rep.Origin)
 	fmt.Fprintf(e.out, "PROMPTS holds %d records, the archive %d rows; %d signed checkpoints, the latest of %d records; %d consistency proofs checked\n",
 		rep.StreamRecords, rep.ArchiveRows, rep.Checkpoints, rep.Signed, rep.Consistent)
+	if rep.Others > 0 {
+		fmt.Fprintf(e.out, "%d checkpoints of other logs (a key rotated, a PROMPTS made again) are not checked here\n", rep.Others)
+	}
 	if rep.SinceConsistent {
 		fmt.Fprintln(e.out, "the log only grew since the checkpoint given with --since")
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -39,9 +40,10 @@ type Report struct {
 	Origin          string      `json:"origin"`
 	StreamRecords   int64       `json:"stream_records"`
 	ArchiveRows     int64       `json:"archive_rows"`
-	Checkpoints     int         `json:"checkpoints"`        // signed ones of this log
-	Signed          int64       `json:"signed_size"`        // the size of the latest of them
-	Consistent      int         `json:"consistency_proofs"` // checked between consecutive checkpoints
+	Checkpoints     int         `json:"checkpoints"`            // signed ones of this log
+	Others          int         `json:"other_logs_checkpoints"` // of other logs: not checked here
+	Signed          int64       `json:"signed_size"`            // the size of the latest of them
+	Consistent      int         `json:"consistency_proofs"`     // checked between consecutive checkpoints
 	SinceConsistent bool        `json:"since_consistent,omitempty"`
 	Findings        []Finding   `json:"findings"`
 	Latest          *Checkpoint `json:"-"`
@@ -261,13 +263,16 @@ func resolve(pos int64, copies []copyOf, leaves []tlog.Hash, checkpoints []Check
 func readCheckpoints(v note.Verifier, origin string, src Sources, rep *Report) ([]Checkpoint, error) {
 	var out []Checkpoint
 	err := src.Checkpoints(func(auditSeq uint64, signed []byte) error {
+		// Another log's (a PROMPTS deleted since, another key's before a rotation): its first
+		// line, the origin, says so; only one that claims this log must be signed by its key.
+		if first, _, _ := strings.Cut(string(signed), "\n"); first != origin {
+			rep.Others++
+			return nil
+		}
 		c, err := Open(signed, v)
 		if err != nil {
 			rep.find(-1, "AUDIT sequence %d: %v", auditSeq, err)
 			return nil
-		}
-		if c.Origin != origin {
-			return nil // another PROMPTS' log (a stream deleted since)
 		}
 		if n := len(out); n > 0 && c.Size < out[n-1].Size {
 			rep.find(c.Size, "AUDIT sequence %d signs a log of %d records after one of %d: the log went back", auditSeq, c.Size, out[n-1].Size)

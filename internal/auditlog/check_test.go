@@ -141,6 +141,13 @@ func TestCheckNamesEachTampering(t *testing.T) {
 		{"a checkpoint that is not signed", func(f *logFixture) {
 			f.signed = append(f.signed, []byte(strings.Replace(string(f.signed[1]), "\n10\n", "\n11\n", 1)))
 		}, []string{"-1: AUDIT sequence 5: the checkpoint is not signed by the log's key"}},
+		{"a checkpoint of this log signed by another key", func(f *logFixture) {
+			other, _ := newFixture(t, 20, 10)
+			f.signed = append(f.signed, other.signed[0])
+		}, []string{"-1: AUDIT sequence 5: the checkpoint is not signed by the log's key"}},
+		{"another log's checkpoint (a key rotated, a stream made again): skipped", func(f *logFixture) {
+			f.signed = append(f.signed, []byte("other/PROMPTS/2026-01-02T00:00:00Z\n3\nAAAA\n\n— other AAAA\n"))
+		}, nil},
 		{"checkpoints out of order", func(f *logFixture) {
 			f.signed[1], f.signed[2] = f.signed[2], f.signed[1]
 		}, []string{"10: AUDIT sequence 3 signs a log of 10 records after one of 16: the log went back"}},

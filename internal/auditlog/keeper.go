@@ -274,12 +274,14 @@ func (k *Keeper) resume(ctx context.Context, origin string) (*Tree, int64, error
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the last checkpoint: %w", err)
 	}
+	// The last checkpoint of another log (a PROMPTS deleted since, or another key's before a
+	// rotation: the origin names both): this log starts empty.
+	if first, _, _ := strings.Cut(string(last.Data), "\n"); first != origin {
+		return NewTree(), 0, nil
+	}
 	c, err := Open(last.Data, k.Verifier)
 	if err != nil {
 		return nil, 0, fmt.Errorf("the last checkpoint in %s (sequence %d): %w", events.StreamAudit, last.Sequence, err)
-	}
-	if c.Origin != origin {
-		return NewTree(), 0, nil // of a PROMPTS deleted since: this stream's log starts empty
 	}
 	edge, err := parseEdge(last.Header.Get(EdgeHeader))
 	if err != nil {
