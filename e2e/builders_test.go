@@ -119,6 +119,33 @@ func TestPromptBuilders(t *testing.T) {
 		t.Fatalf("verify of a built prompt: exit %d\n%s", code, out)
 	}
 
+	// The same builder in C (builders/phi4mini-c) as version 2: labelled production, it builds
+	// the next request, which verifies; the record of version 1 still verifies with version 1.
+	phiC := writeModule(t, "phi4mini-c", testenv.BuildC(t, "../builders/phi4mini-c"))
+	if out, code := e.podium(t, nil, "builders", "push", phiC, "--name", "phi4mini", "--models", "phi-4*", "--models", "microsoft/phi-4*", "--priority", "10"); code != 0 || !strings.Contains(out, "pushed builder phi4mini@2") {
+		t.Fatalf("push of the C builder: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "builders", "label", "phi4mini", "2", "production"); code != 0 {
+		t.Fatalf("label the C builder: exit %d\n%s", code, out)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the composer serving the C builder", func() (bool, string) {
+		return composer.metric(t, `composer_builders_served{name="phi4mini",version="2"}`) == 1, ""
+	})
+	inC := request("t4", "Four", "phi-4-mini", map[string]any{"tools": tools})
+	if inC.Builder == nil || inC.Builder.Fallback || inC.Builder.Version != 2 {
+		t.Fatalf("not built by the C builder, phi4mini@2: %+v", inC.Builder)
+	}
+	for _, want := range []string{"<|system|>You are Four (team id t4)", `<|tool|>[{"description":"runs the tests","name":"run_tests"}]<|/tool|><|end|>`, "1. Two: best 0.90 in round 1\n", "<|assistant|>"} {
+		if !strings.Contains(inC.Prompt, want) {
+			t.Fatalf("the C builder's prompt lacks %q:\n%s", want, inC.Prompt)
+		}
+	}
+	for _, team := range []string{"t2", "t4"} {
+		if out, code := e.podium(t, nil, "prompts", "verify", execution, team, "2"); code != 0 {
+			t.Fatalf("verify of %s's prompt: exit %d\n%s", team, code, out)
+		}
+	}
+
 	// Hostile builders: each serves its own model, and each falls back within the deadline.
 	hostile := []struct{ kind, reason string }{
 		{"trap", "builder trap: "}, {"loop", "builder timeout: "}, {"alloc", "builder memory: "},
@@ -260,11 +287,12 @@ func TestPromptBuilders(t *testing.T) {
 		t.Fatalf("after the hostile builders: %+v", again.Builder)
 	}
 
-	// The execution's bundle carries the builder's module: its records verify with no server.
+	// The execution's bundle carries the builders' modules (Go and C): its records verify with no
+	// server.
 	bundle := filepath.Join(t.TempDir(), "builders.podium.json.gz")
 	out, code = e.podium(t, nil, "export", "--execution", execution, "--out", bundle)
 	t.Logf("$ podium export --execution %s\n%s", execution, out)
-	if code != 0 || !strings.Contains(out, "1 builder versions") {
+	if code != 0 || !strings.Contains(out, "2 builder versions") {
 		t.Fatalf("export: exit %d\n%s", code, out)
 	}
 	cmd := exec.Command(filepath.Join(bins.dir, "podium"), "prompts", "verify", "--bundle", bundle)

@@ -24,3 +24,18 @@ func BuildWasm(tb testing.TB, dir string) []byte {
 	}
 	return b
 }
+
+// BuildC builds a builder written in C with the build.sh beside its source in dir (Debian's clang
+// and wasi-libc: docs/builders.md), and returns the module's bytes.
+func BuildC(tb testing.TB, dir string) []byte {
+	tb.Helper()
+	out := filepath.Join(tb.TempDir(), filepath.Base(dir)+".wasm")
+	if msg, err := exec.Command(filepath.Join(dir, "build.sh"), out).CombinedOutput(); err != nil {
+		tb.Fatalf("building %s: %v\n%s", dir, err, msg)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}

@@ -7,22 +7,35 @@ import (
 	"github.com/podium-llm/podium/internal/testenv"
 )
 
-// BenchmarkRunExampleBuilder: one build by the shipped example builder (a Go module): a fresh
-// instance per call, as composers run it.
+// BenchmarkRunExampleBuilder: one build by each shipped example builder, a fresh instance per
+// call, as composers run it: the Go module (its runtime starts in every instance) and the C one.
+//
+// `go test -run '^$' -bench RunExampleBuilder -benchmem ./internal/wasm`
 func BenchmarkRunExampleBuilder(b *testing.B) {
-	e, err := wasmEngine(b)
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := e.Load(context.Background(), testenv.BuildWasm(b, "../../builders/phi4mini"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := m.Run(context.Background(), []byte(buildInput), requestTime); err != nil {
-			b.Fatal(err)
-		}
+	for _, example := range []struct {
+		name  string
+		build func(testing.TB, string) []byte
+		dir   string
+	}{
+		{"go", testenv.BuildWasm, "../../builders/phi4mini"},
+		{"c", testenv.BuildC, "../../builders/phi4mini-c"},
+	} {
+		b.Run(example.name, func(b *testing.B) {
+			e, err := wasmEngine(b)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := e.Load(context.Background(), example.build(b, example.dir))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := m.Run(context.Background(), []byte(buildInput), requestTime); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

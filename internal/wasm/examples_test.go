@@ -1,0 +1,52 @@
+package wasm_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/podium-llm/podium/internal/testenv"
+)
+
+// exampleInputs are requests both examples must answer alike: the shapes of a build (first round,
+// later rounds, tools, a leaderboard) and of a parse (tool calls, blocks that are not, an end
+// marker), with the strings JSON makes hard (quotes, <, > and &, control characters, U+2028,
+// other scripts) and numbers of every form.
+var exampleInputs = []string{
+	buildInput,
+	`{"op":"build","model":"phi-4-mini","context":{"team":{"id":"t9","name":"Équipe \"Neuf\" <9> & co"},"user_prompt":"Line one\nline\ttwo\u2028three 語","round_number":1,"is_first_round":true,"current_datetime":"2026-03-01T09:30:00"}}`,
+	`{"op":"build","model":"phi-4-mini","context":{"team":{"id":"t1","name":"One"},"user_prompt":"x","round_number":2.5,"is_first_round":false,"current_datetime":"now","history":[{"round_number":1,"score_text":"12.50","feedback":"","preview":"p\u0001q"},{"round_number":2,"score_text":"-1","feedback":"better\r\n","preview":"<code>&amp;</code>"}],"leaderboard":[{"position":1,"team_name":"Two","best_score_text":"0.9","best_round":3},{"position":2,"team_name":"One","best_score_text":"0.4","best_round":1,"is_self":true}]},` +
+		`"vars":{"tools":[{"name":"search","parameters":{"type":"object","z":1e21,"a":[0.5,1e-7,123456789,-0.0,3]},"description":"finds <things> & more"},{"name":"run","description":"x"}]}}`,
+	`{"op":"build","model":"phi-4-mini","context":{},"vars":{"tools":[]}}`,
+	`{"op":"parse","model":"phi-4-mini","output":"Thinking done. <|tool_call|>[{\"name\":\"search\",\"arguments\":{\"q\":\"<b> & c\",\"n\":2,\"a\":[1.5,{\"y\":null,\"x\":true}]}}]<|/tool_call|> then <|tool_call|>[{\"arguments\":{}}]<|/tool_call|> and <|tool_call|>not json<|/tool_call|> final answer <|end|>"}`,
+	`{"op":"parse","model":"phi-4-mini","output":"  just an answer\n<|end|>\n"}`,
+	`{"op":"parse","model":"phi-4-mini","output":"<|tool_call|>[{\"name\":\"a\"},{\"name\":\"b\",\"arguments\":[1,2]}]<|/tool_call|><|tool_call|>unclosed"}`,
+}
+
+// TestExampleBuildersAgree: the C example builder answers every input with the very bytes of the
+// Go one (so either may serve production, and a record of one verifies with the other's rules).
+func TestExampleBuildersAgree(t *testing.T) {
+	e := engine(t)
+	goModule := load(t, e, testenv.BuildWasm(t, "../../builders/phi4mini"))
+	cModule := load(t, e, testenv.BuildC(t, "../../builders/phi4mini-c"))
+	total := 0
+	for i, in := range exampleInputs {
+		want, err := goModule.Run(context.Background(), []byte(in), requestTime)
+		if err != nil {
+			t.Fatalf("input %d, the Go builder: %v", i, err)
+		}
+		got, err := cModule.Run(context.Background(), []byte(in), requestTime)
+		if err != nil {
+			t.Fatalf("input %d, the C builder: %v", i, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("input %d: the C builder answers\n%s\nthe Go builder\n%s", i, got, want)
+		}
+		total += len(want)
+	}
+	t.Logf("%d inputs: the same %d bytes of answers from both", len(exampleInputs), total)
+	if _, err := cModule.Run(context.Background(), []byte(`{"op":"nothing"}`), requestTime); err == nil || !strings.Contains(err.Error(), "unknown op") {
+		t.Errorf("an unknown op: %v", err)
+	}
+}
