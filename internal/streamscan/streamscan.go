@@ -45,18 +45,24 @@ func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, af
 		return 0, fmt.Errorf("read %s: %w", stream, err)
 	}
 	info := st.CachedInfo()
-	r := reader{nc: js.Conn(), stream: stream, filter: filter, direct: info.Config.AllowDirect, maxBytes: batchBytes}
+	r := reader{nc: js.Conn(), stream: stream, filter: filter, maxBytes: batchBytes}
 	if r.filter == "" {
 		r.filter = ">"
 	}
 	if r.nc == nil {
 		return 0, fmt.Errorf("read %s: a JetStream context without a connection", stream)
 	}
+	// Batched direct gets came with nats-server 2.11: an older server answers one message and no
+	// end of batch, so it is read from its leader instead.
+	r.direct = info.Config.AllowDirect && batchesDirectGets(r.nc.ConnectedServerVersion())
 	r.maxBytes = max(r.maxBytes, int(r.nc.MaxPayload())+64<<10)
 	end := info.State.LastSeq
 	read := 0
 	for next := after + 1; next <= end; {
 		got, err := r.batch(ctx, next, end, func(m *stored) error {
+			if m.seq < next {
+				return fmt.Errorf("read %s: a direct get answered sequence %d when asked from %d", stream, m.seq, next)
+			}
 			read++
 			next = m.seq + 1
 			return fn(m)
@@ -76,6 +82,9 @@ func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, af
 		if m == nil || m.seq > end {
 			break
 		}
+		if m.seq < next {
+			return read, fmt.Errorf("read %s: the leader answered sequence %d when asked from %d", stream, m.seq, next)
+		}
 		read++
 		next = m.seq + 1
 		if err := fn(m); err != nil {
@@ -87,20 +96,25 @@ func Scan(ctx context.Context, js jetstream.JetStream, stream, filter string, af
 
 // Follow hands fn every message of stream on filter after sequence after, as Scan does, then
 // every later one as it is stored, asking again every poll, until ctx ends (its error is then
-// nil: the normal end of following) or fn fails. A stream not yet made is waited for.
+// nil: the normal end of following) or fn fails. A stream not yet made, or a read that fails, is
+// waited for.
 func Follow(ctx context.Context, js jetstream.JetStream, stream, filter string, after uint64, poll time.Duration, fn func(jetstream.Msg) error) error {
 	for {
-		_, err := Scan(ctx, js, stream, filter, after, func(m jetstream.Msg) error {
+		var fnErr error
+		_, _ = Scan(ctx, js, stream, filter, after, func(m jetstream.Msg) error {
 			if md, err := m.Metadata(); err == nil {
 				after = md.Sequence.Stream
 			}
-			return fn(m)
+			fnErr = fn(m)
+			return fnErr
 		})
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return err
+		// fn's error ends it; a read that failed (a reconnect, an election, a stream not made
+		// yet) is asked again at the next poll.
+		if fnErr != nil {
+			return fnErr
 		}
 		select {
 		case <-ctx.Done():
@@ -121,6 +135,16 @@ func Last(ctx context.Context, js jetstream.JetStream, stream string) (uint64, e
 		return 0, fmt.Errorf("read %s: %w", stream, err)
 	}
 	return st.CachedInfo().State.LastSeq, nil
+}
+
+// batchesDirectGets reports whether a server of version v (major.minor.patch) answers batched
+// direct gets: 2.11 and later.
+func batchesDirectGets(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false // unknown: the leader's gets work on every version
+	}
+	return major > 2 || (major == 2 && minor >= 11)
 }
 
 // reader asks one stream for its messages on one filter.
@@ -198,7 +222,10 @@ func (r reader) leaderGet(ctx context.Context, seq uint64) (*stored, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg, err := r.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+r.stream, req)
+	// Bounded: a leader that never answers (a stream offline, a full API queue) fails the read.
+	wait, cancel := context.WithTimeout(ctx, answerWait)
+	defer cancel()
+	msg, err := r.nc.RequestWithContext(wait, "$JS.API.STREAM.MSG.GET."+r.stream, req)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: the leader's get: %w", r.stream, err)
 	}
@@ -242,15 +269,24 @@ func (r reader) leaderGet(ctx context.Context, seq uint64) (*stored, error) {
 
 // fromDirect reads a direct get's answer: the message, and where it is stored in its headers.
 func fromDirect(stream string, msg *nats.Msg) (*stored, error) {
-	seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	// The server's values come after any a publisher set under the same names: the last one is
+	// the server's (a publisher's Nats-Sequence must not move a scan).
+	last := func(key string) string {
+		vs := msg.Header.Values(key)
+		if len(vs) == 0 {
+			return ""
+		}
+		return vs[len(vs)-1]
+	}
+	seq, err := strconv.ParseUint(last(jetstream.SequenceHeader), 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: a direct get's answer without a sequence: %w", stream, err)
 	}
-	at, err := time.Parse(time.RFC3339Nano, msg.Header.Get(jetstream.TimeStampHeaer))
+	at, err := time.Parse(time.RFC3339Nano, last(jetstream.TimeStampHeaer))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: sequence %d: a direct get's answer without a time: %w", stream, seq, err)
 	}
-	pending, _ := strconv.ParseUint(msg.Header.Get("Nats-Num-Pending"), 10, 64)
-	return &stored{stream: stream, subject: msg.Header.Get(jetstream.SubjectHeader), seq: seq, at: at, pending: pending,
+	pending, _ := strconv.ParseUint(last("Nats-Num-Pending"), 10, 64)
+	return &stored{stream: stream, subject: last(jetstream.SubjectHeader), seq: seq, at: at, pending: pending,
 		header: msg.Header, data: msg.Data}, nil
 }

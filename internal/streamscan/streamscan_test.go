@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/servers"
@@ -223,3 +224,45 @@ func span(from, to, step uint64) []uint64 {
 }
 
 func head(s []uint64) []uint64 { return s[:min(len(s), 5)] }
+
+// TestAPublishersHeadersDoNotMoveAScan: a message published with its own Nats-Sequence,
+// Nats-Subject and Nats-Time-Stamp headers (which the server keeps, its own after them) is read
+// at its real sequence and subject, once: a publisher cannot send a scan back or make it loop.
+func TestAPublishersHeadersDoNotMoveAScan(t *testing.T) {
+	ctx := context.Background()
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FORGED", Subjects: []string{"forged.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		msg := nats.NewMsg(fmt.Sprintf("forged.t%d", i))
+		msg.Data = []byte{byte(i)}
+		msg.Header.Set("Nats-Sequence", "1")
+		msg.Header.Set("Nats-Subject", "forged.elsewhere")
+		msg.Header.Set("Nats-Time-Stamp", "not a time")
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seqs []uint64
+	var subjects []string
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	n, err := Scan(ctx, js, "FORGED", ">", 0, func(m jetstream.Msg) error {
+		md, _ := m.Metadata()
+		seqs, subjects = append(seqs, md.Sequence.Stream), append(subjects, m.Subject())
+		return nil
+	})
+	if err != nil || n != 3 || !slices.Equal(seqs, []uint64{1, 2, 3}) || !slices.Equal(subjects, []string{"forged.t0", "forged.t1", "forged.t2"}) {
+		t.Fatalf("read %d: %v %v, %v", n, seqs, subjects, err)
+	}
+}
+
+// TestOnlyServersThatBatchAreAskedInBatches: nats-server 2.11 brought batched direct gets.
+func TestOnlyServersThatBatchAreAskedInBatches(t *testing.T) {
+	for v, want := range map[string]bool{"2.10.22": false, "2.11.0": true, "2.15.2": true, "3.0.0": true, "": false, "dev": false} {
+		if got := batchesDirectGets(v); got != want {
+			t.Errorf("%q: %v, want %v", v, got, want)
+		}
+	}
+}
