@@ -133,6 +133,25 @@ func TestAuditLogShowsTampering(t *testing.T) {
 	if want := fmt.Sprintf("position %d (PROMPTS sequence %d): the prompt is not what the log signed", changedSeq-1, changedSeq); code != 1 || !strings.Contains(out, want) {
 		t.Fatalf("verify --bundle --key of a bundle with a record changed: exit %d, want 1 and %q\n%s", code, want, out)
 	}
+	// The same change with its proof removed: a prompt the checkpoint signs must carry one.
+	stripped := b
+	for i, p := range stripped.Log.Proofs {
+		if p.Seq == changedSeq {
+			stripped.Log.Proofs = append(stripped.Log.Proofs[:i:i], stripped.Log.Proofs[i+1:]...)
+			break
+		}
+	}
+	buf.Reset()
+	if err := stripped.Write(&buf, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(changed, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = e.podium(t, offline, "prompts", "verify", "--bundle", changed, "--key", public)
+	if code != 1 || !strings.Contains(out, "the checkpoint signs it but the bundle carries no proof of it") {
+		t.Fatalf("verify --bundle --key of a changed record with its proof removed: exit %d\n%s", code, out)
+	}
 	_, otherPublic := e.auditKey(t, "e2e-other")
 	if out, code := e.podium(t, offline, "prompts", "verify", "--bundle", bundle, "--key", otherPublic); code != 1 || !strings.Contains(out, "not signed by the log's key") {
 		t.Fatalf("verify --bundle with another key: exit %d\n%s", code, out)

@@ -102,9 +102,13 @@ func (e *env) checkAuditLog(ctx context.Context, v note.Verifier, since []byte) 
 	info := prompts.CachedInfo()
 	// The log's name is its key's: the archiver signs with the key `podium audit keygen NAME` made.
 	origin := auditlog.Origin(v.Name(), info.Created)
-	var floor uint64
-	if c, err := js.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver); err == nil {
+	var floor uint64 // no archiver yet: nothing is below its ack floor
+	c, err := js.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver)
+	switch {
+	case err == nil:
 		floor = c.CachedInfo().AckFloor.Stream
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return auditlog.Report{}, fmt.Errorf("read the archiver's ack floor: %w", err)
 	}
 	st, err := e.rank(ctx)
 	if err != nil {

@@ -254,6 +254,10 @@ func verifyBundleLog(e *env, b audit.Bundle, key string) error {
 	for _, p := range b.Prompts {
 		hashes, ok := proofs[p.Seq]
 		if !ok {
+			// A prompt the checkpoint signs must carry its proof: one removed would hide a change.
+			if pos := auditlog.Position(p.Seq); pos >= 0 && pos < c.Size {
+				bad = append(bad, fmt.Sprintf("position %d (PROMPTS sequence %d): the checkpoint signs it but the bundle carries no proof of it", pos, p.Seq))
+			}
 			continue
 		}
 		proof := make(tlog.RecordProof, len(hashes))

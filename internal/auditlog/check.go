@@ -2,6 +2,7 @@ package auditlog
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -102,12 +103,12 @@ func Check(v note.Verifier, origin string, since []byte, src Sources) (Report, e
 		switch {
 		case seq == 0:
 			rep.find(-1, "the archive holds a row at sequence 0 (event id %s): no stream stores one there", eventID)
+		case seq > src.Last:
+			rep.find(pos, "the archive holds a row (event id %s) at sequence %d, which PROMPTS never stored (its last is %d): inserted", eventID, seq, src.Last)
 		case pos < int64(len(held)) && held[pos]:
 			if leaf != leaves[pos] {
 				rep.find(pos, "the archive's row (event id %s) differs from what PROMPTS holds at sequence %d", eventID, seq)
 			}
-		case seq > src.Last:
-			rep.find(pos, "the archive holds a row (event id %s) at sequence %d, which PROMPTS never stored (its last is %d): inserted", eventID, seq, src.Last)
 		default:
 			if !slices.ContainsFunc(fromArchive[pos], func(c copyOf) bool { return c.leaf == leaf }) {
 				fromArchive[pos] = append(fromArchive[pos], copyOf{leaf, eventID})
@@ -203,6 +204,8 @@ func Check(v note.Verifier, origin string, since []byte, src Sources) (Report, e
 	if len(checkpoints) > 0 {
 		rep.Latest = &checkpoints[len(checkpoints)-1]
 		rep.Signed = rep.Latest.Size
+	} else if rep.StreamRecords > 0 {
+		rep.find(-1, "AUDIT holds no checkpoint of this log (%s), signed by this key, though PROMPTS holds %d records: is the archiver keeping it (ARCHIVER_AUDIT_SIGNING_KEY_FILE), and is this its key?", origin, rep.StreamRecords)
 	}
 	if since != nil {
 		if err := checkSince(v, origin, since, h, rep.Latest, &rep); err != nil {
@@ -274,15 +277,15 @@ func readCheckpoints(v note.Verifier, origin string, src Sources, rep *Report) (
 			rep.find(-1, "AUDIT sequence %d: %v", auditSeq, err)
 			return nil
 		}
-		if n := len(out); n > 0 && c.Size < out[n-1].Size {
-			rep.find(c.Size, "AUDIT sequence %d signs a log of %d records after one of %d: the log went back", auditSeq, c.Size, out[n-1].Size)
-			return nil
-		}
-		if n := len(out); n > 0 && c.Size == out[n-1].Size {
-			if c.Root != out[n-1].Root {
-				rep.find(c.Size, "AUDIT sequence %d signs another root for the same %d records: the log forked", auditSeq, c.Size)
+		// Replicas sign at their own sizes, so a smaller one may come after a larger: by size,
+		// each checked against the tree and its neighbours (a log that went back shows there).
+		for _, o := range out {
+			if o.Size == c.Size {
+				if o.Root != c.Root {
+					rep.find(c.Size, "AUDIT sequence %d signs another root for the same %d records: the log forked", auditSeq, c.Size)
+				}
+				return nil
 			}
-			return nil
 		}
 		out = append(out, c)
 		return nil
@@ -290,6 +293,7 @@ func readCheckpoints(v note.Verifier, origin string, src Sources, rep *Report) (
 	if err != nil {
 		return nil, fmt.Errorf("read AUDIT: %w", err)
 	}
+	slices.SortFunc(out, func(a, b Checkpoint) int { return cmp.Compare(a.Size, b.Size) })
 	rep.Checkpoints = len(out)
 	return out, nil
 }

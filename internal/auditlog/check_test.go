@@ -148,9 +148,15 @@ func TestCheckNamesEachTampering(t *testing.T) {
 		{"another log's checkpoint (a key rotated, a stream made again): skipped", func(f *logFixture) {
 			f.signed = append(f.signed, []byte("other/PROMPTS/2026-01-02T00:00:00Z\n3\nAAAA\n\n— other AAAA\n"))
 		}, nil},
-		{"checkpoints out of order", func(f *logFixture) {
+		{"checkpoints of two replicas, a smaller after a larger: whole", func(f *logFixture) {
 			f.signed[1], f.signed[2] = f.signed[2], f.signed[1]
-		}, []string{"10: AUDIT sequence 3 signs a log of 10 records after one of 16: the log went back"}},
+		}, nil},
+		{"a row forged at a sequence past 2^63", func(f *logFixture) {
+			f.archive = append(f.archive, archiveRow{1<<63 + 5, "prompt.composed.x.t0", "{}", "huge"})
+		}, []string{"the archive holds a row (event id huge) at sequence 9223372036854775813, which PROMPTS never stored"}},
+		{"no checkpoint at all", func(f *logFixture) {
+			f.signed = nil
+		}, []string{"-1: AUDIT holds no checkpoint of this log"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f, public := newFixture(t, 20, 4, 10, 16, 20)

@@ -146,18 +146,15 @@ func (k *Keeper) keep(ctx context.Context) error {
 			behindSince = time.Now() // growing from offers: the archiver is about to offer the rest
 		case time.Since(behindSince) >= k.Poll && k.handledElsewhere(ctx, uint64(tree.Size())+1, time.Since(behindSince)):
 			// Handled and not offered here (another replica's share, an offer dropped), or the
-			// archiver stuck: read from the stream, what was offered meanwhile used.
+			// archiver stuck: read from the stream.
 			_, err := streamscan.Scan(ctx, k.JS, events.StreamPrompts, ">", uint64(tree.Size()), func(msg jetstream.Msg) error {
 				md, err := msg.Metadata()
 				if err != nil {
 					return err
 				}
+				// The message in hand, not an offer: read from this stream, it is this log's.
 				seq := md.Sequence.Stream
-				leaf, ok := k.offered.take(created, seq)
-				if !ok {
-					leaf = LeafHash(seq, msg.Subject(), msg.Data())
-				}
-				return appendLeaf(seq, leaf)
+				return appendLeaf(seq, LeafHash(seq, msg.Subject(), msg.Data()))
 			})
 			if err != nil {
 				return err
