@@ -2,7 +2,6 @@ package inputs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -71,40 +71,16 @@ func (e *evaluationsStream) next(ctx context.Context, subject string, seq uint64
 	return leaderNext(ctx, e.js.Conn(), events.StreamEvaluations, subject, seq)
 }
 
-// leaderNext asks the stream's leader (JetStream's STREAM.MSG.GET, which nats.go replaces by a
-// direct get when the stream allows those) for the first message on subject at or after seq.
+// leaderNext is the sequence of the first message on subject at or after seq, as the stream's
+// leader answers (streamscan.LeaderNext); 0 when there is none.
 func leaderNext(ctx context.Context, nc *nats.Conn, stream, subject string, seq uint64) (uint64, error) {
-	req, err := json.Marshal(struct {
-		Seq  uint64 `json:"seq"`
-		Next string `json:"next_by_subj"`
-	}{seq, subject})
+	m, err := streamscan.LeaderNext(ctx, nc, stream, subject, seq)
+	if err != nil || m == nil {
+		return 0, err
+	}
+	md, err := m.Metadata()
 	if err != nil {
 		return 0, err
 	}
-	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return 0, fmt.Errorf("%s: leader get: %w", stream, err)
-	}
-	var resp struct {
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, fmt.Errorf("%s: leader get: %w", stream, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrCode == 10037: // no message found (a missing stream is 404 too)
-		return 0, nil
-	case resp.Error != nil:
-		return 0, fmt.Errorf("%s: leader get: %s (%d)", stream, resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return 0, fmt.Errorf("%s: leader get: an answer without a message", stream)
-	}
-	return resp.Message.Seq, nil
+	return md.Sequence.Stream, nil
 }

@@ -147,6 +147,17 @@ func batchesDirectGets(v string) bool {
 	return major > 2 || (major == 2 && minor >= 11)
 }
 
+// LeaderNext asks the stream's leader (STREAM.MSG.GET, never a replica that may lag) for the first
+// message on subject at or after seq; nil when the stream holds none. A missing stream is
+// jetstream.ErrStreamNotFound, wrapped.
+func LeaderNext(ctx context.Context, nc *nats.Conn, stream, subject string, seq uint64) (jetstream.Msg, error) {
+	m, err := reader{nc: nc, stream: stream, filter: subject}.leaderGet(ctx, seq)
+	if m == nil || err != nil {
+		return nil, err // a nil *stored is no message, not a jetstream.Msg holding nil
+	}
+	return m, nil
+}
+
 // reader asks one stream for its messages on one filter.
 type reader struct {
 	nc       *nats.Conn
