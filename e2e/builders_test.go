@@ -8,10 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -157,7 +161,7 @@ func TestPromptBuilders(t *testing.T) {
 		switch h.kind {
 		case "trap":
 			module = trapWasm
-		case "load": // a module no composer holds yet, its stored bytes changed after its push
+		case "load": // a module no composer holds yet, its released bytes lost
 			// The trap module with a second (unused) function type: other bytes, as valid.
 			module = slices.Concat(trapWasm[:8], []byte{0x01, 0x07, 0x02, 0x60, 0x00, 0x00, 0x60, 0x00, 0x00}, trapWasm[14:])
 		default:
@@ -168,19 +172,14 @@ func TestPromptBuilders(t *testing.T) {
 			t.Fatalf("push %s: exit %d\n%s", name, code, out)
 		}
 		if h.kind == "load" {
-			// Bytes changed in the authors' store under the pushed version: production refuses them.
+			// Other bytes appended under the pushed version's sha256 in the authors' store (what
+			// any author may write): never read as the module; the label copies the real one.
 			sum := fmt.Sprintf("%x", sha256.Sum256(module))
-			modules, err := e.js.ObjectStore(t.Context(), "BUILDER_MODULES")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := modules.PutBytes(t.Context(), sum, []byte("changed under its name")); err != nil {
-				t.Fatal(err)
-			}
-			if out, code := e.podium(t, nil, "builders", "label", name, "1", "production"); code == 0 || !strings.Contains(out, "the module of "+name+"@1 is 22 bytes") {
-				t.Fatalf("label over changed bytes: exit %d\n%s", code, out)
-			}
-			if _, err := modules.PutBytes(t.Context(), sum, module); err != nil {
+			forged := nats.NewMsg("builders.modules." + sum)
+			forged.Data = []byte("changed under its name")
+			forged.Header.Set("Podium-Module-Chunk", "0/1")
+			forged.Header.Set("Podium-Module-Size", strconv.Itoa(len(module)))
+			if _, err := e.js.PublishMsg(t.Context(), forged); err != nil {
 				t.Fatal(err)
 			}
 			if out, code := e.podium(t, nil, "builders", "label", name, "1", "production"); code != 0 {
@@ -189,18 +188,13 @@ func TestPromptBuilders(t *testing.T) {
 			if n := composer.metric(t, `composer_builder_builds_total{reason="timeout",result="fallback"}`); n < 1 {
 				t.Fatalf("the timeout fallback is not counted: %v", n)
 			}
-			// The released bytes fail on the store's side (a fault, not a role: only the release
-			// role writes there) while no composer holds them: a composer started now falls back.
+			// The released bytes are lost on the store's side (a fault, not a role: nobody but the
+			// operator can delete the stream, here made again from the authors' store but for this
+			// module) while no composer holds them: a composer started now falls back.
 			if _, err := composer.stop(t, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			releases, err := e.js.ObjectStore(t.Context(), "BUILDER_RELEASES")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := releases.PutBytes(t.Context(), sum, []byte("changed under its name")); err != nil {
-				t.Fatal(err)
-			}
+			loseRelease(t, e, name)
 			composer = e.start("composer")
 		} else if out, code := e.podium(t, nil, "builders", "label", name, "1", "production"); code != 0 {
 			t.Fatalf("label %s: exit %d\n%s", name, code, out)
@@ -332,5 +326,43 @@ func TestPromptBuilders(t *testing.T) {
 	t.Logf("$ podium builders parse phi-4-mini < output\n%s", cli)
 	if err != nil || !strings.Contains(string(cli), `"final_answer":"Running them.  Done."`) {
 		t.Fatalf("builders parse: %v\n%s", err, cli)
+	}
+}
+
+// loseRelease deletes BUILDER_RELEASES and makes it again with the module of every version but
+// those of lost: what an operator's partial restore leaves.
+func loseRelease(t *testing.T, e *env, lost string) {
+	t.Helper()
+	ctx := t.Context()
+	kv, err := e.js.KeyValue(ctx, builders.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := builders.Load(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	modules, err := builders.OpenStore(ctx, e.js, builders.ModulesConfig(1), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.js.DeleteStream(ctx, builders.Releases); err != nil {
+		t.Fatal(err)
+	}
+	releases, err := builders.OpenStore(ctx, e.js, builders.ReleasesConfig(1), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range s.Versions {
+		if v.Name == lost {
+			continue
+		}
+		m, err := modules.Module(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := releases.Put(ctx, m); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

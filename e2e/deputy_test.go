@@ -33,7 +33,7 @@ var streamReplies = []string{
 	"leaderboard.updated.deputy", "deadletter.round.requested.deputy.t1",
 	"$KV.TEMPLATES.greet.label.production", "$KV.BUILDERS.phi4mini.label.production",
 	"$KV." + events.BucketAnswered + ".deputy", "$KV." + events.BucketScores + ".deputy",
-	"$O.BUILDER_MODULES.M.deputy", "$O.BUILDER_RELEASES.M.deputy",
+	"builders.modules.deputy", "builders.releases.deputy",
 }
 
 // deputyBody is a valid request of an endpoint (an invalid one is answered too, with an error).

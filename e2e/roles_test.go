@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// An action on a stream, bucket, object store or consumer is the publishes it takes: it is allowed
+// An action on a stream, bucket or consumer is the publishes it takes: it is allowed
 // when the server lets every one of them through. The subjects are the JetStream API's and the
 // streams' own; a payload that is not JSON makes every API request that passes the permission fail
 // harmlessly, and the test starts no service, so nothing it tries changes anything.
@@ -21,7 +21,7 @@ type action struct {
 	subjects []string
 }
 
-// cellObject is a row of the roles table: one stream, bucket, object store or consumer.
+// cellObject is a row of the roles table: one stream, bucket or consumer.
 type cellObject struct {
 	name    string
 	actions []action
@@ -36,7 +36,7 @@ func roleObjects(role string) []cellObject {
 		if len(publish) > 0 {
 			o.actions = append(o.actions, action{"publish", publish})
 		}
-		return o.with(api, own, !strings.HasPrefix(api, "KV_") && !strings.HasPrefix(api, "OBJ_"))
+		return o.with(api, own, !strings.HasPrefix(api, "KV_"))
 	}
 	const digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	durable := func(name, api, d string) cellObject {
@@ -60,8 +60,8 @@ func roleObjects(role string) []cellObject {
 			first(action{"release", []string{"$KV.BUILDERS.cells.label.production", "$KV.BUILDERS.cells.pin.production." + digest}}),
 		stream("SCORES", "KV_SCORES", "$KV.SCORES.cells"),
 		stream("ANSWERED", "KV_ANSWERED", "$KV.ANSWERED.cells"),
-		stream("BUILDER_MODULES", "OBJ_BUILDER_MODULES", "$O.BUILDER_MODULES.C.cells", "$O.BUILDER_MODULES.M.Y2VsbHM"),
-		stream("BUILDER_RELEASES", "OBJ_BUILDER_RELEASES", "$O.BUILDER_RELEASES.C.cells", "$O.BUILDER_RELEASES.M.Y2VsbHM"),
+		stream("BUILDER_MODULES", "BUILDER_MODULES", "builders.modules."+digest),
+		stream("BUILDER_RELEASES", "BUILDER_RELEASES", "builders.releases."+digest),
 		durable("the ranker's durable", "EVALUATIONS", "ranker"),
 		durable("the composer's durable", "ROUNDS", "composer"),
 		durable("the archiver's durable", "PROMPTS", "archiver"),
@@ -69,9 +69,9 @@ func roleObjects(role string) []cellObject {
 	}
 }
 
-// with adds the actions every stream has, on the stream api, for a consumer named own. A bucket or
-// an object store is read by direct gets, and watched (a push consumer of one's own); an event
-// stream is read by direct gets, and consumed (a consumer of one's own, pulled and acknowledged).
+// with adds the actions every stream has, on the stream api, for a consumer named own. A bucket is
+// read by direct gets, and watched (a push consumer of one's own); any other stream is read by
+// direct gets, and consumed (a consumer of one's own, pulled and acknowledged).
 func (o cellObject) with(api, own string, events bool) cellObject {
 	o.actions = append(o.actions, action{"read", []string{"$JS.API.DIRECT.GET." + api, "$JS.API.STREAM.MSG.GET." + api}})
 	if !events {

@@ -296,16 +296,28 @@ func TestShippedUsers(t *testing.T) {
 	if a := e.answers("prompt.*."+exec+".t2", 1, 30*time.Second)["sec-phi"]; !a.ok() || a.composed.Builder == nil || a.composed.Builder.Fallback {
 		t.Errorf("a request of the builder's model under the shipped users: %s %+v %+v", a.subject, a.failed, a.composed.Builder)
 	}
-	// An author's rollup on a key it may write would empty the bucket: the buckets refuse it.
+	// An author's rollup on a key it may write would empty the bucket, and one on a module store the
+	// store: the buckets and stores refuse it, as they refuse the release role's.
 	author, _ := connectAs(t, ns, "author")
 	ajs, err := jetstream.New(author)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, subject := range []string{"$KV.TEMPLATES.greet.v1", "$KV.BUILDERS.phi4mini.v1"} {
-		msg := &nats.Msg{Subject: subject, Data: []byte("{}"), Header: nats.Header{"Nats-Rollup": []string{"all"}}}
-		if _, err := ajs.PublishMsg(t.Context(), msg); err == nil || !strings.Contains(err.Error(), "rollup") {
-			t.Errorf("an author's rollup on %s: %v, want it refused", subject, err)
+	release, _ := connectAs(t, ns, "release")
+	rjs, err := jetstream.New(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sha := strings.Repeat("0a", 32)
+	for js, subjects := range map[jetstream.JetStream][]string{
+		ajs: {"$KV.TEMPLATES.greet.v1", "$KV.BUILDERS.phi4mini.v1", "builders.modules." + sha},
+		rjs: {"builders.modules." + sha, "builders.releases." + sha},
+	} {
+		for _, subject := range subjects {
+			msg := &nats.Msg{Subject: subject, Data: []byte("{}"), Header: nats.Header{"Nats-Rollup": []string{"all"}}}
+			if _, err := js.PublishMsg(t.Context(), msg); err == nil || !strings.Contains(err.Error(), "rollup") {
+				t.Errorf("a rollup on %s as a user who may write it: %v, want it refused", subject, err)
+			}
 		}
 	}
 	if out, code := e.podium(t, as("auditor"), "templates", "list"); code != 0 || !strings.Contains(out, "greet") {

@@ -1,25 +1,39 @@
 package e2e
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/registry"
 	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/internal/wasm"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
 // TestOnlyTheOperatorChangesStreams: a service makes what is missing and changes nothing that
 // exists; it says how a stream differs from its configuration (here PROMPTS_MAX_AGE, and a registry
 // bucket made before buckets were sealed), and `podium streams apply` shows the differences
-// (--dry-run changes nothing) and applies them.
+// (--dry-run changes nothing) and applies them, copying the released modules an older Podium kept
+// in an object store.
 func TestOnlyTheOperatorChangesStreams(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
-	// A registry bucket as an older Podium made it: rollups allowed.
+	// A registry bucket as an older Podium made it: rollups allowed; and the object store of
+	// released modules it kept.
 	if _, err := e.js.CreateKeyValue(ctx, registry.Config(1)); err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := e.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: builders.LegacyReleases})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := legacy.PutBytes(ctx, wasm.SHA256(trapWasm), trapWasm); err != nil {
 		t.Fatal(err)
 	}
 	e.start("ranker")
@@ -60,15 +74,22 @@ func TestOnlyTheOperatorChangesStreams(t *testing.T) {
 
 	out, code := e.podium(t, []string{"PROMPTS_MAX_AGE=3h"}, "streams", "apply", "--dry-run")
 	if code != 0 || !strings.Contains(out, "PROMPTS:\n  max_age: 2h0m0s → 3h0m0s") || !strings.Contains(out, "allow_rollup_hdrs: true → false") ||
-		!strings.Contains(out, "dry run: nothing changed") {
+		!strings.Contains(out, "BUILDER_RELEASES:\n  1 module(s) of the object store BUILDER_RELEASES to copy") || !strings.Contains(out, "dry run: nothing changed") {
 		t.Errorf("streams apply --dry-run: exit %d\n%s", code, out)
 	}
 	if maxAge(events.StreamPrompts) != 2*time.Hour || !rollups() {
 		t.Errorf("--dry-run changed something")
 	}
 	out, code = e.podium(t, []string{"PROMPTS_MAX_AGE=3h"}, "streams", "apply")
-	if code != 0 || !strings.Contains(out, "stream(s) changed") {
+	if code != 0 || !strings.Contains(out, "stream(s) changed") || !strings.Contains(out, "  1 copied") {
 		t.Errorf("streams apply: exit %d\n%s", code, out)
+	}
+	releases, err := builders.OpenStore(ctx, e.js, builders.ReleasesConfig(1), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := releases.Module(ctx, builders.Version{Name: "trap", SHA256: wasm.SHA256(trapWasm), Size: int64(len(trapWasm))}); err != nil || !bytes.Equal(m, trapWasm) {
+		t.Errorf("the released module copied from the object store: %v", err)
 	}
 	if got := maxAge(events.StreamPrompts); got != 3*time.Hour || rollups() {
 		t.Errorf("after streams apply: PROMPTS max age %s, TEMPLATES rollups %v; want 3h and sealed", got, rollups())
@@ -80,7 +101,8 @@ func TestOnlyTheOperatorChangesStreams(t *testing.T) {
 	if _, err := kv.Put(ctx, "greet.label.staging", []byte("1")); err != nil {
 		t.Errorf("a put after the seal: %v", err)
 	}
-	if out, code := e.podium(t, []string{"PROMPTS_MAX_AGE=3h"}, "streams", "apply"); code != 0 || !strings.Contains(out, "PROMPTS: as configured") || !strings.Contains(out, "0 stream(s) changed") {
+	if out, code := e.podium(t, []string{"PROMPTS_MAX_AGE=3h"}, "streams", "apply"); code != 0 || !strings.Contains(out, "PROMPTS: as configured") || !strings.Contains(out, "0 stream(s) changed") ||
+		!strings.Contains(out, "BUILDER_RELEASES: holds every module of the object store BUILDER_RELEASES") {
 		t.Errorf("streams apply again: exit %d\n%s", code, out)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/builders"
@@ -117,8 +116,8 @@ func run(ctx context.Context, p *service.Prepared[config], stdout io.Writer) err
 		if err != nil {
 			return v, nil // no builder registry: a built record says it cannot be run again
 		}
-		obj, err := base.JS.ObjectStore(ctx, builders.Releases) // what production ran
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
+		obj, err := builders.OpenStore(ctx, base.JS, builders.ReleasesConfig(cfg.StreamReplicas), false) // what production ran
+		if errors.Is(err, builders.ErrNoStore) {
 			return v, nil
 		}
 		if err != nil {

@@ -23,39 +23,32 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// builderBuckets opens the BUILDERS bucket and the modules' object store; create makes them when
-// missing (a first push).
-func (e *env) builderBuckets(ctx context.Context, create bool) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+// builderBuckets opens the BUILDERS bucket and the store of the modules authors push; create
+// makes them when missing (a first push).
+func (e *env) builderBuckets(ctx context.Context, create bool) (jetstream.KeyValue, *builders.Store, error) {
 	kv, err := e.keyValue(ctx, builders.BucketConfig(e.cfg.StreamReplicas), create, "the builder registry")
 	if err != nil {
 		return nil, nil, err
 	}
-	obj, err := e.objectStore(ctx, builders.ModulesConfig(e.cfg.StreamReplicas), create)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	obj, err := e.moduleStore(ctx, builders.ModulesConfig(e.cfg.StreamReplicas), create)
+	if errors.Is(err, builders.ErrNoStore) {
 		return nil, nil, &checkError{"the builder registry holds no module: nothing was pushed yet"}
 	}
 	return kv, obj, err
 }
 
-// objectStore opens an object store; create makes it when missing.
-func (e *env) objectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig, create bool) (jetstream.ObjectStore, error) {
+// moduleStore opens a store of modules; create makes it when missing.
+func (e *env) moduleStore(ctx context.Context, cfg jetstream.StreamConfig, create bool) (*builders.Store, error) {
 	js, err := e.jetstream()
 	if err != nil {
 		return nil, err
 	}
-	obj, err := js.ObjectStore(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) && create {
-		obj, err = js.CreateObjectStore(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			obj, err = js.ObjectStore(ctx, cfg.Bucket)
-		}
-	}
-	return obj, err
+	return builders.OpenStore(ctx, js, cfg, create)
 }
 
 // releasedBuilders are the builder registry's bucket and the store of the modules production
 // served, nils when either is missing (nothing was ever labelled production).
-func (e *env) releasedBuilders(ctx context.Context) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+func (e *env) releasedBuilders(ctx context.Context) (jetstream.KeyValue, *builders.Store, error) {
 	kv, err := e.keyValue(ctx, builders.BucketConfig(e.cfg.StreamReplicas), false, "the builder registry")
 	var empty *checkError
 	if errors.As(err, &empty) {
@@ -64,8 +57,8 @@ func (e *env) releasedBuilders(ctx context.Context) (jetstream.KeyValue, jetstre
 	if err != nil {
 		return nil, nil, err
 	}
-	obj, err := e.objectStore(ctx, builders.ReleasesConfig(e.cfg.StreamReplicas), false)
-	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+	obj, err := e.moduleStore(ctx, builders.ReleasesConfig(e.cfg.StreamReplicas), false)
+	if errors.Is(err, builders.ErrNoStore) {
 		return nil, nil, nil
 	}
 	return kv, obj, err
@@ -112,7 +105,7 @@ func (e *env) builderModules(ctx context.Context) (func(events.BuilderRef) ([]by
 		if !ok || v.SHA256 != ref.SHA256 {
 			return nil, fmt.Errorf("the registry does not hold it with sha256 %.12s…", ref.SHA256)
 		}
-		return builders.Module(ctx, obj, v)
+		return obj.Module(ctx, v)
 	}, nil
 }
 
@@ -180,11 +173,11 @@ func buildersPush(fs *flag.FlagSet) func(context.Context, *env) error {
 // labelBuilder moves a label of a builder, saying where the server refused it, and prints what it
 // names now with its digest. Production's module is copied into the releases store, which only
 // the release role may write.
-func labelBuilder(ctx context.Context, e *env, kv jetstream.KeyValue, modules jetstream.ObjectStore, name string, version int, digest, label string) error {
-	var releases jetstream.ObjectStore
+func labelBuilder(ctx context.Context, e *env, kv jetstream.KeyValue, modules *builders.Store, name string, version int, digest, label string) error {
+	var releases *builders.Store
 	if label == builders.Production {
 		var err error
-		if releases, err = e.objectStore(ctx, builders.ReleasesConfig(e.cfg.StreamReplicas), true); err != nil {
+		if releases, err = e.moduleStore(ctx, builders.ReleasesConfig(e.cfg.StreamReplicas), true); err != nil {
 			return &checkError{denial(err, "open the store of released modules ("+builders.Releases+")").Error()}
 		}
 	}

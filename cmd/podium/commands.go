@@ -124,7 +124,7 @@ func commands() []command {
 		{operators, "deadletters replay", "SEQ | --all", "republish dead-lettered originals that are now valid, under a new message id",
 			"Republish dead-lettered originals that are valid now (after a fix), under a new message id; refuse, saying why, those still invalid.", deadlettersReplay},
 		{operators, "streams apply", "[--dry-run]", "show how each stream and bucket differs from the configuration, and apply it",
-			"Show how each stream and key-value bucket differs from what the configuration owns of it (podium's environment: PROMPTS_MAX_AGE, STREAM_REPLICAS, ...; buckets sealed against rollups and purges), and change it: services make what is missing and never change what exists.", streamsApply},
+			"Show how each stream and key-value bucket differs from what the configuration owns of it (podium's environment: PROMPTS_MAX_AGE, STREAM_REPLICAS, ...; buckets sealed against rollups and purges), and change it: services make what is missing and never change what exists. Builder modules in an older Podium's object stores are copied into the module streams.", streamsApply},
 		{operators, "store status", "[--json]", "which ClickHouse replicas answer and how far each is behind",
 			"Say which ClickHouse replicas (CLICKHOUSE_ADDR) answer, what each holds and how far it is behind; exit 1 when one does not answer.", storeStatus},
 		{operators, "store rebuild", "[--from-start] [--batch N] [--show N] [--no-progress]", "write the EVALUATIONS stream into the store again",

@@ -62,6 +62,17 @@ func streamsApply(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 			drifts = append(drifts, events.BucketDrift(st.CachedInfo().Config, cfg))
 		}
+		stores := []jetstream.StreamConfig{builders.ModulesConfig(replicas), builders.ReleasesConfig(replicas)}
+		for _, cfg := range stores {
+			st, err := js.Stream(ctx, cfg.Name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				continue // said with the legacy copy below
+			}
+			if err != nil {
+				return err
+			}
+			drifts = append(drifts, events.StreamDrift(st.CachedInfo().Config, cfg, o))
+		}
 		changed := 0
 		for _, d := range drifts {
 			if len(d.Fields) == 0 {
@@ -80,6 +91,13 @@ func streamsApply(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 			changed++
 		}
+		for i, bucket := range []string{builders.LegacyModules, builders.LegacyReleases} {
+			n, err := copyLegacy(ctx, e, js, bucket, stores[i], *dryRun)
+			if err != nil {
+				return err
+			}
+			changed += n
+		}
 		if *dryRun {
 			fmt.Fprintln(e.out, "dry run: nothing changed")
 		} else {
@@ -87,4 +105,43 @@ func streamsApply(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		return nil
 	}
+}
+
+// copyLegacy copies into the module store of cfg what an object store of an older Podium (bucket)
+// holds that it lacks, and says what it did; it reports 1 when it copied anything.
+func copyLegacy(ctx context.Context, e *env, js jetstream.JetStream, bucket string, cfg jetstream.StreamConfig, dryRun bool) (int, error) {
+	store, err := builders.OpenStore(ctx, js, cfg, false)
+	if err != nil && !errors.Is(err, builders.ErrNoStore) {
+		return 0, err
+	}
+	l, err := builders.FindLegacy(ctx, js, bucket, store)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case l.Bucket == "" && store == nil:
+		fmt.Fprintf(e.out, "%s: missing (the first push, or production label, makes it)\n", cfg.Name)
+		return 0, nil
+	case l.Bucket == "":
+		return 0, nil
+	}
+	for _, name := range l.Foreign {
+		fmt.Fprintf(e.out, "%s: the object store %s holds %s, not a module's sha256: not copied\n", cfg.Name, bucket, events.Quote(name))
+	}
+	if len(l.Missing) == 0 {
+		fmt.Fprintf(e.out, "%s: holds every module of the object store %s (an older Podium's: the operator may delete it)\n", cfg.Name, bucket)
+		return 0, nil
+	}
+	fmt.Fprintf(e.out, "%s:\n  %d module(s) of the object store %s to copy\n", cfg.Name, len(l.Missing), bucket)
+	if dryRun {
+		return 0, nil
+	}
+	if store == nil {
+		if store, err = builders.OpenStore(ctx, js, cfg, true); err != nil {
+			return 0, err
+		}
+	}
+	n, err := l.Copy(ctx, store)
+	fmt.Fprintf(e.out, "  %d copied\n", n)
+	return 1, err
 }

@@ -2,12 +2,12 @@
 // runtime. Versions and labels are keys of the key-value bucket BUILDERS, kept by the rules every
 // registry shares (internal/registry: a label names a version with its digest, a version key
 // written again is never served). A version's document is JSON {"name", "version", "sha256",
-// "size", "models", "priority"}; the module's bytes are an object named by their sha256: the
-// store cuts them into chunks, so a module of megabytes (a Go builder is about 3 MiB) fits however
-// small the server's max payload, and a module pushed twice is stored once. Authors push modules
-// into BUILDER_MODULES; moving the production label copies the module into BUILDER_RELEASES,
-// which only the release role writes, and composers load modules from there alone: rewriting or
-// wiping the authors' store changes nothing production serves.
+// "size", "models", "priority"}; the module's bytes are stored under their sha256 in a stream that
+// only grows (store.go): cut into chunks, so a module of megabytes (a Go builder is about 3 MiB)
+// fits however small the server's max payload, and a module pushed twice is stored once. Authors
+// push modules into BUILDER_MODULES; moving the production label copies the module into
+// BUILDER_RELEASES, which only the release role writes, and composers load modules from there
+// alone. Neither store can be rolled up, purged or have a message deleted, by anyone.
 //
 // A pushed version serves nothing: a request is built by the version its name's production label
 // names, and only when its model matches that version's globs.
@@ -15,8 +15,6 @@ package builders
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,12 +31,14 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// Bucket, Modules and Releases are the key-value bucket of versions and labels, the object store
-// of the modules authors push, and the object store of the modules production serves.
+// Bucket is the key-value bucket of versions and labels.
+const Bucket = "BUILDERS"
+
+// Legacy object stores: where Podium kept modules before they moved to streams that cannot be
+// rolled up (store.go); `podium streams apply` copies what they hold.
 const (
-	Bucket   = "BUILDERS"
-	Modules  = "BUILDER_MODULES"
-	Releases = "BUILDER_RELEASES"
+	LegacyModules  = "BUILDER_MODULES"
+	LegacyReleases = "BUILDER_RELEASES"
 )
 
 // MaxModuleBytes bounds a module's size: every composer holds the bytes of what it serves.
@@ -55,18 +55,6 @@ const Sees = "a team's whole context: its task, its submissions and the evaluato
 func BucketConfig(replicas int) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: Bucket, Description: "podium prompt builders: versions and labels",
 		History: 64, Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
-}
-
-// ModulesConfig is the object store of the modules.
-func ModulesConfig(replicas int) jetstream.ObjectStoreConfig {
-	return jetstream.ObjectStoreConfig{Bucket: Modules, Description: "podium prompt builders: the modules' bytes, named by sha256",
-		Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
-}
-
-// ReleasesConfig is the object store of the modules labelled production.
-func ReleasesConfig(replicas int) jetstream.ObjectStoreConfig {
-	return jetstream.ObjectStoreConfig{Bucket: Releases, Description: "podium prompt builders: the modules labelled production, copied when labelled",
-		Replicas: max(replicas, 1), Storage: jetstream.FileStorage}
 }
 
 // Version is one pushed version of a builder.
@@ -207,7 +195,7 @@ func Load(ctx context.Context, kv jetstream.KeyValue) (State, []error, error) {
 // first (the CLI loads the module as composers will): a module that cannot load is refused here.
 // The bytes are stored before the version that names them, so no version ever names bytes that
 // are missing; the version number is claimed with a create, so two pushes never share one.
-func Push(ctx context.Context, kv jetstream.KeyValue, obj jetstream.ObjectStore, name string, module []byte, models []string, priority int, check func([]byte) error) (Version, error) {
+func Push(ctx context.Context, kv jetstream.KeyValue, modules *Store, name string, module []byte, models []string, priority int, check func([]byte) error) (Version, error) {
 	if !events.ValidIdentifier(name) {
 		return Version{}, fmt.Errorf("builders: name %s must be an identifier", events.Quote(name))
 	}
@@ -226,12 +214,8 @@ func Push(ctx context.Context, kv jetstream.KeyValue, obj jetstream.ObjectStore,
 		return Version{}, err
 	}
 	sum := wasm.SHA256(module)
-	// Bytes already stored whole are not written again (a write over an object purges its old
-	// chunks, which authors need not be allowed); bytes that differ under their name are.
-	if info, err := obj.GetInfo(ctx, sum); err != nil || info.Digest != objectDigest(module) {
-		if _, err := obj.PutBytes(ctx, sum, module); err != nil {
-			return Version{}, fmt.Errorf("builders: store the module: %w", err)
-		}
+	if err := modules.Put(ctx, module); err != nil {
+		return Version{}, err
 	}
 	var v Version
 	_, err := registry.Next(ctx, kv, name, func(n int) ([]byte, error) {
@@ -251,7 +235,7 @@ func Push(ctx context.Context, kv jetstream.KeyValue, obj jetstream.ObjectStore,
 // is no longer that document. Moving production first copies the version's module from the
 // authors' store into the releases store, checked against its sha256. What the label names now is
 // returned.
-func Label(ctx context.Context, kv jetstream.KeyValue, modules, releases jetstream.ObjectStore, name, label string, version int, digest string) (registry.Target, error) {
+func Label(ctx context.Context, kv jetstream.KeyValue, modules, releases *Store, name, label string, version int, digest string) (registry.Target, error) {
 	copied := func(d registry.Doc) error {
 		if label != Production {
 			return nil
@@ -260,14 +244,11 @@ func Label(ctx context.Context, kv jetstream.KeyValue, modules, releases jetstre
 		if err := json.Unmarshal(d.Value, &v); err != nil {
 			return fmt.Errorf("builders: version %d of %s: %w", d.Version, name, err)
 		}
-		if _, err := Module(ctx, releases, v); err == nil {
-			return nil // copied before, and whole
-		}
-		module, err := Module(ctx, modules, v)
+		module, err := modules.Module(ctx, v)
 		if err != nil {
 			return err
 		}
-		if _, err := releases.PutBytes(ctx, v.SHA256, module); err != nil {
+		if err := releases.Put(ctx, module); err != nil { // nothing when copied before, and whole
 			return fmt.Errorf("builders: copy the module of %s@%d for release: %w", name, d.Version, err)
 		}
 		return nil
@@ -275,28 +256,3 @@ func Label(ctx context.Context, kv jetstream.KeyValue, modules, releases jetstre
 	return registry.Move(ctx, kv, name, label, registry.Target{{Version: version, Digest: digest, Weight: 1}}, copied)
 }
 
-// Module reads a version's bytes and checks them against its size (before reading them) and its
-// sha256.
-func Module(ctx context.Context, obj jetstream.ObjectStore, v Version) ([]byte, error) {
-	info, err := obj.GetInfo(ctx, v.SHA256)
-	if err != nil {
-		return nil, fmt.Errorf("builders: the module of %s@%d: %w", v.Name, v.Version, err)
-	}
-	if int64(info.Size) != v.Size {
-		return nil, fmt.Errorf("builders: the module of %s@%d is %d bytes, not %d", v.Name, v.Version, info.Size, v.Size)
-	}
-	b, err := obj.GetBytes(ctx, v.SHA256)
-	if err != nil {
-		return nil, fmt.Errorf("builders: the module of %s@%d: %w", v.Name, v.Version, err)
-	}
-	if got := wasm.SHA256(b); got != v.SHA256 {
-		return nil, fmt.Errorf("builders: the module of %s@%d has sha256 %s, not %s", v.Name, v.Version, got, v.SHA256)
-	}
-	return b, nil
-}
-
-// objectDigest is the object store's digest of b: "SHA-256=" and the base64url sha256.
-func objectDigest(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
-}

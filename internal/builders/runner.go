@@ -85,7 +85,7 @@ func (r *Runner) run(ctx context.Context, req any) ([]byte, error) {
 // has compiled now (those served, and its bounded cache) is not read again.
 type Loader struct {
 	Engine  *wasm.Engine
-	Modules jetstream.ObjectStore
+	Modules *Store
 }
 
 // Load is the compiled module of v; its bytes are checked against v's sha256.
@@ -93,7 +93,7 @@ func (l *Loader) Load(ctx context.Context, v Version) (*wasm.Module, error) {
 	if m, ok := l.Engine.Cached(v.SHA256); ok {
 		return m, nil
 	}
-	module, err := Module(ctx, l.Modules, v)
+	module, err := l.Modules.Module(ctx, v)
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ type promptBuilders struct {
 	retrying *time.Timer      // the next swap of the same content, while one did not load
 }
 
-func newPromptBuilders(engine *wasm.Engine, modules jetstream.ObjectStore, log *slog.Logger, reg prometheus.Registerer, h *health.Health, parses int) *promptBuilders {
+func newPromptBuilders(engine *wasm.Engine, modules *builders.Store, log *slog.Logger, reg prometheus.Registerer, h *health.Health, parses int) *promptBuilders {
 	f := series.On(reg)
 	b := &promptBuilders{loader: &builders.Loader{Engine: engine, Modules: modules}, log: log, parses: make(chan struct{}, parses),
 		builds: f.CounterVec("composer_builder_builds_total", "Prompts a prompt builder was asked to build, by result: built, or fallback (the template rendered) with the reason: load, timeout, trap, exit, memory, clock, too_large, invalid_output, budget (over max_prompt_tokens).", "result", "reason"),
@@ -107,15 +107,15 @@ func (b *promptBuilders) swap(ctx context.Context) {
 	})
 }
 
-// builderRegistry opens the BUILDERS bucket and, beside it, the object store of the modules
-// production serves (BUILDER_RELEASES: never the authors' store); nils when an operator-managed
-// deployment has no bucket.
-func builderRegistry(ctx context.Context, base *service.Base, cfg *Config) (jetstream.KeyValue, jetstream.ObjectStore, error) {
+// builderRegistry opens the BUILDERS bucket and, beside it, the store of the modules production
+// serves (BUILDER_RELEASES: never the authors' store); nils when an operator-managed deployment
+// has no bucket.
+func builderRegistry(ctx context.Context, base *service.Base, cfg *Config) (jetstream.KeyValue, *builders.Store, error) {
 	kv, err := base.KeyValue(ctx, builders.BucketConfig(cfg.StreamReplicas))
 	if kv == nil || err != nil {
 		return nil, nil, err
 	}
-	obj, err := base.ObjectStore(ctx, builders.ReleasesConfig(cfg.StreamReplicas))
+	obj, err := builders.OpenStore(ctx, base.JS, builders.ReleasesConfig(cfg.StreamReplicas), base.ManagesStreams())
 	if err != nil {
 		return nil, nil, err
 	}

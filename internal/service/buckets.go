@@ -34,21 +34,6 @@ func (b *Base) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jets
 	return kv, nil
 }
 
-// ObjectStore opens an object store the service uses, as KeyValue does a bucket, but a missing one
-// that the service does not make is an error: it is looked up only beside a bucket that names its
-// objects.
-func (b *Base) ObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	var obj jetstream.ObjectStore
-	var err error
-	obj, err = b.JS.ObjectStore(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) && b.common.ManageStreams {
-		// Made when missing, never changed (an operator's, as streams are).
-		if obj, err = b.JS.CreateObjectStore(ctx, cfg); errors.Is(err, jetstream.ErrBucketExists) {
-			obj, err = b.JS.ObjectStore(ctx, cfg.Bucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", cfg.Bucket, err)
-	}
-	return obj, nil
-}
+// ManagesStreams says whether the service makes what is missing (MANAGE_STREAMS): the streams,
+// buckets and stores it uses.
+func (b *Base) ManagesStreams() bool { return b.common.ManageStreams }
