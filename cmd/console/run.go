@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/builders"
 	"github.com/podium-llm/podium/internal/chstore"

@@ -255,4 +255,3 @@ func Label(ctx context.Context, kv jetstream.KeyValue, modules, releases *Store,
 	}
 	return registry.Move(ctx, kv, name, label, registry.Target{{Version: version, Digest: digest, Weight: 1}}, copied)
 }
-

@@ -3,8 +3,8 @@ package builders_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
