@@ -81,7 +81,7 @@ func (r *Runner) run(ctx context.Context, req any) ([]byte, error) {
 	return r.Module.Run(ctx, in, r.At)
 }
 
-// Loader reads versions' modules from the object store and compiles them: a module the engine
+// Loader reads versions' modules from their store and compiles them: a module the engine
 // has compiled now (those served, and its bounded cache) is not read again.
 type Loader struct {
 	Engine  *wasm.Engine

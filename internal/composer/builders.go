@@ -60,7 +60,7 @@ func newPromptBuilders(engine *wasm.Engine, modules *builders.Store, log *slog.L
 // rebuild serves the bucket's current production versions. A module is read and compiled once
 // per sha256; one that cannot be read or compiled is served all the same, every request of its
 // models falling back to its template saying why, and is tried again with the shared backoff
-// (the object store may be electing a leader) until it loads or the bucket moves on.
+// (the store may be electing a leader) until it loads or the bucket moves on.
 func (b *promptBuilders) rebuild(ctx context.Context, c registry.Content) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
