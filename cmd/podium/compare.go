@@ -46,7 +46,11 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 			*f.into = t
 		}
-		st, err := e.reads(ctx)
+		view, err := e.reads(ctx)
+		if err != nil {
+			return err
+		}
+		st, err := e.rank(ctx) // the prompts archive
 		if err != nil {
 			return err
 		}
@@ -60,7 +64,7 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		prompts, rounds, err := experiment.Gather(ctx, audit.Source{JS: js, Archive: st}, st, name, execs, window.holds)
+		prompts, rounds, err := experiment.Gather(ctx, audit.Source{JS: js, Archive: st}, view, name, execs, window.holds)
 		if err != nil {
 			return err
 		}

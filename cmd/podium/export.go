@@ -33,11 +33,11 @@ func export(fs *flag.FlagSet) func(context.Context, *env) error {
 		if path == "" {
 			path = *execution + ".podium.json.gz"
 		}
-		st, err := e.reads(ctx)
+		view, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}
-		evals, err := st.ExecutionRecords(ctx, *execution)
+		evals, err := view.ExecutionRecords(ctx, *execution)
 		if err != nil {
 			return err
 		}

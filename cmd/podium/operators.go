@@ -33,11 +33,11 @@ func leaderboard(fs *flag.FlagSet) func(context.Context, *env) error {
 		if *asc {
 			order = events.Asc
 		}
-		st, err := e.reads(ctx)
+		view, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}
-		b, err := st.Leaderboard(ctx, e.args[0], order, rank.Everything())
+		b, err := view.Leaderboard(ctx, e.args[0], order, rank.Everything())
 		if err != nil {
 			return err
 		}
@@ -60,11 +60,11 @@ func history(fs *flag.FlagSet) func(context.Context, *env) error {
 		if !events.ValidIdentifier(e.args[0]) || !events.ValidIdentifier(e.args[1]) {
 			return usagef("want an execution id and a team id")
 		}
-		st, err := e.reads(ctx)
+		view, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}
-		rounds, err := st.History(ctx, e.args[0], e.args[1], rank.Everything())
+		rounds, err := view.History(ctx, e.args[0], e.args[1], rank.Everything())
 		if err != nil {
 			return err
 		}

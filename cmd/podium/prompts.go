@@ -142,7 +142,7 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(recs) == 0 {
 			return &checkError{fmt.Sprintf("no prompt.composed of %s", what)}
 		}
-		st, err := e.reads(ctx)
+		view, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func promptsVerify(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		v := audit.NewVerifier(settings, reg, render.Store{St: st})
+		v := audit.NewVerifier(settings, reg, render.Store{St: view})
 		if src, err := e.builderSource(ctx); err != nil {
 			return err
 		} else if src != nil {

@@ -203,20 +203,24 @@ func (e *env) rank(ctx context.Context) (*chstore.Store, error) {
 	return st, nil
 }
 
-// reads opens the store for a command that reads the ranker's evaluations (boards, histories,
-// inputs to render again, exports): refused while the ranker refills it, and checked again when
-// the command is done (internal/storeview).
-func (e *env) reads(ctx context.Context) (*chstore.Store, error) {
+// reads begins a read of the ranker's evaluations (boards, histories, inputs to render again,
+// exports): refused while the ranker refills its store or the store is not whole, anchored on the
+// store's lineage, and checked again when the command is done (internal/storeview).
+func (e *env) reads(ctx context.Context) (*storeview.Read, error) {
 	if e.view == nil {
 		js, err := e.jetstream()
 		if err != nil {
 			return nil, err
 		}
-		if e.view, err = storeview.Begin(ctx, js); err != nil {
+		st, err := e.rank(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if e.view, err = storeview.Begin(ctx, js, st); err != nil {
 			return nil, err
 		}
 	}
-	return e.rank(ctx)
+	return e.view, nil
 }
 
 // permitted runs publish, which writes to NATS, and ends it as soon as the server refuses this

@@ -42,7 +42,7 @@ func templatesTry(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(recs) == 0 {
 			return &checkError{"no recorded prompt.composed to try the candidate on"}
 		}
-		st, err := e.reads(ctx)
+		view, err := e.reads(ctx)
 		if err != nil {
 			return err
 		}
@@ -50,7 +50,7 @@ func templatesTry(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		v := audit.NewVerifier(e.templates, reg, render.Store{St: st})
+		v := audit.NewVerifier(e.templates, reg, render.Store{St: view})
 		trials := make([]audit.Trial, 0, len(recs))
 		for _, r := range recs {
 			t, err := v.Try(ctx, r, e.args[0])

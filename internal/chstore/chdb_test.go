@@ -77,7 +77,7 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	}
 	// Two lineages, the newer of them noted twice: the read takes the last of the newest.
 	for _, l := range []chstore.Lineage{{Epoch: 1, Stream: "2026-11-21T09:00:00Z"}, {Epoch: 2, Stream: "2026-11-21T09:00:00Z"},
-		{Epoch: 2, Stream: "2026-11-21T09:00:00Z", Anchor: chstore.RowKey{ExecutionID: "exec-1", TeamID: "team-2", EventID: "ev-019"}, Whole: true}} {
+		{Epoch: 2, Stream: "2026-11-21T09:00:00Z", Anchor: chstore.RowKey{ExecutionID: "exec-1", TeamID: "team-2", EventID: "ev-019", Pos: rank.Pos{Seq: 19}}, Whole: true}} {
 		if err := st.NoteLineage(ctx, l); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	// ranker never writes two copies of an id in one insert (a batch keeps one), so the rows as
 	// 18.16 holds them are what a current server would hold too, which the setting reproduces.
 	script = append(script, statement{SQL: "INSERT INTO evaluations (" + cols + ") SETTINGS optimize_on_insert = 0 VALUES " + strings.Join(values, ", ")})
-	const lineageCols = `epoch, version, stream_created, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole, noted_at`
+	const lineageCols = `epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, noted_at`
 	values = values[:0]
 	for _, row := range query(t, conn, "SELECT "+lineageCols+" FROM store_lineage").raw {
 		var lits []string
@@ -146,7 +146,8 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 		{"status", chstore.StatusQuery},
 		{"lineage", chstore.LineageQuery},
 		{"anchor held", bind(chstore.HoldsQuery, "exec-1", "team-2", "ev-019")},
-		{"anchor not held", bind(chstore.HoldsQuery, "exec-1", "team-2", "no-such-event")},
+		{"executions, anchored", bind(chstore.AnchoredExecutionsQuery(chstore.AnchorAt), "exec-1", "team-2", "ev-019", uint32(0), uint64(19))},
+		{"team scores, anchored", bind(chstore.AnchoredTeamScoresQuery, "exec-0", "team-1", "exec-1", "team-2", "ev-019")},
 		{"newest row", chstore.NewestRowQuery},
 		{"the table's columns", "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = 'evaluations' ORDER BY name"},
 	}

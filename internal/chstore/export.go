@@ -20,8 +20,25 @@ submission, submission_format, evaluated_at, event_source, stream_seq, stream_er
 // written from, by EVALUATIONS sequence: what FromRecords turns back into exactly the reads of the
 // store (an export bundle proves its prompts with them, offline).
 func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]rank.Record, error) {
+	return s.executionRecords(ctx, executionID, nil)
+}
+
+// ExecutionRecords is Store.ExecutionRecords, anchored.
+func (a Anchored) ExecutionRecords(ctx context.Context, executionID string) ([]rank.Record, error) {
+	return a.s.executionRecords(ctx, executionID, a.at())
+}
+
+// executionRecords is ExecutionRecords; with anchor set, the same query reads the anchor row, and
+// fails with ErrAnchorLost without it.
+func (s *Store) executionRecords(ctx context.Context, executionID string, anchor *RowKey) ([]rank.Record, error) {
 	var out []rank.Record
-	err := s.query(ctx, exportQuery, []any{executionID}, func(rows driver.Rows) error {
+	q, args := exportQuery, []any{executionID}
+	if anchor != nil {
+		q += ` OR ` + anchorCondition
+		args = append(args, anchor.ExecutionID, anchor.TeamID, anchor.EventID)
+	}
+	held := false
+	err := s.query(ctx, q, args, func(rows driver.Rows) error {
 		var r rank.Record
 		var round uint32
 		var metrics, at string
@@ -30,6 +47,12 @@ func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]ran
 			return err
 		}
 		r.RoundNumber = int(round)
+		if anchor != nil && anchor.is(r.ExecutionID, r.TeamID, r.EventID, r.Pos()) {
+			held = true
+		}
+		if r.ExecutionID != executionID {
+			return nil // the anchor row, of another execution
+		}
 		if err := json.Unmarshal([]byte(metrics), &r.Evaluation.Metrics); err != nil {
 			return fmt.Errorf("metrics of %s: %w", r.EventID, err)
 		}
@@ -42,6 +65,9 @@ func (s *Store) ExecutionRecords(ctx context.Context, executionID string) ([]ran
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rank: evaluations of %s: %w", executionID, err)
+	}
+	if anchor != nil && !held {
+		return nil, anchorLost(*anchor)
 	}
 	// On a cluster, or before a merge, a copy may be read twice: keep one of each (event, sequence).
 	slices.SortFunc(out, func(a, b rank.Record) int {

@@ -3,19 +3,22 @@ package chstore
 // What the external tests (package rank_test) need of the package's internals: the read queries
 // and the migrations table, which TestCurrentClickHouseAgrees runs on a second engine.
 var (
-	ScoresQuery     = scoresQuery
-	AnchoredScores  = anchoredScoresQuery
-	TeamScoresQuery = teamScoresQuery
-	ContentsQuery   = contentsQuery
-	ExecutionsQuery = executionsQuery
-	StatusQuery     = statusQuery
-	MigrationsTable = migrationsTable
-	RoundLimit      = roundLimit
-	QuoteString     = quoteString
-	LineageQuery    = lineageQuery
-	HoldsQuery      = holdsQuery
-	NewestRowQuery  = newestRowQuery
-	AddsColumn      = addsColumn
+	ScoresQuery             = scoresQuery
+	AnchoredScores          = anchoredScoresQuery
+	TeamScoresQuery         = teamScoresQuery
+	ContentsQuery           = contentsQuery
+	ExecutionsQuery         = executionsQuery
+	AnchoredExecutionsQuery = anchoredExecutionsQuery
+	AnchoredTeamScoresQuery = anchoredTeamScoresQuery
+	AnchorAt                = anchorAtCondition
+	StatusQuery             = statusQuery
+	MigrationsTable         = migrationsTable
+	RoundLimit              = roundLimit
+	QuoteString             = quoteString
+	LineageQuery            = lineageQuery
+	HoldsQuery              = holdsQuery
+	NewestRowQuery          = newestRowQuery
+	AddsColumn              = addsColumn
 )
 
 // ThreadsRefused reports whether the server refused the store's ReadThreads.

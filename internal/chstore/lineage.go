@@ -3,7 +3,6 @@ package chstore
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -30,8 +29,18 @@ const (
 	RefillGrace = 3 * ProbeFresh
 )
 
-// RowKey names one stored evaluation by the table's sort key, so a lookup reads one granule.
-type RowKey struct{ ExecutionID, TeamID, EventID string }
+// RowKey names one stored evaluation by the table's sort key, so a lookup reads one granule, and
+// by its position: a replay of the same evaluation (another message, at another sequence) is
+// another row. A zero Pos (an anchor noted before positions were) matches by the key alone.
+type RowKey struct {
+	ExecutionID, TeamID, EventID string
+	Pos                          rank.Pos
+}
+
+// is reports whether a row of the table, by its key and position, is the row k names.
+func (k RowKey) is(executionID, teamID, eventID string, at rank.Pos) bool {
+	return k.ExecutionID == executionID && k.TeamID == teamID && k.EventID == eventID && (k.Pos == rank.Pos{} || k.Pos == at)
+}
 
 // Lineage is what the evaluations table was derived from.
 type Lineage struct {
@@ -84,10 +93,10 @@ func StreamID(created time.Time) string { return created.UTC().Format(time.RFC33
 // The lineage queries, named so that the test comparing ClickHouse 18.16 with a current engine
 // (chdb_test.go) runs exactly them.
 const (
-	lineageQuery = `SELECT epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole
+	lineageQuery = `SELECT epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole
 FROM store_lineage ORDER BY epoch DESC, version DESC LIMIT 1`
-	holdsQuery     = `SELECT count() FROM evaluations WHERE execution_id = ? AND team_id = ? AND event_id = ?`
-	newestRowQuery = `SELECT execution_id, team_id, event_id FROM evaluations ORDER BY stream_era DESC, stream_seq DESC, event_id LIMIT 1`
+	holdsQuery     = `SELECT stream_era, stream_seq FROM evaluations WHERE execution_id = ? AND team_id = ? AND event_id = ?`
+	newestRowQuery = `SELECT execution_id, team_id, event_id, stream_era, stream_seq FROM evaluations ORDER BY stream_era DESC, stream_seq DESC, event_id LIMIT 1`
 )
 
 // Lineage reads the store's lineage: the newest noted, by epoch then by when it was noted; false
@@ -101,7 +110,7 @@ func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
 		var r Lineage
 		var v uint64
 		var whole uint8
-		if err := rows.Scan(&r.Epoch, &v, &r.Stream, &r.Era, &r.Anchor.ExecutionID, &r.Anchor.TeamID, &r.Anchor.EventID, &r.Through, &whole); err != nil {
+		if err := rows.Scan(&r.Epoch, &v, &r.Stream, &r.Era, &r.Anchor.ExecutionID, &r.Anchor.TeamID, &r.Anchor.EventID, &r.Anchor.Pos.Era, &r.Anchor.Pos.Seq, &r.Through, &whole); err != nil {
 			return err
 		}
 		if found && (r.Epoch < l.Epoch || r.Epoch == l.Epoch && v <= version) {
@@ -150,12 +159,12 @@ func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 		version = uint64(newest.Noted.UnixNano()) + 1
 	}
 	err = s.rs.write(ctx, func(conn driver.Conn) error {
-		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, through, whole, noted_at)")
+		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, noted_at)")
 		if err != nil {
 			return err
 		}
 		defer batch.Abort()
-		if err := batch.Append(l.Epoch, version, l.Stream, l.Era, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Through, whole, now); err != nil {
+		if err := batch.Append(l.Epoch, version, l.Stream, l.Era, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Anchor.Pos.Era, l.Anchor.Pos.Seq, l.Through, whole, now); err != nil {
 			return err
 		}
 		return batch.Send()
@@ -166,13 +175,21 @@ func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 	return nil
 }
 
-// Holds reports whether the evaluations table holds the row k names.
+// Holds reports whether the evaluations table holds the row k names, at its position.
 func (s *Store) Holds(ctx context.Context, k RowKey) (bool, error) {
-	counts, err := column[uint64](ctx, s, holdsQuery, k.ExecutionID, k.TeamID, k.EventID)
+	held := false
+	err := s.query(ctx, holdsQuery, []any{k.ExecutionID, k.TeamID, k.EventID}, func(rows driver.Rows) error {
+		var at rank.Pos
+		if err := rows.Scan(&at.Era, &at.Seq); err != nil {
+			return err
+		}
+		held = held || k.is(k.ExecutionID, k.TeamID, k.EventID, at)
+		return nil
+	})
 	if err != nil {
 		return false, fmt.Errorf("rank: anchor: %w", err)
 	}
-	return slices.ContainsFunc(counts, func(n uint64) bool { return n > 0 }), nil
+	return held, nil
 }
 
 // NewestRow returns the key of the newest row of the evaluations table (the largest stream
@@ -183,7 +200,7 @@ func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
 	found := false
 	err := s.query(ctx, newestRowQuery, nil, func(rows driver.Rows) error {
 		found = true
-		return rows.Scan(&k.ExecutionID, &k.TeamID, &k.EventID)
+		return rows.Scan(&k.ExecutionID, &k.TeamID, &k.EventID, &k.Pos.Era, &k.Pos.Seq)
 	})
 	if err != nil {
 		return RowKey{}, false, fmt.Errorf("rank: newest row: %w", err)
@@ -191,5 +208,5 @@ func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
 	return k, found, nil
 }
 
-// KeyOf is the row key of a record.
-func KeyOf(r rank.Record) RowKey { return RowKey{r.ExecutionID, r.TeamID, r.EventID} }
+// KeyOf is the row key of a record, with its position.
+func KeyOf(r rank.Record) RowKey { return RowKey{r.ExecutionID, r.TeamID, r.EventID, r.Pos()} }

@@ -56,6 +56,8 @@ const (
 	// are of the table the lineage filled (anchored.go).
 	anchoredScoresQuery = scoresQuery + ` OR ` + anchorCondition
 	teamScoresQuery     = `SELECT ` + scoreColumns + ` FROM evaluations WHERE execution_id = ? AND team_id = ?`
+	// anchoredTeamScoresQuery is teamScoresQuery that also reads the anchor row.
+	anchoredTeamScoresQuery = `SELECT ` + scoreColumns + ` FROM evaluations WHERE (execution_id = ? AND team_id = ?) OR ` + anchorCondition
 	contentColumns      = `execution_id, team_id, event_id, round_number, overall_score, stream_seq, stream_era, metrics, feedback, submission, submission_format, evaluated_at`
 )
 
@@ -95,7 +97,7 @@ func (s *Store) scanScores(ctx context.Context, executionIDs []string, anchor *R
 			return err
 		}
 		r.Round = int(round)
-		if anchor != nil && *anchor == (RowKey{exec, r.TeamID, r.EventID}) {
+		if anchor != nil && anchor.is(exec, r.TeamID, r.EventID, rank.Pos{Era: r.Era, Seq: r.Seq}) {
 			held = true
 		}
 		if ev := out[exec]; ev != nil {
@@ -158,7 +160,7 @@ func (s *Store) contents(ctx context.Context, keys []rank.TeamKey, fromRound, be
 			&d.Submission.Content, &d.Submission.Format, &d.EvaluatedAt); err != nil {
 			return err
 		}
-		if anchor != nil && *anchor == (RowKey{k.ExecutionID, k.TeamID, d.EvaluationID}) {
+		if anchor != nil && anchor.is(k.ExecutionID, k.TeamID, d.EvaluationID, pos) {
 			held = true
 			if round < from || round >= before {
 				return nil // read for the anchor alone

@@ -31,13 +31,21 @@ import (
 //go:embed web
 var webFS embed.FS
 
-// Store is what the console reads of ClickHouse (a *chstore.Store; a read-only user suffices).
+// Store is what the console reads of ClickHouse (a *chstore.Store; a read-only user suffices):
+// the ranker's evaluations through a view begun for each page (storeview.Store), the prompts
+// archive directly.
 type Store interface {
+	storeview.Store
+	TemplateExecutions(ctx context.Context, name string) ([]string, error)
+	audit.Archive
+}
+
+// evaluations are a page's reads of the ranker's store: one anchored view of it (a
+// *storeview.Read), begun before the page is built and checked again after.
+type evaluations interface {
 	Executions(ctx context.Context) ([]chstore.ExecutionSummary, error)
 	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 	Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error)
-	TemplateExecutions(ctx context.Context, name string) ([]string, error)
-	audit.Archive
 }
 
 var _ Store = (*chstore.Store)(nil)
@@ -139,8 +147,9 @@ func (c *Console) Ready(context.Context) error {
 	return nil
 }
 
-// pageFunc builds a page's data; an error is answered as the error page.
-type pageFunc func(r *http.Request) (any, error)
+// pageFunc builds a page's data from the request and the page's view of the store; an error is
+// answered as the error page.
+type pageFunc func(r *http.Request, ev evaluations) (any, error)
 
 // page wraps a page's data function with the template, timing and the error page. A page is
 // built only from a whole store: not while the ranker refills it, and not when a refill touched
@@ -149,10 +158,10 @@ func (c *Console) page(name string, data pageFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		defer func() { c.m.pageSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
-		view, err := storeview.Begin(r.Context(), c.d.JS)
+		view, err := storeview.Begin(r.Context(), c.d.JS, c.d.Store)
 		var v any
 		if err == nil {
-			v, err = data(r)
+			v, err = data(r, view)
 		}
 		if err == nil {
 			err = view.End(r.Context())

@@ -32,7 +32,7 @@ type deadLetterRow struct {
 // deadletters is GET /deadletters[?before=SEQ]: the DEADLETTER stream, newest first, read one
 // message at a time backwards by sequence (a page reads at most its own length of messages
 // plus the gaps of deleted ones, which are skipped).
-func (c *Console) deadletters(r *http.Request) (any, error) {
+func (c *Console) deadletters(r *http.Request, _ evaluations) (any, error) {
 	ctx := r.Context()
 	s, err := c.d.JS.Stream(ctx, events.StreamDeadLetter)
 	if isNotFound(err) {

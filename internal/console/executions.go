@@ -35,7 +35,7 @@ type executionRow struct {
 }
 
 // executions is GET /: every execution in the store, newest activity first.
-func (c *Console) executions(r *http.Request) (any, error) {
+func (c *Console) executions(r *http.Request, ev evaluations) (any, error) {
 	page := 1
 	if p := r.URL.Query().Get("page"); p != "" {
 		n, err := strconv.Atoi(p)
@@ -44,7 +44,7 @@ func (c *Console) executions(r *http.Request) (any, error) {
 		}
 		page = n
 	}
-	all, err := c.d.Store.Executions(r.Context())
+	all, err := ev.Executions(r.Context())
 	if chstore.FaultOf(err) == chstore.Missing {
 		return executionsPage{Page: 1, Pages: 1, NoStore: true}, nil
 	}
@@ -134,7 +134,7 @@ type gridCell struct {
 
 // execution is GET /executions/{exec}: the board as the ranker computes it, the top submission,
 // the chart and the grid.
-func (c *Console) execution(r *http.Request) (any, error) {
+func (c *Console) execution(r *http.Request, store evaluations) (any, error) {
 	exec := r.PathValue("exec")
 	if !events.ValidIdentifier(exec) {
 		return nil, badRequest("execution %s is not an identifier", events.Quote(exec))
@@ -152,7 +152,7 @@ func (c *Console) execution(r *http.Request) (any, error) {
 		}
 		order = o
 	}
-	evs, err := c.d.Store.Scores(ctx, []string{exec})
+	evs, err := store.Scores(ctx, []string{exec})
 	if chstore.FaultOf(err) == chstore.Missing {
 		evs, err = map[string]*rank.Evaluations{}, nil // no ranker has made the table yet: nothing is stored
 	}
@@ -173,7 +173,7 @@ func (c *Console) execution(r *http.Request) (any, error) {
 	p := executionPage{ID: exec, Order: order, Seq: board.Seq, Chart: scoreChart(scores, board.Rows, order), Partial: g.full}
 	p.Board = movement(board.Rows, ev.Reduce(rank.Bound{BeforeRound: maxRound, UpTo: rank.End}).Leaderboard(order).Rows)
 	if len(board.Rows) > 0 {
-		top, err := c.top(ctx, exec, board.Rows[0])
+		top, err := c.top(ctx, store, exec, board.Rows[0])
 		if err != nil {
 			return nil, err
 		}
@@ -210,8 +210,8 @@ func movement(rows, previous []events.LeaderboardRow) []boardRow {
 }
 
 // top reads the leader's best submission: one team's one round of content.
-func (c *Console) top(ctx context.Context, exec string, leader events.LeaderboardRow) (*topSubmission, error) {
-	tr, err := c.round(ctx, exec, leader.TeamID, leader.BestRound)
+func (c *Console) top(ctx context.Context, ev evaluations, exec string, leader events.LeaderboardRow) (*topSubmission, error) {
+	tr, err := c.round(ctx, ev, exec, leader.TeamID, leader.BestRound)
 	if err != nil || tr == nil {
 		return nil, err
 	}
@@ -220,12 +220,12 @@ func (c *Console) top(ctx context.Context, exec string, leader events.Leaderboar
 }
 
 // round is the counted evaluation of one team's round with its content, nil when there is none.
-func (c *Console) round(ctx context.Context, exec, team string, round int) (*events.TeamRound, error) {
-	evs, err := c.d.Store.Scores(ctx, []string{exec})
+func (c *Console) round(ctx context.Context, ev evaluations, exec, team string, round int) (*events.TeamRound, error) {
+	evs, err := ev.Scores(ctx, []string{exec})
 	if err != nil {
 		return nil, err
 	}
-	content, err := c.d.Store.Content(ctx, exec, team, round, round+1)
+	content, err := ev.Content(ctx, exec, team, round, round+1)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ type experimentView struct {
 // of it in (at most maxCompared, the newest by name order last): their prompts and the
 // evaluations that answered them, against the production label's version. Nil when no prompt of it
 // is recorded.
-func (c *Console) experimentOf(ctx context.Context, name string, production int) (*experimentView, error) {
+func (c *Console) experimentOf(ctx context.Context, ev evaluations, name string, production int) (*experimentView, error) {
 	execs, err := c.d.Store.TemplateExecutions(ctx, name)
 	if err != nil {
 		return nil, err
@@ -30,7 +30,7 @@ func (c *Console) experimentOf(ctx context.Context, name string, production int)
 	if len(execs) > maxCompared {
 		execs = execs[len(execs)-maxCompared:]
 	}
-	prompts, rounds, err := experiment.Gather(ctx, c.audit(), c.d.Store, name, execs, nil)
+	prompts, rounds, err := experiment.Gather(ctx, c.audit(), ev, name, execs, nil)
 	if err != nil || len(prompts) == 0 {
 		return nil, err
 	}

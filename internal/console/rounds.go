@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/storeview"
 	"github.com/podium-llm/podium/internal/textdiff"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -82,7 +83,7 @@ type verdict struct {
 }
 
 // teamRound is GET /executions/{exec}/teams/{team}/rounds/{round}[?verify=1].
-func (c *Console) teamRound(r *http.Request) (any, error) {
+func (c *Console) teamRound(r *http.Request, ev evaluations) (any, error) {
 	exec, team, round, err := roundAddress(r)
 	if err != nil {
 		return nil, err
@@ -131,7 +132,7 @@ func (c *Console) teamRound(r *http.Request) (any, error) {
 			p.Next = round + 1
 		}
 	}
-	tr, err := c.round(ctx, exec, team, round)
+	tr, err := c.round(ctx, ev, exec, team, round)
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +236,13 @@ func (c *Console) text(w http.ResponseWriter, r *http.Request) {
 	exec, team, round, err := roundAddress(r)
 	if err == nil {
 		var body string
-		body, err = c.wholeText(r.Context(), r.PathValue("kind"), exec, team, round)
+		var view *storeview.Read
+		if view, err = storeview.Begin(r.Context(), c.d.JS, c.d.Store); err == nil {
+			body, err = c.wholeText(r.Context(), view, r.PathValue("kind"), exec, team, round)
+		}
+		if err == nil {
+			err = view.End(r.Context())
+		}
 		if err == nil {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.Header().Set("Content-Disposition", "inline")
@@ -247,7 +254,7 @@ func (c *Console) text(w http.ResponseWriter, r *http.Request) {
 	c.fail(w, r, "text", err)
 }
 
-func (c *Console) wholeText(ctx context.Context, kind, exec, team string, round int) (string, error) {
+func (c *Console) wholeText(ctx context.Context, ev evaluations, kind, exec, team string, round int) (string, error) {
 	switch kind {
 	case "prompt":
 		recs, err := c.audit().Rounds(ctx, exec, team, round)
@@ -258,7 +265,7 @@ func (c *Console) wholeText(ctx context.Context, kind, exec, team string, round 
 			return rec.Data.Prompt, nil
 		}
 	case "submission", "feedback":
-		tr, err := c.round(ctx, exec, team, round)
+		tr, err := c.round(ctx, ev, exec, team, round)
 		if err != nil {
 			return "", err
 		}

@@ -60,7 +60,7 @@ func (c *Console) registryState(r *http.Request) (registry.State, jetstream.KeyV
 
 // templates is GET /templates: the registry's names, versions and labels, and the templates
 // composers have without it.
-func (c *Console) templates(r *http.Request) (any, error) {
+func (c *Console) templates(r *http.Request, _ evaluations) (any, error) {
 	s, _, bad, ok, err := c.registryState(r)
 	if err != nil {
 		return nil, err
@@ -146,7 +146,7 @@ type templatePage struct {
 
 // template is GET /templates/{name}[?a=V&b=W][&show=V]: a name's versions, labels and history,
 // the diff of two versions and the source of one.
-func (c *Console) template(r *http.Request) (any, error) {
+func (c *Console) template(r *http.Request, ev evaluations) (any, error) {
 	name := r.PathValue("name")
 	if !events.ValidIdentifier(name) {
 		return nil, badRequest("template name %s is not an identifier", events.Quote(name))
@@ -194,7 +194,7 @@ func (c *Console) template(r *http.Request) (any, error) {
 	textdiff.Unified(&out, fmt.Sprintf("%s@%d", name, p.A), fmt.Sprintf("%s@%d", name, p.B), registry.Source(a), registry.Source(b), 3)
 	p.Diff = linesOf(out.String())
 	p.Source = clip(registry.Source(byVersion[p.Show]), shownBytes)
-	if p.Experiment, err = c.experimentOf(r.Context(), name, s.ProductionOf(name)); err != nil {
+	if p.Experiment, err = c.experimentOf(r.Context(), ev, name, s.ProductionOf(name)); err != nil {
 		return nil, err
 	}
 	if p.Try, err = c.tryOf(r, name); err != nil {

@@ -1,10 +1,12 @@
 package ranker
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -27,10 +29,13 @@ type historyResponse struct {
 	Rounds      []events.TeamRound `json:"rounds"`
 }
 
-// newAPI serves leaderboards and histories; while refilling says the store is being refilled
-// (lineage.go) they answer 503 instead of a board that misses evaluations. committed reads how far
-// the ranker's durable has committed EVALUATIONS, for a board as of a sequence (asof.go).
-func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string, committed committedFunc) http.Handler {
+// newAPI serves leaderboards and histories, each read as a view of EVALUATIONS (chstore.View:
+// the store's lineage whole, the reads anchored on it, the lineage the same after): while this
+// replica refills the store (refilling), while any does, and when the table lost its rows before
+// a check noticed, they answer 503 store_unavailable instead of a board that misses evaluations,
+// and a lost anchor has the store checked at once (lost). committed reads how far the ranker's
+// durable has committed EVALUATIONS, for a board as of a sequence (asof.go).
+func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string, lost func(), committed committedFunc) http.Handler {
 	mux := http.NewServeMux()
 	whole := func(w http.ResponseWriter) bool {
 		if why := refilling(); why != "" {
@@ -38,6 +43,31 @@ func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string, com
 			return false
 		}
 		return true
+	}
+	// read runs fn on a view of the store; false when it answered the failure.
+	read := func(w http.ResponseWriter, r *http.Request, what string, fn func(v *chstore.View) error) bool {
+		v, err := st.Begin(r.Context())
+		if err == nil {
+			err = fn(v)
+		}
+		if err == nil {
+			err = v.Confirm(r.Context())
+		}
+		switch {
+		case err == nil:
+			return true
+		case chstore.Unwhole(err):
+			if errors.Is(err, chstore.ErrAnchorLost) {
+				lost()
+			}
+			m.unwholeReads.Inc()
+			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: what + " refused: " + err.Error()})
+		default:
+			m.clickhouseErrors.WithLabelValues("query").Inc()
+			log.Warn(what+" failed", "path", r.URL.Path, "error", err)
+			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: what + " failed: " + err.Error()})
+		}
+		return false
 	}
 	mux.HandleFunc("GET /v1/executions/{execution_id}/leaderboard", func(w http.ResponseWriter, r *http.Request) {
 		exec := r.PathValue("execution_id")
@@ -58,12 +88,13 @@ func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string, com
 			return
 		}
 		start := time.Now()
-		board, err := st.Leaderboard(r.Context(), exec, order, rank.Everything())
+		var board rank.Board
+		ok = read(w, r, "leaderboard read", func(v *chstore.View) (err error) {
+			board, err = v.Leaderboard(r.Context(), exec, order, rank.Everything())
+			return err
+		})
 		m.leaderboardQuery.Observe(time.Since(start).Seconds())
-		if err != nil {
-			m.clickhouseErrors.WithLabelValues("query").Inc()
-			log.Warn("leaderboard read failed", "execution_id", exec, "error", err)
-			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: "leaderboard read failed: " + err.Error()})
+		if !ok {
 			return
 		}
 		service.WriteJSON(w, http.StatusOK, leaderboardResponse{ExecutionID: exec, Teams: board.Rows, EvaluationsSeq: board.Seq, EvaluationsEra: board.Era, AsOf: seq})
@@ -81,11 +112,11 @@ func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string, com
 		if !whole(w) {
 			return
 		}
-		rounds, err := st.History(r.Context(), exec, team, rank.Everything())
-		if err != nil {
-			m.clickhouseErrors.WithLabelValues("query").Inc()
-			log.Warn("history read failed", "execution_id", exec, "team_id", team, "error", err)
-			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: "history read failed: " + err.Error()})
+		var rounds []events.TeamRound
+		if !read(w, r, "history read", func(v *chstore.View) (err error) {
+			rounds, err = v.History(r.Context(), exec, team, rank.Everything())
+			return err
+		}) {
 			return
 		}
 		service.WriteJSON(w, http.StatusOK, historyResponse{ExecutionID: exec, TeamID: team, Rounds: rounds})

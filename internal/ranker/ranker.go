@@ -31,8 +31,7 @@ type store interface {
 	Leaderboards(ctx context.Context, executionIDs []string, order events.ScoreOrder, b rank.Bound) (map[string]rank.Board, error)
 	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
 	Anchored(k chstore.RowKey) chstore.Anchored
-	Leaderboard(ctx context.Context, executionID string, order events.ScoreOrder, b rank.Bound) (rank.Board, error)
-	History(ctx context.Context, executionID, teamID string, b rank.Bound) ([]events.TeamRound, error)
+	Begin(ctx context.Context) (*chstore.View, error)
 	Ping(ctx context.Context) error
 	CheckTable(ctx context.Context) error
 	Lineage(ctx context.Context) (chstore.Lineage, bool, error)

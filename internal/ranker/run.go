@@ -80,7 +80,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
 		Guard:           door.API(log, cfg.HTTPAddr, cfg.APIToken, "RANKER_API_TOKEN", "the leaderboards and histories"),
-		API:             newAPI(log, st, r.m, r.refillReason, committedOf(base.JS)),
+		API:             newAPI(log, st, r.m, r.refillReason, r.checkSoon, committedOf(base.JS)),
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase},
 		Consume: func(stop, work context.Context) error {

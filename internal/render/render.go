@@ -65,8 +65,20 @@ func AsOf(in events.ComposeInputs) rank.Pos {
 	return rank.Pos{Era: in.EvaluationsEra, Seq: in.EvaluationsSeq}
 }
 
-// Store reads the store directly, for callers that render one prompt at a time.
-type Store struct{ St *chstore.Store }
+// Store reads the store directly, for callers that render one prompt at a time: a *chstore.Store,
+// or a reader's anchored view of it (chstore.View).
+type Store struct{ St Evaluations }
+
+// Evaluations are the store's reads a rendering needs.
+type Evaluations interface {
+	Scores(ctx context.Context, executionIDs []string) (map[string]*rank.Evaluations, error)
+	Content(ctx context.Context, executionID, teamID string, fromRound, beforeRound int) (*rank.Content, error)
+}
+
+var (
+	_ Evaluations = (*chstore.Store)(nil)
+	_ Evaluations = (*chstore.View)(nil)
+)
 
 // Scores reads one execution's scores.
 func (s Store) Scores(ctx context.Context, executionID string, _ rank.Pos) (*rank.Evaluations, error) {

@@ -6,6 +6,11 @@
 // A reader therefore looks before it reads (Begin: no refill) and after (End: still none, and the
 // same lineage): a refill that touched the table while it read shows in either, and the read is
 // refused as partial rather than shown, exported or verified as if whole.
+//
+// The reads themselves go through the store's own view (chstore.View): its lineage whole, each
+// read anchored on the lineage's anchor row in the same query, the lineage the same after. So a
+// table emptied or made again by hand, which the ranker has not noticed yet and which changes
+// nothing it published, is refused too, instead of read as a short board.
 package storeview
 
 import (
@@ -15,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -53,14 +59,21 @@ func (e *RefillingError) Error() string {
 	return "the ranker is refilling its store from EVALUATIONS (" + e.Why + "): what it holds now is partial; try again once the ranker is ready"
 }
 
-// Read is one reader's view of the store, from Begin to End.
+// Store begins the store's own view (a *chstore.Store).
+type Store interface {
+	Begin(ctx context.Context) (*chstore.View, error)
+}
+
+// Read is one reader's view of the store, from Begin to End: its reads are the view's.
 type Read struct {
+	*chstore.View
 	js     jetstream.JetStream
 	before state
 }
 
-// Begin looks at the store before reading it: a *RefillingError while the ranker refills it.
-func Begin(ctx context.Context, js jetstream.JetStream) (*Read, error) {
+// Begin looks at the store before reading it: a *RefillingError while the ranker refills it, a
+// *chstore.NotWholeError while the store says it is not whole.
+func Begin(ctx context.Context, js jetstream.JetStream, st Store) (*Read, error) {
 	s, err := read(ctx, js)
 	if err != nil {
 		return nil, err
@@ -68,7 +81,11 @@ func Begin(ctx context.Context, js jetstream.JetStream) (*Read, error) {
 	if s.refilling != "" {
 		return nil, &RefillingError{Why: s.refilling}
 	}
-	return &Read{js: js, before: s}, nil
+	v, err := st.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Read{View: v, js: js, before: s}, nil
 }
 
 // End looks again after reading: nil when the store was the same whole view throughout, else an
@@ -83,5 +100,5 @@ func (r *Read) End(ctx context.Context) error {
 	case s != r.before:
 		return fmt.Errorf("the ranker's store changed while it was read (lineage %q, now %q: refilled or rebuilt meanwhile): what was read may be partial; try again", r.before.lineage, s.lineage)
 	}
-	return nil
+	return r.Confirm(ctx)
 }

@@ -3,7 +3,7 @@
 -- stream deleted and made again changes) and which derivation (epoch: when the ranker began to
 -- fill the table, or adopted one it found) the rows come from, whether that derivation is whole,
 -- and one row the table held then (anchor_*: a key of the sort key, looked up through the primary
--- index). A table dropped or recreated loses its anchor row; the ranker sees that and refills the
+-- index, and the row's position, which a replay of its evaluation does not have). A table dropped or recreated loses its anchor row; the ranker sees that and refills the
 -- table from the stream. The newest version wins: reads take the row with the largest
 -- (epoch, version), and merges keep it.
 CREATE TABLE IF NOT EXISTS store_lineage (
@@ -16,7 +16,9 @@ CREATE TABLE IF NOT EXISTS store_lineage (
     through UInt64,
     whole UInt8,
     noted_at DateTime,
-    era UInt32 DEFAULT 0 -- added by 0004_eras.sql to tables made before it
+    era UInt32 DEFAULT 0, -- added by 0004_eras.sql to tables made before it
+    anchor_era UInt32 DEFAULT 0, -- added by 0005_anchor_position.sql to tables made before it
+    anchor_seq UInt64 DEFAULT 0
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY epoch;
 
