@@ -58,7 +58,7 @@ const (
 	teamScoresQuery     = `SELECT ` + scoreColumns + ` FROM evaluations WHERE execution_id = ? AND team_id = ?`
 	// anchoredTeamScoresQuery is teamScoresQuery that also reads the anchor row.
 	anchoredTeamScoresQuery = `SELECT ` + scoreColumns + ` FROM evaluations WHERE (execution_id = ? AND team_id = ?) OR ` + anchorCondition
-	contentColumns      = `execution_id, team_id, event_id, round_number, overall_score, stream_seq, stream_era, metrics, feedback, submission, submission_format, evaluated_at`
+	contentColumns          = `execution_id, team_id, event_id, round_number, overall_score, stream_seq, stream_era, metrics, feedback, submission, submission_format, evaluated_at`
 )
 
 // contentsQuery reads the content of n (execution, team) pairs in a range of rounds; anchored,
