@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
@@ -191,4 +196,162 @@ func differs(pc events.PromptComposed, published []scored, count func(scored) bo
 		return ""
 	}
 	return fmt.Sprintf("shows board %+v and history %v; the recount: best %v over %v rounds, history %v", pc.Inputs.Leaderboard, pc.Inputs.HistoryRounds, best, rounds, own)
+}
+
+// TestALossIsNamedUntilAccepted: 3 teams' rounds 1-2 stored (era 0), EVALUATIONS deleted and made
+// again, round 3 stored (era 1), then the evaluations table dropped. The rows of era 0 exist
+// nowhere now. Before, the ranker refilled the table from the new stream and called it whole, and
+// every later prompt silently lacked rounds 1-2. Now it stays unready naming the loss (the lineage,
+// era 0, the execution), composes nothing (a request waits; the API answers 503), and `podium
+// store accept-loss` shows the loss and refuses without the lineage and a reason. Accepted, the loss
+// is recorded on AUDIT, the ranker refills from the stream there is now and is ready, and the next
+// prompt shows round 3's board, as the test recounts it from what the stream still holds.
+func TestALossIsNamedUntilAccepted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	e.start("composer")
+	const exec = "loss"
+	teams := []string{"t1", "t2", "t3"}
+	var era1 []scored // what the stream there is now holds: the oracle after the loss
+	publish := func(round int) {
+		for i, team := range teams {
+			score := float64(10*round + i)
+			e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, round), evaluation(exec, team, "Team "+team, round, score, "work", t0.Add(time.Duration(round)*time.Minute)))
+			if round == 3 {
+				era1 = append(era1, scored{team, round, score, 0})
+			}
+		}
+	}
+	publish(1)
+	publish(2)
+	waitBoardRounds(t, ranker, exec, 6, 30*time.Second)
+	if err := e.js.DeleteStream(t.Context(), events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "EVALUATIONS made again", func() (bool, string) {
+		_, err := e.js.Stream(t.Context(), events.StreamEvaluations)
+		return err == nil, fmt.Sprint(err)
+	})
+	publish(3)
+	waitBoardRounds(t, ranker, exec, 9, 30*time.Second)
+
+	e.storeExec("DROP TABLE evaluations")
+	testenv.WaitFor(t, 30*time.Second, "the ranker to name the loss", func() (bool, string) {
+		code, body := readiness(ranker)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "evaluations lost") &&
+			strings.Contains(body, "era 0") && strings.Contains(body, "["+exec+"]"), fmt.Sprint(code, body)
+	})
+	e.requestRound("req-during", events.RoundRequested{ExecutionID: exec, TeamID: "t1", TeamName: "Team t1", RoundNumber: 4, UserPrompt: "go"}, t0.Add(time.Hour))
+	if got := e.collect(events.StreamPrompts, "prompt.composed."+exec+".>", 1, 5*time.Second); len(got) != 0 {
+		t.Fatalf("a prompt was composed while the store's loss waited for an operator: %s", got[0].Body)
+	}
+	if code, rows, msg := boardOf(t, ranker, exec); code != http.StatusServiceUnavailable {
+		t.Errorf("the ranker's API during the loss: %d %v %s, want 503", code, rows, msg)
+	}
+
+	out, code := e.podium(t, nil, "store", "accept-loss")
+	lineage := ""
+	if i := strings.Index(out, "--lineage "); i >= 0 {
+		lineage = strings.Fields(out[i+len("--lineage "):])[0]
+	}
+	if code == 0 || lineage == "" || !strings.Contains(out, "eras 0-0") || !strings.Contains(out, "["+exec+"]") {
+		t.Fatalf("podium store accept-loss without --lineage: exit %d, want non-zero naming the loss and its lineage\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "store", "accept-loss", "--lineage", "1@"+lineage, "--reason", "x"); code == 0 {
+		t.Errorf("accept-loss of another lineage: exit 0\n%s", out)
+	}
+	if out, code := e.podium(t, nil, "store", "accept-loss", "--lineage", lineage, "--reason", "the era-0 backup was lost too"); code != 0 {
+		t.Fatalf("accept-loss: exit %d\n%s", code, out)
+	}
+	waitReadiness(t, ranker, http.StatusOK, 60*time.Second)
+	rec, err := e.js.Stream(t.Context(), events.StreamAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rec.GetLastMsgForSubject(t.Context(), events.SubjectLossAccepted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(m.Data), `"reason":"the era-0 backup was lost too"`) || !strings.Contains(string(m.Data), lineage) {
+		t.Errorf("the accepted loss on AUDIT: %s", m.Data)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(m.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compileSchema(t, filepath.Join("..", "schemas", "audit", "loss.schema.json")).Validate(doc); err != nil {
+		t.Errorf("the accepted loss on AUDIT does not match schemas/audit/loss.schema.json: %v\n%s", err, m.Data)
+	}
+	e.requestRound("req-after", events.RoundRequested{ExecutionID: exec, TeamID: "t2", TeamName: "Team t2", RoundNumber: 5, UserPrompt: "go"}, t0.Add(time.Hour))
+	got := e.answers("prompt.*."+exec+".*", 2, 60*time.Second)
+	a := got["req-after"]
+	if !a.ok() {
+		t.Fatalf("the request after the loss was accepted: %s %+v", a.subject, a.failed)
+	}
+	if why := differs(a.composed, era1, func(scored) bool { return true }); why != "" {
+		t.Errorf("the prompt after the loss was accepted %s", why)
+	}
+	if d := got["req-during"]; d.ok() && differs(d.composed, era1, func(scored) bool { return true }) != "" {
+		t.Errorf("the request made during the loss was composed short of what the stream holds: %+v", d.composed.Inputs.Leaderboard)
+	}
+}
+
+// TestErasOnlyGrow: rounds stored in era 0, EVALUATIONS deleted and made again, a round in era 1;
+// then store_lineage is lost (TRUNCATE) while the rows survive, and the ranker restarted. Before,
+// it noted the surviving table as era 0, so the rows of era 1 sorted after every new one and the
+// next prompts, composed as of era 0, dropped them. Now the era is taken from the lineage its
+// consumer published (1) and the rows: the next prompt shows every round, as of era 1.
+func TestErasOnlyGrow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	e.start("composer")
+	const exec = "grow"
+	teams := []string{"t1", "t2"}
+	var published []scored
+	publish := func(round int) {
+		for i, team := range teams {
+			score := float64(10*round + i)
+			e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, round), evaluation(exec, team, "Team "+team, round, score, "work", t0.Add(time.Duration(round)*time.Minute)))
+			published = append(published, scored{team, round, score, 0})
+		}
+	}
+	publish(1)
+	waitBoardRounds(t, ranker, exec, 2, 30*time.Second)
+	if err := e.js.DeleteStream(t.Context(), events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "EVALUATIONS made again", func() (bool, string) {
+		_, err := e.js.Stream(t.Context(), events.StreamEvaluations)
+		return err == nil, fmt.Sprint(err)
+	})
+	publish(2)
+	waitBoardRounds(t, ranker, exec, 4, 30*time.Second)
+	if _, err := ranker.stop(t, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.storeExec("TRUNCATE TABLE store_lineage")
+	ranker = e.start("ranker")
+	waitReadiness(t, ranker, http.StatusOK, 60*time.Second)
+	cons, err := e.js.Consumer(t.Context(), events.StreamEvaluations, events.ConsumerRanker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if era := cons.CachedInfo().Config.Metadata[events.MetaStoreEra]; era != "1" {
+		t.Errorf("the era after the lineage was lost: %q, want 1", era)
+	}
+	publish(3)
+	waitBoardRounds(t, ranker, exec, 6, 30*time.Second)
+	e.requestRound("req-t1-4", events.RoundRequested{ExecutionID: exec, TeamID: "t1", TeamName: "Team t1", RoundNumber: 4, UserPrompt: "go"}, t0.Add(time.Hour))
+	a := e.answers("prompt.*."+exec+".*", 1, 60*time.Second)["req-t1-4"]
+	if !a.ok() {
+		t.Fatalf("round 4: %s %+v", a.subject, a.failed)
+	}
+	if why := differs(a.composed, published, func(scored) bool { return true }); why != "" {
+		t.Errorf("the prompt after the lineage was lost (era %d) %s", a.composed.Inputs.EvaluationsEra, why)
+	}
+	if a.composed.Inputs.EvaluationsEra != 1 {
+		t.Errorf("round 4 is composed as of era %d, want 1", a.composed.Inputs.EvaluationsEra)
+	}
 }

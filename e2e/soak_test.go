@@ -169,6 +169,10 @@ type soak struct {
 	// tableFaultInc: EVALUATIONS is deleted only once the ranker refilled the table since.
 	tableFault    time.Time
 	tableFaultInc int
+	// floorInc is the first incarnation of EVALUATIONS whose rows the table holds (the ranker's
+	// floor): a table fault while it is below inc loses the rows of the incarnations before it,
+	// which the ranker must name and an operator accept (settleLoss).
+	floorInc int
 
 	requests  sync.Map // request id -> soakRequest: acknowledged by JetStream
 	seen      sync.Map // event id -> record: answers the orchestrators read in PROMPTS
@@ -353,11 +357,13 @@ func (s *soak) injectWith(start time.Time, rng *rand.Rand, kind string) {
 		q := map[string]string{"drop table": "DROP TABLE IF EXISTS evaluations", "truncate table": "TRUNCATE TABLE IF EXISTS evaluations"}[kind]
 		s.evMu.Lock()
 		err := s.storeExec(q)
+		lost := false
 		// A statement whose answer did not come in time may have run all the same (a DROP seen
 		// by the ranker after its client gave up: one soak counted it undone and recounted the
 		// executions it destroyed): counted as done, so those executions are not recounted.
 		if err == nil || errors.Is(err, context.DeadlineExceeded) {
 			s.tableFault, s.tableFaultInc = time.Now(), s.inc
+			lost = s.floorInc < s.inc
 			// The executions of a stream deleted before are lost now: the stream and the table
 			// were their two copies.
 			for exec, inc := range s.execInc {
@@ -367,7 +373,11 @@ func (s *soak) injectWith(start time.Time, rng *rand.Rand, kind string) {
 			}
 		}
 		s.evMu.Unlock()
-		s.fault(start, began, fmt.Sprintf("%s (%v)", q, errText(err)))
+		settled := ""
+		if lost {
+			settled = "; " + s.settleLoss()
+		}
+		s.fault(start, began, fmt.Sprintf("%s (%v)%s", q, errText(err), settled))
 	case "drop archive":
 		s.evMu.Lock()
 		err := s.storeExec("DROP TABLE IF EXISTS prompts")
@@ -505,6 +515,36 @@ func (s *soak) deleteEvaluations() string {
 		return err.Error()
 	}
 	return "done"
+}
+
+// settleLoss is the operator after a table fault that lost the rows of a deleted EVALUATIONS: the
+// ranker must name the loss (on its consumer, within 30 s: its check runs every 5 s) and wait for
+// it; the operator accepts it with `podium store accept-loss`, and the ranker refills.
+func (s *soak) settleLoss() string {
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cons, err := s.e.js.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker)
+		cancel()
+		if err != nil {
+			continue
+		}
+		var l events.StoreLoss
+		raw := cons.CachedInfo().Config.Metadata[events.MetaStoreLoss]
+		if raw == "" || json.Unmarshal([]byte(raw), &l) != nil {
+			continue
+		}
+		out, code := s.e.podium(s.t, nil, "store", "accept-loss", "--lineage", l.Lineage, "--reason", "soak: the table lost the rows of a deleted EVALUATIONS")
+		if code != 0 {
+			s.t.Errorf("podium store accept-loss --lineage %s: exit %d\n%s", l.Lineage, code, out)
+			return "accept-loss failed"
+		}
+		s.evMu.Lock()
+		s.floorInc = s.inc
+		s.evMu.Unlock()
+		return fmt.Sprintf("the ranker named the loss of eras %d-%d (%d executions), accepted", l.FromEra, l.ToEra, len(l.Executions))
+	}
+	s.t.Errorf("the table lost the rows of a deleted EVALUATIONS and the ranker named no loss within 30 s")
+	return "no loss named"
 }
 
 // refilledSinceTableFault waits, when the table was dropped or truncated in this stream's

@@ -15,7 +15,7 @@ func TestArityOfEveryCommand(t *testing.T) {
 		"prompts show": {3, 3}, "prompts verify": {alternatives}, "prompts diff": {4, 4}, "prompts tail": {0, 0},
 		"audit check": {0, 0}, "audit keygen": {1, 1},
 		"export": {0, 0}, "leaderboard": {1, 1}, "history": {2, 2}, "publish evaluation": {0, 0}, "publish round": {0, 0},
-		"deadletters list": {0, 0}, "deadletters replay": {alternatives}, "store status": {0, 0}, "streams apply": {0, 0}, "store rebuild": {0, 0},
+		"deadletters list": {0, 0}, "deadletters replay": {alternatives}, "store status": {0, 0}, "streams apply": {0, 0}, "store rebuild": {0, 0}, "store accept-loss": {0, 0},
 	}
 	cmds := commands()
 	if len(cmds) != len(want) {

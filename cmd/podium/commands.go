@@ -127,6 +127,8 @@ func commands() []command {
 			"Show how each stream and key-value bucket differs from what the configuration owns of it (podium's environment: PROMPTS_MAX_AGE, STREAM_REPLICAS, ...; buckets sealed against rollups and purges), and change it: services make what is missing and never change what exists. Builder modules in an older Podium's object stores are copied into the module streams.", streamsApply},
 		{operators, "store status", "[--json]", "which ClickHouse replicas answer and how far each is behind",
 			"Say which ClickHouse replicas (CLICKHOUSE_ADDR) answer, what each holds and how far it is behind; exit 1 when one does not answer.", storeStatus},
+		{operators, "store accept-loss", "[--lineage ID --reason TEXT] [--json]", "accept the evaluations the ranker's store lost for good, so it refills",
+			"Show the evaluations the ranker's store lost for good (its table lost while it held the rows of eras whose EVALUATIONS streams were deleted), which keep the ranker unready and composing nothing; with --lineage (the lost lineage, as shown) and --reason, record the loss and the reason on AUDIT (audit.loss.evaluations), after which the ranker refills its store from the stream there is now.", storeAcceptLoss},
 		{operators, "store rebuild", "[--from-start] [--batch N] [--show N] [--no-progress]", "write the EVALUATIONS stream into the store again",
 			"Write the EVALUATIONS stream into the store again (a dropped table or database, a new database): every evaluation the stream holds, parsed as the ranker parses it, resuming where an interrupted rebuild stopped; then report what the store holds.", storeRebuild},
 	}

@@ -119,7 +119,7 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 	// ranker never writes two copies of an id in one insert (a batch keeps one), so the rows as
 	// 18.16 holds them are what a current server would hold too, which the setting reproduces.
 	script = append(script, statement{SQL: "INSERT INTO evaluations (" + cols + ") SETTINGS optimize_on_insert = 0 VALUES " + strings.Join(values, ", ")})
-	const lineageCols = `epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, noted_at`
+	const lineageCols = `epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, noted_at, floor_era`
 	values = values[:0]
 	for _, row := range query(t, conn, "SELECT "+lineageCols+" FROM store_lineage").raw {
 		var lits []string

@@ -54,6 +54,10 @@ type Lineage struct {
 	// Era is the stream's era (rank.Pos): the rows derived from it are stored with it. A lineage
 	// that names another stream than the one before it has the next era.
 	Era uint32
+	// Floor is the oldest era whose rows the table holds. The rows of eras before Era are of
+	// streams deleted since, kept only here: a table lost while Floor < Era has lost them for good
+	// (LostEras), which the ranker names and waits on instead of refilling as if whole.
+	Floor uint32
 	// Anchor is a row the table held when this was noted; zero while the table held none.
 	Anchor RowKey
 	// Through is how far a refill got: every evaluation up to this stream sequence is stored. A
@@ -86,6 +90,23 @@ func (l Lineage) EraOf(stream string) uint32 {
 	return l.Era + 1
 }
 
+// LostEras are the eras whose rows a table derived as l held that no stream holds any longer,
+// when stream is the EVALUATIONS stream there is now: those before l's era (their streams were
+// deleted), and l's own when it names another stream than stream. ok is false when the stream
+// still holds everything (a lost table can be refilled whole).
+func (l Lineage) LostEras(stream string) (from, to uint32, ok bool) {
+	if l.Epoch == 0 {
+		return 0, 0, false
+	}
+	if l.Stream != stream {
+		return min(l.Floor, l.Era), l.Era, true
+	}
+	if l.Floor < l.Era {
+		return l.Floor, l.Era - 1, true
+	}
+	return 0, 0, false
+}
+
 // StreamID is a stream's identity in a lineage: its creation time, which a stream deleted and
 // made again under the same name changes.
 func StreamID(created time.Time) string { return created.UTC().Format(time.RFC3339Nano) }
@@ -93,10 +114,11 @@ func StreamID(created time.Time) string { return created.UTC().Format(time.RFC33
 // The lineage queries, named so that the test comparing ClickHouse 18.16 with a current engine
 // (chdb_test.go) runs exactly them.
 const (
-	lineageQuery = `SELECT epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole
+	lineageQuery = `SELECT epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, floor_era
 FROM store_lineage ORDER BY epoch DESC, version DESC LIMIT 1`
 	holdsQuery     = `SELECT stream_era, stream_seq FROM evaluations WHERE execution_id = ? AND team_id = ? AND event_id = ?`
 	newestRowQuery = `SELECT execution_id, team_id, event_id, stream_era, stream_seq FROM evaluations ORDER BY stream_era DESC, stream_seq DESC, event_id LIMIT 1`
+	oldestEraQuery = `SELECT min(stream_era) FROM evaluations`
 )
 
 // Lineage reads the store's lineage: the newest noted, by epoch then by when it was noted; false
@@ -110,7 +132,7 @@ func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
 		var r Lineage
 		var v uint64
 		var whole uint8
-		if err := rows.Scan(&r.Epoch, &v, &r.Stream, &r.Era, &r.Anchor.ExecutionID, &r.Anchor.TeamID, &r.Anchor.EventID, &r.Anchor.Pos.Era, &r.Anchor.Pos.Seq, &r.Through, &whole); err != nil {
+		if err := rows.Scan(&r.Epoch, &v, &r.Stream, &r.Era, &r.Anchor.ExecutionID, &r.Anchor.TeamID, &r.Anchor.EventID, &r.Anchor.Pos.Era, &r.Anchor.Pos.Seq, &r.Through, &whole, &r.Floor); err != nil {
 			return err
 		}
 		if found && (r.Epoch < l.Epoch || r.Epoch == l.Epoch && v <= version) {
@@ -159,12 +181,12 @@ func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 		version = uint64(newest.Noted.UnixNano()) + 1
 	}
 	err = s.rs.write(ctx, func(conn driver.Conn) error {
-		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, noted_at)")
+		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, noted_at, floor_era)")
 		if err != nil {
 			return err
 		}
 		defer batch.Abort()
-		if err := batch.Append(l.Epoch, version, l.Stream, l.Era, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Anchor.Pos.Era, l.Anchor.Pos.Seq, l.Through, whole, now); err != nil {
+		if err := batch.Append(l.Epoch, version, l.Stream, l.Era, l.Anchor.ExecutionID, l.Anchor.TeamID, l.Anchor.EventID, l.Anchor.Pos.Era, l.Anchor.Pos.Seq, l.Through, whole, now, l.Floor); err != nil {
 			return err
 		}
 		return batch.Send()
@@ -206,6 +228,22 @@ func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
 		return RowKey{}, false, fmt.Errorf("rank: newest row: %w", err)
 	}
 	return k, found, nil
+}
+
+// OldestEra is the oldest era of the rows the evaluations table holds (0 when it holds none). It
+// reads a column of every row: the ranker asks once, when it adopts a table that lost its lineage.
+func (s *Store) OldestEra(ctx context.Context) (uint32, error) {
+	eras, err := column[uint32](ctx, s, oldestEraQuery)
+	if err != nil {
+		return 0, fmt.Errorf("rank: oldest era: %w", err)
+	}
+	oldest := uint32(0)
+	for i, e := range eras {
+		if i == 0 || e < oldest {
+			oldest = e
+		}
+	}
+	return oldest, nil
 }
 
 // KeyOf is the row key of a record, with its position.

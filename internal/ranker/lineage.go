@@ -2,6 +2,7 @@ package ranker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,7 +88,7 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 	streamID := chstore.StreamID(info.Created)
 	lin, found, err := r.store.Lineage(ctx)
 	if chstore.FaultOf(err) == chstore.Missing {
-		return r.refill(ctx, refillPlan{why: "the store's tables are missing", repair: true})
+		return r.refill(ctx, refillPlan{why: "the store's tables are missing", repair: true, lost: true})
 	}
 	if err != nil {
 		return err
@@ -96,23 +97,24 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 	case !found:
 		newest, has, err := r.store.NewestRow(ctx)
 		if chstore.FaultOf(err) == chstore.Missing {
-			return r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true})
+			return r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true, lost: true})
 		}
 		if err != nil {
 			return err
 		}
-		if !has && info.State.Msgs > 0 {
-			return r.refill(ctx, refillPlan{why: fmt.Sprintf("the store is empty while %s holds %d messages", events.StreamEvaluations, info.State.Msgs)})
-		}
-		epoch, err := r.store.NextEpoch(ctx, r.now())
+		// The store lost its lineage; the one this ranker or its consumer knew, if any, says
+		// what the table was.
+		last, known, err := r.lastLineage(ctx)
 		if err != nil {
 			return err
 		}
-		lin = chstore.Lineage{Epoch: epoch, Stream: streamID, Anchor: newest, Whole: true}
-		if err := r.store.NoteLineage(ctx, lin); err != nil {
+		if !has && (known || info.State.Msgs > 0) {
+			return r.refill(ctx, refillPlan{why: fmt.Sprintf("the store is empty while %s holds %d messages", events.StreamEvaluations, info.State.Msgs), lost: known})
+		}
+		if lin, err = r.adopt(ctx, newest, has, last, known, streamID); err != nil {
 			return err
 		}
-		r.log.Info("store lineage noted: the table is taken as it is", "lineage", lin.ID(), "rows", has)
+		r.log.Info("store lineage noted: the table is taken as it is", "lineage", lin.ID(), "rows", has, "era", lin.Era, "floor", lin.Floor)
 	case !lin.Whole:
 		// Another ranker's refill, or one that stopped: whether its notes still move decides,
 		// watched here (awaitRefill), never its notes' times against this host's clock.
@@ -120,13 +122,13 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 	case lin.Anchor != chstore.RowKey{}:
 		held, err := r.store.Holds(ctx, lin.Anchor)
 		if chstore.FaultOf(err) == chstore.Missing {
-			return r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true})
+			return r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true, lost: true})
 		}
 		if err != nil {
 			return err
 		}
 		if !held {
-			return r.refill(ctx, refillPlan{why: "the evaluations table lost the rows it held (dropped or recreated)"})
+			return r.refill(ctx, refillPlan{why: "the evaluations table lost the rows it held (dropped or recreated)", lost: true})
 		}
 	}
 	if lin.Stream != streamID {
@@ -139,7 +141,10 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		lin = chstore.Lineage{Epoch: epoch, Stream: streamID, Era: was.EraOf(streamID), Anchor: lin.Anchor, Whole: true}
+		lin = chstore.Lineage{Epoch: epoch, Stream: streamID, Era: was.EraOf(streamID), Floor: was.Floor, Anchor: lin.Anchor, Whole: true}
+		if lin.Anchor == (chstore.RowKey{}) {
+			lin.Floor = lin.Era // the table held no row of the stream before
+		}
 		if err := r.store.NoteLineage(ctx, lin); err != nil {
 			return err
 		}
@@ -148,6 +153,63 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 			"was", was.Stream, "now", streamID, "era", lin.Era)
 	}
 	return r.publishLineage(ctx, lin, "")
+}
+
+// adopt notes a lineage for a table found without one (a store of a Podium before lineages, or
+// one whose store_lineage was lost while its rows survived), taking the table as it is. Eras only
+// grow: the rows that survive keep the era they were stored with, and the stream there is now
+// takes an era after theirs unless it is theirs (last, the lineage the ranker or its consumer
+// knew, names it; or the newest row is this stream's message at its sequence). The floor is the
+// oldest era the rows hold.
+func (r *ranker) adopt(ctx context.Context, newest chstore.RowKey, has bool, last chstore.Lineage, known bool, stream string) (chstore.Lineage, error) {
+	epoch, err := r.store.NextEpoch(ctx, r.now())
+	if err != nil {
+		return chstore.Lineage{}, err
+	}
+	lin := chstore.Lineage{Epoch: epoch, Stream: stream, Anchor: newest, Whole: true}
+	switch {
+	case known && last.Stream == stream:
+		lin.Era = max(last.Era, newest.Pos.Era)
+	case known:
+		lin.Era = max(last.Era, newest.Pos.Era) + 1
+	case has && !r.ofStream(ctx, newest):
+		lin.Era = newest.Pos.Era + 1
+	case has:
+		lin.Era = newest.Pos.Era
+	}
+	lin.Floor = lin.Era
+	if has {
+		oldest, err := r.store.OldestEra(ctx)
+		if err != nil {
+			return chstore.Lineage{}, err
+		}
+		lin.Floor = min(oldest, lin.Era)
+		if known {
+			lin.Floor = min(lin.Floor, last.Floor)
+		}
+	}
+	if err := r.store.NoteLineage(ctx, lin); err != nil {
+		return chstore.Lineage{}, err
+	}
+	return lin, nil
+}
+
+// ofStream reports whether EVALUATIONS holds, at the row's sequence, the evaluation the row was
+// stored from (false on any doubt: the row then counts as of a stream before).
+func (r *ranker) ofStream(ctx context.Context, k chstore.RowKey) bool {
+	if k.Pos.Seq == 0 {
+		return false
+	}
+	st, err := r.js.Stream(ctx, events.StreamEvaluations)
+	if err != nil {
+		return false
+	}
+	msg, err := st.GetMsg(ctx, k.Pos.Seq)
+	if err != nil {
+		return false
+	}
+	var env events.Envelope
+	return json.Unmarshal(msg.Data, &env) == nil && env.ID == k.EventID
 }
 
 // eraOf is the era of the stream a batch was consumed from (consume.StreamOf), with commits
@@ -236,8 +298,9 @@ var errYielded = errors.New("another ranker refills the store")
 // refillPlan is how a refill starts.
 type refillPlan struct {
 	why string
-	// repair recreates the tables first; others waits for another ranker's refill first.
-	repair, others bool
+	// repair recreates the tables first; others waits for another ranker's refill first; lost is
+	// a table found lost, which may have held rows no stream holds any more (loss.go).
+	repair, others, lost bool
 	// resume is a refill that stopped and may go on after its Through (zero: from the start).
 	resume chstore.Lineage
 }
@@ -255,6 +318,23 @@ func newView(m *metrics, whole *health.Condition, log *slog.Logger) *sink.View {
 // (internal/sink: the condition, the backoff, the metrics). Commits are held by the caller. It
 // returns only once the store is whole, or with ctx's error.
 func (r *ranker) refill(ctx context.Context, plan refillPlan) error {
+	// A lost table is refilled only when nothing was lost with it, or an operator accepted what
+	// was: from then on the store holds its own stream's rows only (its floor is its era).
+	fresh := false
+	if plan.lost {
+		info, err := r.evaluationsInfo(ctx)
+		if err != nil {
+			return err
+		}
+		accepted, err := r.checkLoss(ctx, chstore.StreamID(info.Created))
+		if err != nil {
+			return err
+		}
+		fresh = true
+		if accepted {
+			plan.why = "an operator accepted the loss; " + plan.why
+		}
+	}
 	r.boardsMu.Lock()
 	defer r.boardsMu.Unlock()
 	r.refilling.Store(&plan.why)
@@ -270,7 +350,7 @@ func (r *ranker) refill(ctx context.Context, plan refillPlan) error {
 				plan.resume = l // its progress as it last noted it
 			}
 		}
-		res, lin, err := r.refillSteps(ctx, plan.why, repair, plan.resume)
+		res, lin, err := r.refillSteps(ctx, plan.why, repair, fresh, plan.resume)
 		if err == nil {
 			return sink.Tried{Attrs: []any{"lineage", lin.ID(), "messages", res.Read, "written", res.Written, "refused", res.Refused, "invalid", res.Invalid}}, nil
 		}
@@ -316,7 +396,8 @@ func (r *ranker) awaitRefill(ctx context.Context) error {
 
 // refillSteps is one try of refill: what it wrote, and the lineage it noted last. It goes on from
 // resume where that is of the same stream and the table holds its anchor; else from the start.
-func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resume chstore.Lineage) (res refill.Result, lin chstore.Lineage, err error) {
+// fresh is a refill of a lost table: the new lineage holds its own era's rows only.
+func (r *ranker) refillSteps(ctx context.Context, why string, repair, fresh bool, resume chstore.Lineage) (res refill.Result, lin chstore.Lineage, err error) {
 	info, err := r.evaluationsInfo(ctx)
 	if err != nil {
 		return res, lin, err
@@ -326,13 +407,20 @@ func (r *ranker) refillSteps(ctx context.Context, why string, repair bool, resum
 		return res, lin, errorOf(err)
 	}
 	lin = chstore.Lineage{Epoch: epoch, Stream: chstore.StreamID(info.Created)}
-	if newest, found, err := r.store.Lineage(ctx); err == nil && found {
-		lin.Era = newest.EraOf(lin.Stream)
-		if newest.Stream != lin.Stream {
-			r.before.Store(&newest) // a batch of the stream before, committed after, keeps its era
-		}
-	} else if err != nil && chstore.FaultOf(err) != chstore.Missing {
+	// Eras only grow: the newest lineage known (the store's, or, when the store lost it, the one
+	// published) names the era this stream's rows take.
+	prev, known, err := r.lastLineage(ctx)
+	if err != nil {
 		return res, lin, err
+	}
+	if known {
+		lin.Era, lin.Floor = prev.EraOf(lin.Stream), min(prev.Floor, prev.EraOf(lin.Stream))
+		if prev.Stream != lin.Stream {
+			r.before.Store(&prev) // a batch of the stream before, committed after, keeps its era
+		}
+	}
+	if fresh || !known {
+		lin.Floor = lin.Era
 	}
 	after := info.State.FirstSeq
 	if after > 0 {
@@ -427,12 +515,20 @@ func errorOf(err error) error {
 // whether a refill runs (why, or empty). The consumer's metadata is compared first: an unchanged
 // state costs one lookup.
 func (r *ranker) publishLineage(ctx context.Context, lin chstore.Lineage, refilling string) error {
-	md := map[string]string{events.MetaStoreLineage: lin.ID(), events.MetaStoreEra: strconv.FormatUint(uint64(lin.Era), 10)}
+	md := map[string]string{events.MetaStoreLineage: lin.ID(), events.MetaStoreEra: strconv.FormatUint(uint64(lin.Era), 10),
+		events.MetaStoreFloor: strconv.FormatUint(uint64(lin.Floor), 10)}
 	if lin.Anchor != (chstore.RowKey{}) {
 		md[events.MetaStoreAnchor] = lin.Anchor.String()
 	}
 	if refilling != "" {
 		md[events.MetaStoreRefilling] = refilling
+	}
+	if l := r.loss.Load(); l != nil {
+		b, err := json.Marshal(l)
+		if err != nil {
+			return err
+		}
+		md[events.MetaStoreLoss] = string(b)
 	}
 	if r.runtime != nil {
 		if err := r.runtime.SetMetadata(ctx, md); err != nil {

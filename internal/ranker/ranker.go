@@ -3,6 +3,7 @@ package ranker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,7 @@ type store interface {
 	NextEpoch(ctx context.Context, now time.Time) (uint64, error)
 	Holds(ctx context.Context, k chstore.RowKey) (bool, error)
 	NewestRow(ctx context.Context) (chstore.RowKey, bool, error)
+	OldestEra(ctx context.Context) (uint32, error)
 }
 
 var _ store = (*chstore.Store)(nil)
@@ -83,6 +85,8 @@ type ranker struct {
 	// consumed from the stream before and committed after keeps that stream's era (lineage.go).
 	before    atomic.Pointer[chstore.Lineage]
 	refilling atomic.Pointer[string] // why, while a refill runs
+	// loss is the store's loss waiting for an operator (loss.go): commits are given back.
+	loss atomic.Pointer[events.StoreLoss]
 	// recheck wakes the store's watch at once (checkSoon).
 	recheck chan struct{}
 	// staleAfter replaces refillStale (lineage.go) in tests; 0 in the service.
@@ -182,6 +186,13 @@ type batch struct {
 // executions.
 func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announcer) consume.Result {
 	res := consume.All(msgs, settle.Ack())
+	// Nothing is stored beside a loss: the batch waits (kept in progress) until an operator
+	// accepted it and the refill ran, which stores these too.
+	for l := r.loss.Load(); l != nil; l = r.loss.Load() {
+		if retry.Sleep(ctx, time.Second) != nil {
+			return consume.All(msgs, settle.RetryLater(fmt.Errorf("%w: %s", errLossHeld, l.Lineage)))
+		}
+	}
 	era, err := r.eraOf(ctx, msgs)
 	if err != nil {
 		r.log.WarnContext(ctx, "the era of a batch's stream is not known; the batch is given back", "error", err)

@@ -226,10 +226,27 @@ func (r reader) batch(ctx context.Context, from, end uint64, fn func(*stored) er
 // leaderGet asks the stream's leader for the first message on filter at or after seq; nil when
 // it holds none.
 func (r reader) leaderGet(ctx context.Context, seq uint64) (*stored, error) {
-	req, err := json.Marshal(struct {
+	return r.leaderAsk(ctx, struct {
 		Seq     uint64 `json:"seq"`
 		NextFor string `json:"next_by_subj"`
 	}{seq, r.filter})
+}
+
+// LastOn asks the stream's leader for the last message on subject; nil when it holds none. A
+// missing stream is jetstream.ErrStreamNotFound, wrapped.
+func LastOn(ctx context.Context, nc *nats.Conn, stream, subject string) (jetstream.Msg, error) {
+	m, err := reader{nc: nc, stream: stream, filter: subject}.leaderAsk(ctx, struct {
+		LastFor string `json:"last_by_subj"`
+	}{subject})
+	if m == nil || err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// leaderAsk sends the stream's leader a STREAM.MSG.GET request; nil when it holds no such message.
+func (r reader) leaderAsk(ctx context.Context, get any) (*stored, error) {
+	req, err := json.Marshal(get)
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func StreamConfig(name string, o StreamOptions) (jetstream.StreamConfig, error) 
 		cfg.Description = "events that can never be processed, byte for byte, with Dead-Reason, Dead-Stream and Dead-Sequence headers"
 		cfg.Subjects = []string{"deadletter.>"}
 	case StreamAudit:
-		cfg.Description = "signed checkpoints of the audit log over PROMPTS (docs/audit.md)"
+		cfg.Description = "signed checkpoints of the audit log over PROMPTS (docs/audit.md), and the losses of evaluations operators accepted (docs/operating.md)"
 		cfg.Subjects = []string{"audit.>"}
 		// What was signed stays: an auditor checks each checkpoint against the next.
 		cfg.DenyDelete = true
@@ -298,15 +298,42 @@ func ConsumerConfig(durable string, o ConsumerOptions) (jetstream.ConsumerConfig
 // wait as they wait for a commit), and the era of the stream the lineage names (a decimal number;
 // absent: 0): the stream deleted and made again starts a new era, whose sequences start over, and
 // a prompt is composed as of a position (era, sequence) (docs/contract.md#read-your-writes), and
-// the lineage's anchor row (a JSON array [execution_id, team_id, event_id]; absent while the table
-// held none), which composers read in the same query as the rows they read, so that a table
-// emptied under them is found, not read short.
+// the lineage's anchor row (a JSON array [execution_id, team_id, event_id, era, seq]; absent
+// while the table held none), which composers read in the same query as the rows they read, so
+// that a table emptied under them is found, not read short; the oldest era the table holds rows
+// of (MetaStoreFloor, a decimal number), which a ranker started after its store was lost reads to
+// know what was lost; and, while the store lost evaluations that no stream holds any more, that
+// loss (MetaStoreLoss, a StoreLoss as JSON), waiting for an operator's `podium store
+// accept-loss`.
 const (
 	MetaStoreLineage   = "podium_store_lineage"
 	MetaStoreRefilling = "podium_store_refilling"
 	MetaStoreEra       = "podium_store_era"
 	MetaStoreAnchor    = "podium_store_anchor"
+	MetaStoreFloor     = "podium_store_floor"
+	MetaStoreLoss      = "podium_store_loss"
 )
+
+// StoreLoss is evaluations the ranker's store lost for good: its table lost (dropped, emptied)
+// while it held rows of eras whose streams were deleted since. The ranker names it on its
+// consumer (MetaStoreLoss) and stays unready, composing nothing, until an operator accepts it
+// (`podium store accept-loss`), which records it on AUDIT (SubjectLossAccepted) with a reason.
+type StoreLoss struct {
+	// Lineage is the store lineage whose rows were lost (its epoch and stream).
+	Lineage string `json:"lineage"`
+	// FromEra and ToEra are the eras lost, both included.
+	FromEra uint32 `json:"from_era"`
+	ToEra   uint32 `json:"to_era"`
+	// Executions are those that had evaluations of a lost era, as what was derived from the
+	// store says: their score snapshots (SCORES), or their last leaderboard (LEADERBOARDS) for
+	// one too large for a snapshot.
+	Executions []string `json:"executions"`
+	// Reason is the operator's, on an accepted loss.
+	Reason string `json:"reason,omitempty"`
+}
+
+// SubjectLossAccepted is the AUDIT subject of an accepted loss (a StoreLoss with its reason).
+const SubjectLossAccepted = "audit.loss.evaluations"
 
 // The archiver's consumer names the fill of the prompts archive that its ack floor speaks of
 // (chstore.Store.NoteArchiveEpoch): readers take archived records from ClickHouse only while the

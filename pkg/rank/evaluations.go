@@ -28,6 +28,16 @@ func NewEvaluations() *Evaluations { return newEvaluations() }
 // Append adds a stored row; call it before the evaluations are read.
 func (ev *Evaluations) Append(r Stored) { ev.rows = append(ev.rows, r) }
 
+// HoldsEras reports whether a stored copy is of an era from from to to (both included).
+func (ev *Evaluations) HoldsEras(from, to uint32) bool {
+	for _, r := range ev.rows {
+		if r.Era >= from && r.Era <= to {
+			return true
+		}
+	}
+	return false
+}
+
 // Bytes approximates the memory the evaluations hold, for caches that bound it: the rows and
 // every reduction kept for later callers (each a copy of the rows it counts).
 func (ev *Evaluations) Bytes() int {

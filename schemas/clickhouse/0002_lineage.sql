@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS store_lineage (
     noted_at DateTime,
     era UInt32 DEFAULT 0, -- added by 0004_eras.sql to tables made before it
     anchor_era UInt32 DEFAULT 0, -- added by 0005_anchor_position.sql to tables made before it
-    anchor_seq UInt64 DEFAULT 0
+    anchor_seq UInt64 DEFAULT 0,
+    floor_era UInt32 DEFAULT 0
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY epoch;
 
