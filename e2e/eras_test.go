@@ -205,7 +205,8 @@ func differs(pc events.PromptComposed, published []scored, count func(scored) bo
 // era 0, the execution), composes nothing (a request waits; the API answers 503), and `podium
 // store accept-loss` shows the loss and refuses without the lineage and a reason. Accepted, the loss
 // is recorded on AUDIT, the ranker refills from the stream there is now and is ready, and the next
-// prompt shows round 3's board, as the test recounts it from what the stream still holds.
+// prompt shows the board of rounds 3 and 4 (round 4 published during the loss), as the test
+// recounts it from what the stream holds.
 func TestALossIsNamedUntilAccepted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -218,7 +219,7 @@ func TestALossIsNamedUntilAccepted(t *testing.T) {
 		for i, team := range teams {
 			score := float64(10*round + i)
 			e.publishEvaluation(fmt.Sprintf("ev-%s-%d", team, round), evaluation(exec, team, "Team "+team, round, score, "work", t0.Add(time.Duration(round)*time.Minute)))
-			if round == 3 {
+			if round >= 3 {
 				era1 = append(era1, scored{team, round, score, 0})
 			}
 		}
@@ -242,6 +243,7 @@ func TestALossIsNamedUntilAccepted(t *testing.T) {
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "evaluations lost") &&
 			strings.Contains(body, "era 0") && strings.Contains(body, "["+exec+"]"), fmt.Sprint(code, body)
 	})
+	publish(4) // evaluations that arrive during the loss: stored once it is accepted
 	e.requestRound("req-during", events.RoundRequested{ExecutionID: exec, TeamID: "t1", TeamName: "Team t1", RoundNumber: 4, UserPrompt: "go"}, t0.Add(time.Hour))
 	if got := e.collect(events.StreamPrompts, "prompt.composed."+exec+".>", 1, 5*time.Second); len(got) != 0 {
 		t.Fatalf("a prompt was composed while the store's loss waited for an operator: %s", got[0].Body)

@@ -131,16 +131,24 @@ type Runtime struct {
 	floorStream time.Time // on the stream created then
 }
 
-// streamCreated is the identity of the stream consumed (its creation time); zero when it cannot
-// be read.
+// streamCreated is the identity of the stream consumed (its creation time), read again with the
+// shared backoff until it is read: a message whose stream is not known cannot be told from one of
+// a stream made again since (StreamOf). Zero only when ctx ends first.
 func (rt *Runtime) streamCreated(ctx context.Context) time.Time {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	st, err := rt.Source.JS.Stream(ctx, rt.Source.Stream)
-	if err != nil {
-		return time.Time{}
-	}
-	return st.CachedInfo().Created
+	var created time.Time
+	_ = retry.Do(ctx, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
+		rt.Log.Warn("the identity of the stream consumed is not read yet; consuming waits for it", "stream", rt.Source.Stream, "attempt", try, "retry_in", pause.String(), "error", err)
+	}, func(ctx context.Context, _ uint64) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := rt.Source.JS.Stream(ctx, rt.Source.Stream)
+		if err != nil {
+			return err
+		}
+		created = st.CachedInfo().Created
+		return nil
+	})
+	return created
 }
 
 // noteFloor records the consumer's ack floor on the stream of that identity.

@@ -74,9 +74,18 @@ func (r *ranker) asPublished(ctx context.Context) bool {
 			return false
 		}
 	}
+	if r.hooks.beforeRepublish != nil {
+		r.hooks.beforeRepublish()
+	}
 	// Whole: the consumer's metadata says so too (a consumer made again may carry an older
-	// state).
-	return r.publishLineage(ctx, *pub, "") == nil
+	// state). Only while pub is still the lineage published: a refill or a check that published a
+	// newer one meanwhile is not undone by this check's older view.
+	r.publishMu.Lock()
+	defer r.publishMu.Unlock()
+	if r.lineage.Load() != pub {
+		return false // published anew meanwhile: checked again, with commits held
+	}
+	return r.publishLocked(ctx, *pub, "") == nil
 }
 
 // checkStoreLocked is checkStore with commits held.
@@ -212,19 +221,18 @@ func (r *ranker) ofStream(ctx context.Context, k chstore.RowKey) bool {
 	return json.Unmarshal(msg.Data, &env) == nil && env.ID == k.EventID
 }
 
-// eraOf is the era of the stream a batch was consumed from (consume.StreamOf), with commits
-// held: the published lineage's when it names that stream. A batch of a stream made again since
+// eraOf is the era of the stream a batch was consumed from (consume.StreamOf; a batch whose
+// stream is not known has none, and is given back), with commits held: the published lineage's when it names that stream. A batch of a stream made again since
 // the lineage was noted has the store checked first, which notes the new stream's lineage with the
 // next era; one of the stream before (consumed before the delete, committed after) keeps that
 // stream's era.
 func (r *ranker) eraOf(ctx context.Context, msgs []jetstream.Msg) (uint32, error) {
 	created := consume.StreamOf(msgs[0])
-	if created.IsZero() { // the runtime could not read it: as it is now
-		info, err := r.evaluationsInfo(ctx)
-		if err != nil {
-			return 0, err
-		}
-		created = info.Created
+	if created.IsZero() {
+		// The runtime could not read which stream delivered it. Taking the stream as it is now
+		// would give a batch of a stream deleted since the era of the new one: given back, read
+		// again with its stream known.
+		return 0, errors.New("the EVALUATIONS stream the batch was consumed from is not known")
 	}
 	stream := chstore.StreamID(created)
 	for checked := false; ; checked = true {
@@ -515,6 +523,13 @@ func errorOf(err error) error {
 // whether a refill runs (why, or empty). The consumer's metadata is compared first: an unchanged
 // state costs one lookup.
 func (r *ranker) publishLineage(ctx context.Context, lin chstore.Lineage, refilling string) error {
+	r.publishMu.Lock()
+	defer r.publishMu.Unlock()
+	return r.publishLocked(ctx, lin, refilling)
+}
+
+// publishLocked is publishLineage with publishMu held.
+func (r *ranker) publishLocked(ctx context.Context, lin chstore.Lineage, refilling string) error {
 	md := map[string]string{events.MetaStoreLineage: lin.ID(), events.MetaStoreEra: strconv.FormatUint(uint64(lin.Era), 10),
 		events.MetaStoreFloor: strconv.FormatUint(uint64(lin.Floor), 10)}
 	if lin.Anchor != (chstore.RowKey{}) {

@@ -81,6 +81,13 @@ type ranker struct {
 	// leaderboard is read from a store being refilled.
 	boardsMu sync.RWMutex
 	lineage  atomic.Pointer[chstore.Lineage] // the store's lineage, as published
+	// publishMu orders the publications of the lineage (publishLineage): a check that found the
+	// store as published republishes it only while it is still the one published (asPublished).
+	publishMu sync.Mutex
+	// hooks force interleavings in tests; nil in the service.
+	hooks struct {
+		beforeRepublish func() // asPublished, once it found the store as published
+	}
 	// before is the lineage the published one replaced when the stream was made again: a batch
 	// consumed from the stream before and committed after keeps that stream's era (lineage.go).
 	before    atomic.Pointer[chstore.Lineage]
@@ -186,12 +193,12 @@ type batch struct {
 // executions.
 func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announcer) consume.Result {
 	res := consume.All(msgs, settle.Ack())
-	// Nothing is stored beside a loss: the batch waits (kept in progress) until an operator
-	// accepted it and the refill ran, which stores these too.
-	for l := r.loss.Load(); l != nil; l = r.loss.Load() {
-		if retry.Sleep(ctx, time.Second) != nil {
-			return consume.All(msgs, settle.RetryLater(fmt.Errorf("%w: %s", errLossHeld, l.Lineage)))
-		}
+	// Nothing is stored beside a loss: the batch is given back (redelivered with the backoff;
+	// the ranker's deliveries are unbounded) until an operator accepted the loss and the refill
+	// ran, which stores these too. Not waited for here: handling holds commitMu, which the check
+	// that finds the acceptance needs.
+	if l := r.loss.Load(); l != nil {
+		return consume.All(msgs, settle.RetryLater(fmt.Errorf("%w: %s", errLossHeld, l.Lineage)))
 	}
 	era, err := r.eraOf(ctx, msgs)
 	if err != nil {
