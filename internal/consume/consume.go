@@ -19,6 +19,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -117,8 +118,9 @@ type Runtime struct {
 	RecoverFor time.Duration
 	// Recoveries counts consumers made again after a fault (may be nil).
 	Recoveries prometheus.Counter
-	// Remade, where set, hears that the consumer was made again after a loss (its stream may be
-	// another one now: the ranker checks its store's lineage at once).
+	// Remade, where set, hears that the consumer was made again after a loss, once the runtime
+	// consumes it (its stream may be another one now, which Consumes already says: the ranker
+	// checks its store's lineage at once).
 	Remade func()
 	// Panics counts messages whose handler panicked (Recover; may be nil).
 	Panics prometheus.Counter
@@ -126,9 +128,26 @@ type Runtime struct {
 	mu       sync.Mutex        // guards metadata
 	metadata map[string]string // set by SetMetadata: kept by every consumer made again
 
+	// passes counts the passes Run started; pass is the identity of the stream the running one
+	// reads (nil between passes): Consumes.
+	passes atomic.Uint64
+	pass   atomic.Pointer[time.Time]
+
 	floorMu     sync.Mutex
 	floor       uint64    // the consumer's last ack floor the runtime saw
 	floorStream time.Time // on the stream created then
+}
+
+// Consumes reports whether the runtime hands over no batch of another stream than the one created
+// at created: no pass has started yet, or the running one reads that stream. Between passes (a
+// consumer lost with its stream, not yet made again on the new one) and while a pass of a stream
+// before still runs, what it holds may still be handed over: false.
+func (rt *Runtime) Consumes(created time.Time) bool {
+	if rt.passes.Load() == 0 {
+		return true
+	}
+	p := rt.pass.Load()
+	return p != nil && p.Equal(created)
 }
 
 // streamCreated is the identity of the stream consumed (its creation time), read again with the
@@ -323,12 +342,19 @@ const retryEvery = 500 * time.Millisecond
 // held; or returns an error when the consumer was lost and could not be had back.
 func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop Loop) error {
 	defer loop.Close()
+	remade := false
 	for {
 		started := time.Now()
 		// Read after the consumer was made: what it delivers is of this stream (had the stream
 		// been made again since, the consumer would be gone with the one before, and deliver
 		// nothing).
 		stream := rt.streamCreated(stop)
+		rt.pass.Store(&stream)
+		rt.passes.Add(1)
+		if remade && rt.Remade != nil {
+			rt.Remade() // consuming the stream there is now: Consumes says so from here on
+		}
+		remade = false
 		it := newPull(cons, stream, rt.Buffer, rt.keepEvery(), rt.Log, rt.Consuming)
 		rt.Consuming(nil)
 		if info := cons.CachedInfo(); info != nil {
@@ -341,6 +367,7 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		}
 		rt.Consuming(ErrNotConsuming)
 		it.Stop()
+		rt.pass.Store(nil) // what the pass held is handled: nothing of its stream comes any more
 		if stop.Err() != nil {
 			return nil
 		}
@@ -360,9 +387,7 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		if rt.Recoveries != nil {
 			rt.Recoveries.Inc()
 		}
-		if rt.Remade != nil {
-			rt.Remade()
-		}
+		remade = true
 		rt.Log.Warn("consumer made again; consuming", "consumer", rt.Source.Consumer.Durable, "stream", rt.Source.Stream,
 			"after", time.Since(lostAt).Round(time.Millisecond).String())
 	}

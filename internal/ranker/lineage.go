@@ -145,6 +145,15 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		// still counts in a prompt composed as of a sequence of the new one, and a snapshot
 		// complete through an old sequence says nothing of the new stream. The rows stay (the old
 		// stream is gone; they are all that is left of it).
+		//
+		// Not while a batch of the stream before may still come (the runtime's pass of it, or
+		// what it held, not yet handled): published now, the new era would let a request compose
+		// as of it without that batch, which then commits in the era before and the record no
+		// longer verifies. Requests wait meanwhile (the lineage names the stream before); the
+		// runtime's next pass, on the new stream, has the store checked at once (Remade).
+		if r.consumes != nil && !r.consumes(info.Created) {
+			return errBeforeInHand
+		}
 		was := lin
 		epoch, err := r.store.NextEpoch(ctx, r.now())
 		if err != nil {
@@ -220,6 +229,9 @@ func (r *ranker) ofStream(ctx context.Context, k chstore.RowKey) bool {
 	var env events.Envelope
 	return json.Unmarshal(msg.Data, &env) == nil && env.ID == k.EventID
 }
+
+// errBeforeInHand is an era switch put off while batches of the stream before may still come.
+var errBeforeInHand = errors.New("the EVALUATIONS stream was made again, and batches of the one before may still be committed: its era begins once the ranker consumes the new stream")
 
 // eraOf is the era of the stream a batch was consumed from (consume.StreamOf; a batch whose
 // stream is not known has none, and is given back), with commits held: the published lineage's when it names that stream. A batch of a stream made again since

@@ -1,9 +1,11 @@
 package ranker
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,5 +87,56 @@ func TestACheckNeverRepublishesAnOlderLineage(t *testing.T) {
 	}
 	if got := r.lineage.Load(); got.Epoch != newer.Epoch {
 		t.Fatalf("the published lineage is epoch %d after the check; want the newer one, %d", got.Epoch, newer.Epoch)
+	}
+}
+
+// TestTheEraWaitsForTheBatchesOfTheStreamBefore forces the interleaving of the race: EVALUATIONS
+// deleted and made again while the runtime's pass of the stream before still runs (a batch of it
+// in hand, waiting for the check to let commits go). Before, the check noted and published the
+// new era at once: a request composed as of it lacked that batch, which then committed in the era
+// before, and the record no longer verified. Now the check puts the era off (requests wait: the
+// published lineage still names the stream before) until the runtime consumes the new stream.
+func TestTheEraWaitsForTheBatchesOfTheStreamBefore(t *testing.T) {
+	ctx := t.Context()
+	st, _ := testenv.Store(t, true)
+	nc, js := testenv.JetStream(t, testenv.NATS(t))
+	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(before.CachedInfo().Created), Whole: true}
+	if err := st.NoteLineage(ctx, was); err != nil {
+		t.Fatal(err)
+	}
+	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, nc: nc, store: st, m: newMetrics(prometheus.NewRegistry()), now: time.Now}
+	if err := r.publishLineage(ctx, was, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	now, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumed := before.CachedInfo().Created // the pass of the stream before still runs
+	r.consumes = func(created time.Time) bool { return created.Equal(consumed) }
+	if err := r.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
+		t.Fatalf("the check while a batch of the stream before may come: %v, want errBeforeInHand", err)
+	}
+	if got := r.lineage.Load(); got.Stream != was.Stream || got.Era != 0 {
+		t.Fatalf("the new era was published while a batch of the stream before may come: %+v", got)
+	}
+	consumed = now.CachedInfo().Created // the runtime consumes the new stream
+	if err := r.checkStoreLocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The table held no row of the stream before (no anchor): nothing of an older era to keep.
+	if got := r.lineage.Load(); got.Stream != chstore.StreamID(now.CachedInfo().Created) || got.Era != 1 || got.Floor != 1 {
+		t.Fatalf("once the runtime consumes the new stream: %+v, want its lineage in era 1, floor 1", got)
 	}
 }

@@ -84,6 +84,9 @@ type ranker struct {
 	// publishMu orders the publications of the lineage (publishLineage): a check that found the
 	// store as published republishes it only while it is still the one published (asPublished).
 	publishMu sync.Mutex
+	// consumes reports whether batches of the stream created then are all that can still come
+	// (consume.Runtime.Consumes; nil: no consumer runs, as in some tests).
+	consumes func(created time.Time) bool
 	// hooks force interleavings in tests; nil in the service.
 	hooks struct {
 		beforeRepublish func() // asPublished, once it found the store as published

@@ -69,6 +69,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	}
 	base.StoreMetrics(st)
 	r.runtime = runtime
+	r.consumes = runtime.Consumes
 	runtime.Remade = r.checkSoon
 	r.repair = func(ctx context.Context) error {
 		if err := chstore.CreateDatabase(ctx, cfg.Store(log)); err != nil {
