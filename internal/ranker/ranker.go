@@ -18,6 +18,7 @@ import (
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/refill"
 	"github.com/podium-llm/podium/internal/retry"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/internal/sink"
@@ -234,12 +235,7 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg, outcomes []set
 	b := batch{recs: make([]rank.Record, 0, len(msgs)), keep: make([]int, 0, len(msgs))}
 	seen := make(map[[3]string]int, len(msgs)) // an evaluation's place in b.recs
 	for i, msg := range msgs {
-		md, err := msg.Metadata()
-		if err != nil {
-			outcomes[i] = settle.Reject("message without JetStream metadata: " + err.Error())
-			continue
-		}
-		ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), r.maxBytes)
+		rec, ev, err := refill.RowOf(msg, 0, r.maxBytes) // its era: at commit (eraOf)
 		if err != nil {
 			r.m.events.WithLabelValues("dead_lettered").Inc()
 			outcomes[i] = settle.Reject(err.Error())
@@ -255,7 +251,7 @@ func (r *ranker) parse(ctx context.Context, msgs []jetstream.Msg, outcomes []set
 		} else {
 			j = len(b.recs)
 			seen[key] = j
-			b.recs = append(b.recs, rank.RecordOf(ev, md.Sequence.Stream, 0)) // its era: at commit (eraOf)
+			b.recs = append(b.recs, rec)
 		}
 		b.keep, b.recOf = append(b.keep, i), append(b.recOf, j)
 	}

@@ -8,6 +8,7 @@ package refill
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -51,21 +52,29 @@ type Result struct {
 	LastSeq uint64
 }
 
+// RowOf is the row a message of EVALUATIONS becomes in era (its stream's), with the evaluation
+// it was parsed to: the one way, for the ranker's live writes, its refills and `podium store
+// rebuild` alike. An error is a message the ranker dead-letters (and a refill skips).
+func RowOf(msg jetstream.Msg, era uint32, maxEventBytes int) (rank.Record, events.Evaluation, error) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return rank.Record{}, events.Evaluation{}, fmt.Errorf("message without JetStream metadata: %w", err)
+	}
+	ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), maxEventBytes)
+	if err != nil {
+		return rank.Record{}, events.Evaluation{}, err
+	}
+	return rank.RecordOf(ev, md.Sequence.Stream, era), ev, nil
+}
+
 // Run writes every evaluation of the stream after sequence after, up to what it held when the
 // refill began.
 func Run(ctx context.Context, o Options, after uint64, write Write) (Result, error) {
 	src := sink.Source[rank.Record]{JS: o.JS, Stream: events.StreamEvaluations, Filter: events.TypeEvaluationCompleted + ".>",
 		Batch: o.Batch, BatchBytes: o.BatchBytes, Read: o.Read,
 		Row: func(msg jetstream.Msg) (rank.Record, bool) {
-			md, err := msg.Metadata()
-			if err != nil {
-				return rank.Record{}, false
-			}
-			ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), o.MaxEventBytes)
-			if err != nil {
-				return rank.Record{}, false
-			}
-			return rank.RecordOf(ev, md.Sequence.Stream, o.Era), true
+			rec, _, err := RowOf(msg, o.Era, o.MaxEventBytes)
+			return rec, err == nil
 		}}
 	var progress func(context.Context, sink.Filled[rank.Record]) error
 	if o.Written != nil {
