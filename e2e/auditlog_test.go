@@ -156,6 +156,34 @@ func TestAuditLogShowsTampering(t *testing.T) {
 	if out, code := e.podium(t, offline, "prompts", "verify", "--bundle", bundle, "--key", otherPublic); code != 1 || !strings.Contains(out, "not signed by the log's key") {
 		t.Fatalf("verify --bundle with another key: exit %d\n%s", code, out)
 	}
+	// The log's key signing another log's checkpoint (not this key's PROMPTS log): refused by its
+	// origin, whatever the signature.
+	signer, verifier, err := auditlog.LoadKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := auditlog.Open([]byte(b.Log.Checkpoint), verifier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := b
+	log := *b.Log
+	c, err := auditlog.Sign("elsewhere/PROMPTS/2026-01-01T00:00:00Z", real.Size, real.Root, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Checkpoint = string(c.Signed)
+	foreign.Log = &log
+	buf.Reset()
+	if err := foreign.Write(&buf, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(changed, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.podium(t, offline, "prompts", "verify", "--bundle", changed, "--key", public); code != 1 || !strings.Contains(out, "not a PROMPTS log of key e2e-audit") {
+		t.Fatalf("verify --bundle of a checkpoint of another log signed by the key: exit %d\n%s", code, out)
+	}
 
 	kept := filepath.Join(t.TempDir(), "checkpoint")
 	if err := os.WriteFile(kept, c1.Signed, 0o600); err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -244,6 +245,11 @@ func verifyBundleLog(e *env, b audit.Bundle, key string) error {
 	c, err := auditlog.Open([]byte(b.Log.Checkpoint), v)
 	if err != nil {
 		return &checkError{fmt.Sprintf("the bundle's checkpoint: %v", err)}
+	}
+	// The key signs the logs of its PROMPTS streams (auditlog.Origin): a checkpoint of any other
+	// log proves nothing of these records.
+	if !strings.HasPrefix(c.Origin, v.Name()+"/PROMPTS/") {
+		return &checkError{fmt.Sprintf("the bundle's checkpoint is of the log %s, not a PROMPTS log of key %s", events.Quote(c.Origin), v.Name())}
 	}
 	proofs := map[uint64][][]byte{}
 	for _, p := range b.Log.Proofs {
