@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/podium-llm/podium/internal/audit"
+	"github.com/podium-llm/podium/internal/archiver"
 	"github.com/podium-llm/podium/internal/auditlog"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
@@ -144,10 +144,8 @@ func (e *env) checkAuditLog(ctx context.Context, v note.Verifier, since []byte) 
 			return st.ArchiveRowsOf(ctx, created, yield)
 		},
 		AckFloor: floor,
-		IsRecord: func(subject string, body []byte) bool {
-			_, err := audit.Decode(subject, body)
-			return err == nil
-		},
+		// The archiver's own test of a record: what it keeps, and what it dead-letters.
+		IsRecord: func(_ string, body []byte) bool { return archiver.IsRecord(body) },
 	}
 	return auditlog.Check(v, origin, since, src)
 }

@@ -237,6 +237,25 @@ func record(msg jetstream.Msg, created time.Time) (chstore.ArchivedPrompt, error
 		return chstore.ArchivedPrompt{}, fmt.Errorf("message without JetStream metadata: %w", err)
 	}
 	body := msg.Data()
+	rec, err := recordOf(body)
+	if err != nil {
+		return chstore.ArchivedPrompt{}, err
+	}
+	// A message's data is its own (the client copies every payload it reads): kept, not copied.
+	rec.Body, rec.Subject = body, msg.Subject()
+	rec.StreamCreated, rec.Seq, rec.Stored = streamOf(md.Timestamp, created), md.Sequence.Stream, md.Timestamp.UTC()
+	return rec, nil
+}
+
+// IsRecord says whether a PROMPTS message's body is one the archive keeps (the archiver
+// dead-letters the others): what `podium audit check` expects the archive to hold.
+func IsRecord(body []byte) bool {
+	_, err := recordOf(body)
+	return err == nil
+}
+
+// recordOf is what the archive keeps of a record's body, or why it is not a record.
+func recordOf(body []byte) (chstore.ArchivedPrompt, error) {
 	rec, err := recordFields(body)
 	if err != nil {
 		return chstore.ArchivedPrompt{}, whyNotARecord(body, err)
@@ -254,9 +273,6 @@ func record(msg jetstream.Msg, created time.Time) (chstore.ArchivedPrompt, error
 		// Its data has no template and no inputs: whatever else it carries is not indexed.
 		rec.TemplateName, rec.TemplateVersion, rec.EvaluationsSeq, rec.PromptSHA256 = "", 0, 0, ""
 	}
-	// A message's data is its own (the client copies every payload it reads): kept, not copied.
-	rec.Body, rec.Subject = body, msg.Subject()
-	rec.StreamCreated, rec.Seq, rec.Stored = streamOf(md.Timestamp, created), md.Sequence.Stream, md.Timestamp.UTC()
 	return rec, nil
 }
 

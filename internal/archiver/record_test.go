@@ -127,3 +127,25 @@ func TestStreamOf(t *testing.T) {
 		t.Errorf("a record of a deleted stream: %q", got)
 	}
 }
+
+// TestIsRecordIsWhatTheArchiveKeeps: `podium audit check` expects the archive to hold exactly the
+// messages the archiver keeps; it asks IsRecord, which is the archiver's own test. A CloudEvent of
+// another type whose data looks like a prompt's is dead-lettered, not archived (a check that
+// decoded it as a prompt expected it in the archive and named it missing).
+func TestIsRecordIsWhatTheArchiveKeeps(t *testing.T) {
+	composed := []byte(`{"specversion":"1.0","id":"a-1","source":"s","type":"prompt.composed","time":"2026-11-01T00:00:00Z",` +
+		`"data":{"request_id":"r","execution_id":"e","team_id":"t","round_number":1,"prompt":"p"}}`)
+	for _, c := range []struct {
+		body []byte
+		want bool
+	}{
+		{composed, true},
+		{bytes.Replace(composed, []byte(`"prompt.composed"`), []byte(`"evaluation.completed"`), 1), false},
+		{bytes.Replace(composed, []byte(`"round_number":1`), []byte(`"round_number":-1`), 1), false},
+		{[]byte(`not json`), false},
+	} {
+		if got := IsRecord(c.body); got != c.want {
+			t.Errorf("IsRecord(%.60s...) = %v, want %v", c.body, got, c.want)
+		}
+	}
+}
