@@ -271,10 +271,13 @@ func (k *Keeper) resume(ctx context.Context, origin string) (*Tree, int64, error
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the last checkpoint: %w", err)
 	}
-	// The last checkpoint of another log (a PROMPTS deleted since, or another key's before a
-	// rotation: the origin names both): this log starts empty.
+	// The last checkpoint of another log (a PROMPTS deleted since, another key's, a replica signing
+	// with another key): this log's own last checkpoint is searched for, older in AUDIT; none, and
+	// this log starts empty.
 	if first, _, _ := strings.Cut(string(last.Data), "\n"); first != origin {
-		return NewTree(), 0, nil
+		if last, err = k.lastOf(ctx, origin); err != nil || last == nil {
+			return NewTree(), 0, err
+		}
 	}
 	c, err := Open(last.Data, k.Verifier)
 	if err != nil {
@@ -289,6 +292,27 @@ func (k *Keeper) resume(ctx context.Context, origin string) (*Tree, int64, error
 		return nil, 0, fmt.Errorf("the last checkpoint in %s (sequence %d): %w", events.StreamAudit, last.Sequence, err)
 	}
 	return tree, c.Size, nil
+}
+
+// lastOf is the last checkpoint of origin in AUDIT, read back from the start; nil when there is
+// none.
+func (k *Keeper) lastOf(ctx context.Context, origin string) (*jetstream.RawStreamMsg, error) {
+	var last *jetstream.RawStreamMsg
+	_, err := streamscan.Scan(ctx, k.JS, events.StreamAudit, Subject, 0, func(m jetstream.Msg) error {
+		if first, _, _ := strings.Cut(string(m.Data()), "\n"); first != origin {
+			return nil
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		last = &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data()}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("search %s for the last checkpoint of %s: %w", events.StreamAudit, origin, err)
+	}
+	return last, nil
 }
 
 // publish signs the tree as it is and publishes the checkpoint, with its edge.
