@@ -140,6 +140,7 @@ func (e *env) checkAuditLog(ctx context.Context, v note.Verifier, since []byte) 
 			return err
 		},
 		First: info.State.FirstSeq, Last: info.State.LastSeq,
+		LastNow: func() (uint64, error) { return streamscan.Last(ctx, js, events.StreamPrompts) },
 		Archive: func(yield func(uint64, string, []byte, string) error) error {
 			return st.ArchiveRowsOf(ctx, created, yield)
 		},

@@ -18,9 +18,13 @@ type Sources struct {
 	// Checkpoints hands every message of AUDIT on Subject, in stream order.
 	Checkpoints func(yield func(auditSeq uint64, signed []byte) error) error
 	// Stream hands every message PROMPTS holds, in stream order; First is its first sequence
-	// (what retention trimmed lies below it), Last its last.
+	// (what retention trimmed lies below it), Last its last, both read before the scan.
 	Stream      func(yield func(seq uint64, subject string, body []byte) error) error
 	First, Last uint64
+	// LastNow, when set, reads PROMPTS' last sequence again: asked just before the archive is read,
+	// so that on a live system a record stored after the stream's scan, and archived before the
+	// archive's read, is not taken for a row PROMPTS never stored.
+	LastNow func() (uint64, error)
 	// Archive hands every row of the archive that names this PROMPTS, each copy, in any order.
 	Archive func(yield func(seq uint64, subject string, body []byte, eventID string) error) error
 	// AckFloor is the archiver's: every record at or below it is in the archive.
@@ -92,19 +96,32 @@ func Check(v note.Verifier, origin string, since []byte, src Sources) (Report, e
 	if err != nil {
 		return rep, fmt.Errorf("read PROMPTS: %w", err)
 	}
+	// The scan reads what the stream held when it began, which may be past Last; what was stored
+	// after it is checked by the next check.
+	last := max(src.Last, uint64(len(leaves)))
+	now := last
+	if src.LastNow != nil {
+		if now, err = src.LastNow(); err != nil {
+			return rep, fmt.Errorf("read PROMPTS' last sequence: %w", err)
+		}
+		now = max(now, last)
+	}
 
 	// The archive: each row against the stream, and the archive's copies where the stream has none.
 	fromArchive := map[int64][]copyOf{}
 	archived := map[int64]bool{}
 	err = src.Archive(func(seq uint64, subject string, body []byte, eventID string) error {
-		rep.ArchiveRows++
 		pos, leaf := Position(seq), LeafHash(seq, subject, body)
+		if seq > last && seq <= now {
+			return nil // stored after the stream's scan: the next check's
+		}
+		rep.ArchiveRows++
 		archived[pos] = true
 		switch {
 		case seq == 0:
 			rep.find(-1, "the archive holds a row at sequence 0 (event id %s): no stream stores one there", eventID)
-		case seq > src.Last:
-			rep.find(pos, "the archive holds a row (event id %s) at sequence %d, which PROMPTS never stored (its last is %d): inserted", eventID, seq, src.Last)
+		case seq > now:
+			rep.find(pos, "the archive holds a row (event id %s) at sequence %d, which PROMPTS never stored (its last is %d): inserted", eventID, seq, now)
 		case pos < int64(len(held)) && held[pos]:
 			if leaf != leaves[pos] {
 				rep.find(pos, "the archive's row (event id %s) differs from what PROMPTS holds at sequence %d", eventID, seq)
@@ -121,7 +138,7 @@ func Check(v note.Verifier, origin string, since []byte, src Sources) (Report, e
 	}
 
 	// Every position up to the stream's last, from the stream, else from the archive.
-	for uint64(len(leaves)) < src.Last {
+	for uint64(len(leaves)) < last {
 		leaves, held, records = append(leaves, tlog.Hash{}), append(held, false), append(records, false)
 	}
 	whole := int64(len(leaves)) // the tree can be computed below the first position held nowhere

@@ -18,6 +18,7 @@ type logFixture struct {
 	first    uint64
 	last     uint64
 	ackFloor uint64
+	lastNow  uint64 // PROMPTS' last sequence when the archive is read (0: last)
 }
 
 type archiveRow struct {
@@ -90,6 +91,7 @@ func (f *logFixture) check(t *testing.T, public string, since []byte) Report {
 		},
 		AckFloor: f.ackFloor,
 		IsRecord: func(string, []byte) bool { return true },
+		LastNow:  func() (uint64, error) { return max(f.lastNow, f.last), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +159,14 @@ func TestCheckNamesEachTampering(t *testing.T) {
 		{"no checkpoint at all", func(f *logFixture) {
 			f.signed = nil
 		}, []string{"-1: AUDIT holds no checkpoint of this log"}},
+		{"a live system: records stored after the stream's scan, archived before the archive's read", func(f *logFixture) {
+			f.archive = append(f.archive, archiveRow{21, "prompt.composed.x.t1", `{"id":"p-21"}`, "p-21"}, archiveRow{22, "prompt.composed.x.t0", `{"id":"p-22"}`, "p-22"})
+			f.lastNow = 22
+		}, nil},
+		{"a live system, and a row forged past what PROMPTS holds now", func(f *logFixture) {
+			f.archive = append(f.archive, archiveRow{21, "prompt.composed.x.t1", `{"id":"p-21"}`, "p-21"}, archiveRow{30, "prompt.composed.x.t0", `{}`, "forged"})
+			f.lastNow = 21
+		}, []string{"29: the archive holds a row (event id forged) at sequence 30, which PROMPTS never stored (its last is 21)"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f, public := newFixture(t, 20, 4, 10, 16, 20)
