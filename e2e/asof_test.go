@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -61,6 +63,34 @@ func TestBoardAsOfMySequence(t *testing.T) {
 	}
 	if err := schema.Validate(doc); err != nil {
 		t.Errorf("the leaderboard does not match its schema: %v\n%s", err, body)
+	}
+	// The same read over NATS (podium.leaderboard): the same board, byte for byte but for field
+	// order, and the same refusals, as micro errors.
+	msg, err := e.nc.Request("podium.leaderboard", []byte(fmt.Sprintf(`{"execution_id":"asof","as_of":%d,"wait":"30s"}`, last)), 40*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overNATS leaderboard
+	if err := json.Unmarshal(msg.Data, &overNATS); err != nil || msg.Header.Get("Nats-Service-Error-Code") != "" {
+		t.Fatalf("podium.leaderboard: %v %s %v", err, msg.Data, msg.Header)
+	}
+	if !reflect.DeepEqual(overNATS, lb) {
+		t.Errorf("podium.leaderboard answered %+v, GET %+v", overNATS, lb)
+	}
+	for request, want := range map[string]string{
+		fmt.Sprintf(`{"execution_id":"asof","as_of":%d}`, last+1000): "409",
+		`{"execution_id":"asof","wait":"1s"}`:                        "400",
+		`{"execution_id":"as of"}`:                                   "400",
+		`{"execution_id":"asof","extra":1}`:                          "400",
+		`not json`:                                                   "400",
+	} {
+		msg, err := e.nc.Request("podium.leaderboard", []byte(request), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := msg.Header.Get("Nats-Service-Error-Code"); got != want {
+			t.Errorf("podium.leaderboard %s: error code %q (%s), want %s", request, got, msg.Data, want)
+		}
 	}
 	for query, want := range map[string]int{
 		fmt.Sprintf("as_of=%d", last+1000): http.StatusConflict,

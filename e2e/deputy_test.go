@@ -63,7 +63,7 @@ func TestComposerAnswersOnlyInboxes(t *testing.T) {
 	}
 	addr, db := testenv.Database(t)
 	e := &env{t: t, ns: ns, nc: orch, js: ojs, chAddr: addr, database: db}
-	e.start("ranker", "NATS_USER=ranker", "NATS_PASSWORD=ranker-pw")
+	e.start("ranker", "NATS_USER=ranker", "NATS_PASSWORD=ranker-pw", "RANKER_API_NATS_USER=ranker-api", "RANKER_API_NATS_PASSWORD=ranker-api-pw")
 	composer := e.start("composer", "NATS_USER=composer", "NATS_PASSWORD=composer-pw",
 		"COMPOSER_API_NATS_USER=composer-api", "COMPOSER_API_NATS_PASSWORD=composer-api-pw")
 

@@ -52,7 +52,7 @@ func TestNoBinaryPrintsAPassword(t *testing.T) {
 				env := []string{
 					"PATH=" + os.Getenv("PATH"), "LOG_LEVEL=debug", "NATS_CONNECT_WAIT=0", "HTTP_ADDR=127.0.0.1:0", "CONSOLE_ADDR=127.0.0.1:0",
 					"NATS_URL=nats://ranker:" + pw("Url") + "@127.0.0.1:1",
-					"NATS_USER=ranker", "NATS_PASSWORD=" + pw("Nats"),
+					"NATS_USER=ranker", "NATS_PASSWORD=" + pw("Nats"), "RANKER_API_NATS_USER=ranker-api", "RANKER_API_NATS_PASSWORD=" + pw("ApiNats"),
 					"CLICKHOUSE_ADDR=127.0.0.1:1", "CLICKHOUSE_USER=ranker", "CLICKHOUSE_PASSWORD=" + pw("Ch"),
 					"COMPOSER_API_TOKEN=" + pw("ComposerToken"), "RANKER_API_TOKEN=" + pw("RankerToken"),
 					"CONSOLE_AUTH_TOKEN=" + pw("ConsoleToken"), "API_TOKEN=" + pw("Token"),

@@ -21,7 +21,7 @@ import (
 )
 
 // natsRoles are the users of deploy/nats/nats.conf.
-var natsRoles = []string{"orchestrator", "ranker", "composer", "composer-api", "archiver", "console", "auditor", "author", "release", "operator"}
+var natsRoles = []string{"orchestrator", "ranker", "ranker-api", "composer", "composer-api", "archiver", "console", "auditor", "author", "release", "operator"}
 
 // passwordVar is the variable of deploy/nats/nats.conf that holds role's password.
 func passwordVar(role string) string {
@@ -101,8 +101,11 @@ func refused(t *testing.T, ns *server.Server, role, subject string) {
 // ClickHouse user where it has one (the composer also its user for answering requests).
 func roleEnv(role string) []string {
 	env := []string{"NATS_USER=" + role, "NATS_PASSWORD=" + role + "-pw"}
-	if role == "composer" {
+	switch role {
+	case "composer":
 		env = append(env, "COMPOSER_API_NATS_USER=composer-api", "COMPOSER_API_NATS_PASSWORD=composer-api-pw")
+	case "ranker":
+		env = append(env, "RANKER_API_NATS_USER=ranker-api", "RANKER_API_NATS_PASSWORD=ranker-api-pw")
 	}
 	switch role {
 	case "ranker", "archiver", "composer", "console", "auditor":

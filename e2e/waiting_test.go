@@ -46,7 +46,7 @@ func TestNoOtherRoleTouchesAnOrchestratorsDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	others := []string{"ranker", "composer", "composer-api", "archiver", "console", "auditor", "author", "release"}
+	others := []string{"ranker", "ranker-api", "composer", "composer-api", "archiver", "console", "auditor", "author", "release"}
 	intruders := map[string]jetstream.JetStream{}
 	for _, role := range others {
 		intruders[role] = jsAs(role)

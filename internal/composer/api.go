@@ -2,13 +2,9 @@ package composer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,7 +17,6 @@ import (
 
 	"github.com/podium-llm/podium/internal/replies"
 	"github.com/podium-llm/podium/internal/service"
-	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
 )
@@ -132,7 +127,12 @@ const parseSubject = "podium.parse"
 // stop with work. The returned stop ends the service and waits for the requests in flight to
 // publish their answers, so the connection is drained after them.
 func startRenderService(work context.Context, nc *nats.Conn, rs *renders, pb *promptBuilders, parseTimeout time.Duration, inboxes replies.Inboxes, refused *prometheus.CounterVec) (stop func(), err error) {
-	ep := &endpoints{work: work, nc: nc, trace: rs.c.trace, log: rs.c.log, inboxes: inboxes, refused: refused}
+	ep := &replies.Endpoints{Work: work, NC: nc, Trace: rs.c.trace, Log: rs.c.log, Inboxes: inboxes, Refused: refused, Service: "composer",
+		TooLarge: func(size int, max int64) (int, any) {
+			// As a prompt.composed too large is answered.
+			status, answer, _ := failure(events.Failf(events.CodeBudgetExceeded, "the answer would be %d bytes, over the largest message the server takes (%d bytes)", size, max))
+			return status, answer
+		}}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "podium",
 		Version:     "1.0.0",
@@ -141,98 +141,17 @@ func startRenderService(work context.Context, nc *nats.Conn, rs *renders, pb *pr
 	if err != nil {
 		return nil, fmt.Errorf("micro service podium: %w", err)
 	}
-	// Named endpoints, so $SRV.INFO lists "render" and "parse" (an endpoint given in the
-	// service's config is named "default").
-	if err := svc.AddEndpoint("render", ep.handler("render", rs.render), micro.WithEndpointSubject(renderSubject)); err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("micro service podium: endpoint render: %w", err)
-	}
 	parse := func(ctx context.Context, data []byte) (int, any, bool) {
 		status, answer := pb.parse(ctx, data, parseTimeout)
 		return status, answer, true
 	}
-	if err := svc.AddEndpoint("parse", ep.handler("parse", parse), micro.WithEndpointSubject(parseSubject)); err != nil {
+	// Named endpoints, so $SRV.INFO lists "render" and "parse" (an endpoint given in the
+	// service's config is named "default").
+	err = ep.Serve(svc, "COMPOSER_API_NATS_USER, composer-api",
+		replies.Endpoint{Name: "render", Subject: renderSubject, Answer: rs.render}, replies.Endpoint{Name: "parse", Subject: parseSubject, Answer: parse})
+	if err != nil {
 		_ = svc.Stop()
-		return nil, fmt.Errorf("micro service podium: endpoint parse: %w", err)
+		return nil, err
 	}
-	// A user that may not subscribe to the endpoints is refused asynchronously: asked here, once the
-	// server has answered the subscriptions, so the composer does not run deaf to every request.
-	if err := nc.Flush(); err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("micro service podium: %w", err)
-	}
-	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("micro service podium: the connection that answers podium.render and podium.parse was refused (%v): give it a NATS user that may (COMPOSER_API_NATS_USER; deploy/nats/nats.conf, composer-api)", err)
-	}
-	return func() {
-		ep.mu.Lock()
-		ep.stopping = true
-		ep.mu.Unlock()
-		_ = svc.Stop() // no new requests
-		ep.inFlight.Wait()
-	}, nil
-}
-
-// endpoints answers the requests of the micro service, each in its own goroutine: a render may
-// wait seconds for inputs, and the subscription must not. micro drains the endpoints'
-// subscriptions in the background after Stop, so a handler can still run afterwards: stopping,
-// under mu, turns those requests away instead of starting work that the Wait of stop would miss.
-type endpoints struct {
-	work     context.Context
-	nc       *nats.Conn
-	trace    *tracing.Tracing
-	log      *slog.Logger
-	inboxes  replies.Inboxes // where an answer may go (internal/replies)
-	refused  *prometheus.CounterVec
-	mu       sync.Mutex
-	stopping bool
-	inFlight sync.WaitGroup
-}
-
-func (ep *endpoints) handler(name string, answer func(ctx context.Context, data []byte) (int, any, bool)) micro.Handler {
-	return micro.HandlerFunc(func(req micro.Request) {
-		if reply := req.Reply(); !ep.inboxes.Allows(reply) {
-			// Answered nowhere, not even with an error: any answer would go where the caller asked.
-			ep.refused.WithLabelValues(name).Inc()
-			ep.log.Warn("request not answered: its reply subject is outside COMPOSER_REPLY_PREFIXES", "endpoint", name,
-				"reply", events.Quote(reply), "reply_prefixes", ep.inboxes.String())
-			return
-		}
-		ep.mu.Lock()
-		defer ep.mu.Unlock()
-		if ep.stopping {
-			// The same JSON and headers as any failure of the endpoint: retry on another replica.
-			e := service.Error{Code: "shutting_down", Message: "the composer is shutting down; retry"}
-			_ = req.Error(strconv.Itoa(http.StatusServiceUnavailable), e.Message, service.EncodeJSON(e))
-			return
-		}
-		ep.inFlight.Go(func() {
-			ctx := ep.trace.Extract(ep.work, events.TraceContext{}, nats.Header(req.Headers()))
-			status, body, ok := answer(ctx, req.Data())
-			if ok {
-				ep.reply(req.Reply(), status, body)
-			}
-		})
-	})
-}
-
-// reply publishes an answer: here rather than with req.Respond, because micro's request is not
-// safe to use after its handler returned, and this answer comes later.
-func (ep *endpoints) reply(subject string, status int, answer any) {
-	body := service.EncodeJSON(answer)
-	if limit := ep.nc.MaxPayload() - 1024; status == http.StatusOK && int64(len(body)) > limit {
-		// It can never be sent: answer why, as a prompt.composed too large is answered.
-		status, answer, _ = failure(events.Failf(events.CodeBudgetExceeded, "the answer would be %d bytes, over the largest message the server takes (%d bytes)", len(body), ep.nc.MaxPayload()))
-		body = service.EncodeJSON(answer)
-	}
-	reply := nats.NewMsg(subject)
-	reply.Data = body
-	if status != http.StatusOK {
-		reply.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(status))
-		if e, isErr := answer.(service.Error); isErr {
-			reply.Header.Set(micro.ErrorHeader, e.Message)
-		}
-	}
-	_ = ep.nc.PublishMsg(reply)
+	return func() { ep.Stop(svc) }, nil
 }

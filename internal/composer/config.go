@@ -80,18 +80,7 @@ func (c *Config) Validate() error {
 // apiNATS is how the connection that answers requests reaches NATS: as the composer does, under
 // the API user or credentials when they are set.
 func (c *Config) apiNATS() *service.NATS {
-	n := c.NATS
-	switch {
-	case c.APINATSCreds != "":
-		n.NATSCreds, n.NATSUser, n.NATSPassword = c.APINATSCreds, "", ""
-	case c.APINATSUser != "":
-		n.NATSCreds, n.NATSUser, n.NATSPassword = "", c.APINATSUser, c.APINATSPassword
-	default:
-		return &n
-	}
-	// Credentials in NATS_URL would win over the API user's (nats.go prefers a URL's userinfo).
-	n.NATSURL = service.StripUserinfo(n.NATSURL)
-	return &n
+	return c.NATS.As(c.APINATSCreds, c.APINATSUser, c.APINATSPassword)
 }
 
 // templates are the template settings the composer reads (internal/library owns them for every

@@ -1,6 +1,7 @@
 package ranker
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -29,104 +30,130 @@ type historyResponse struct {
 	Rounds      []events.TeamRound `json:"rounds"`
 }
 
-// newAPI serves leaderboards and histories, each read as a view of EVALUATIONS (chstore.View:
-// the store's lineage whole, the reads anchored on it, the lineage the same after): while this
+// answer is what a read answers: an HTTP status and the JSON body, the same over HTTP and NATS;
+// retryAfter asks the caller to try again in a second.
+type answer struct {
+	status     int
+	body       any
+	retryAfter bool
+}
+
+// reads answers leaderboards and histories, each read as a view of EVALUATIONS (chstore.View: the
+// store's lineage whole, the reads anchored on it, the lineage the same after): while this
 // replica refills the store (refilling), while any does, and when the table lost its rows before
 // a check noticed, they answer 503 store_unavailable instead of a board that misses evaluations,
 // and a lost anchor has the store checked at once (lost). committed reads how far the ranker's
-// durable has committed EVALUATIONS, for a board as of a sequence (asof.go).
-func newAPI(log *slog.Logger, st store, m *metrics, refilling func() string, lost func(), committed committedFunc) http.Handler {
-	mux := http.NewServeMux()
-	whole := func(w http.ResponseWriter) bool {
-		if why := refilling(); why != "" {
-			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: "the store is being refilled from EVALUATIONS (" + why + "); try again when /readyz answers 200"})
-			return false
-		}
-		return true
+// durable has committed EVALUATIONS, for a board as of a sequence (asof.go). The HTTP API and the
+// NATS endpoint podium.leaderboard (nats.go) answer alike.
+type reads struct {
+	log       *slog.Logger
+	st        store
+	m         *metrics
+	refilling func() string
+	lost      func()
+	committed committedFunc
+}
+
+// leaderboard is GET /v1/executions/{execution_id}/leaderboard: the board of exec in order
+// ("asc", "desc", empty: desc), as of the sequence asOf when given (waiting at most wait).
+func (rd *reads) leaderboard(ctx context.Context, exec, order, asOf, wait string) answer {
+	if !events.ValidIdentifier(exec) {
+		return badIdentifier("execution_id", exec)
 	}
-	// read runs fn on a view of the store; false when it answered the failure.
-	read := func(w http.ResponseWriter, r *http.Request, what string, fn func(v *chstore.View) error) bool {
-		v, err := st.Begin(r.Context())
-		if err == nil {
-			err = fn(v)
+	o, ok := events.ParseScoreOrder(order)
+	if !ok {
+		return answer{status: http.StatusBadRequest, body: service.Error{Code: "invalid_request", Message: `score_order must be "asc" or "desc"`}}
+	}
+	seq, waitFor, bad := parseAsOf(asOf, wait)
+	if bad != nil {
+		return *bad
+	}
+	if seq > 0 {
+		if a := waitCommitted(ctx, rd.committed, seq, waitFor); a != nil {
+			return *a
 		}
-		if err == nil {
-			err = v.Confirm(r.Context())
+	}
+	start := time.Now()
+	var board rank.Board
+	a := rd.read(ctx, "leaderboard read", func(v *chstore.View) (err error) {
+		board, err = v.Leaderboard(ctx, exec, o, rank.Everything())
+		return err
+	})
+	rd.m.leaderboardQuery.Observe(time.Since(start).Seconds())
+	if a != nil {
+		return *a
+	}
+	return answer{status: http.StatusOK, body: leaderboardResponse{ExecutionID: exec, Teams: board.Rows, EvaluationsSeq: board.Seq, EvaluationsEra: board.Era, AsOf: seq}}
+}
+
+// history is GET /v1/executions/{execution_id}/teams/{team_id}/history.
+func (rd *reads) history(ctx context.Context, exec, team string) answer {
+	if !events.ValidIdentifier(exec) {
+		return badIdentifier("execution_id", exec)
+	}
+	if !events.ValidIdentifier(team) {
+		return badIdentifier("team_id", team)
+	}
+	var rounds []events.TeamRound
+	if a := rd.read(ctx, "history read", func(v *chstore.View) (err error) {
+		rounds, err = v.History(ctx, exec, team, rank.Everything())
+		return err
+	}); a != nil {
+		return *a
+	}
+	return answer{status: http.StatusOK, body: historyResponse{ExecutionID: exec, TeamID: team, Rounds: rounds}}
+}
+
+// read runs fn on a view of the store; nil when it read the store whole, else the answer.
+func (rd *reads) read(ctx context.Context, what string, fn func(v *chstore.View) error) *answer {
+	if why := rd.refilling(); why != "" {
+		return &answer{status: http.StatusServiceUnavailable, body: service.Error{Code: "store_unavailable", Message: "the store is being refilled from EVALUATIONS (" + why + "); try again when /readyz answers 200"}}
+	}
+	v, err := rd.st.Begin(ctx)
+	if err == nil {
+		err = fn(v)
+	}
+	if err == nil {
+		err = v.Confirm(ctx)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case chstore.Unwhole(err):
+		if errors.Is(err, chstore.ErrAnchorLost) {
+			rd.lost()
 		}
-		switch {
-		case err == nil:
-			return true
-		case chstore.Unwhole(err):
-			if errors.Is(err, chstore.ErrAnchorLost) {
-				lost()
-			}
-			m.unwholeReads.Inc()
-			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: what + " refused: " + err.Error()})
-		default:
-			m.clickhouseErrors.WithLabelValues("query").Inc()
-			log.Warn(what+" failed", "path", r.URL.Path, "error", err)
-			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "store_unavailable", Message: what + " failed: " + err.Error()})
+		rd.m.unwholeReads.Inc()
+		return &answer{status: http.StatusServiceUnavailable, body: service.Error{Code: "store_unavailable", Message: what + " refused: " + err.Error()}}
+	default:
+		rd.m.clickhouseErrors.WithLabelValues("query").Inc()
+		rd.log.Warn(what+" failed", "error", err)
+		return &answer{status: http.StatusServiceUnavailable, body: service.Error{Code: "store_unavailable", Message: what + " failed: " + err.Error()}}
+	}
+}
+
+// newAPI serves the reads over HTTP.
+func newAPI(rd *reads) http.Handler {
+	mux := http.NewServeMux()
+	write := func(w http.ResponseWriter, a answer) {
+		if a.retryAfter {
+			w.Header().Set("Retry-After", "1")
 		}
-		return false
+		service.WriteJSON(w, a.status, a.body)
 	}
 	mux.HandleFunc("GET /v1/executions/{execution_id}/leaderboard", func(w http.ResponseWriter, r *http.Request) {
-		exec := r.PathValue("execution_id")
-		if !events.ValidIdentifier(exec) {
-			badIdentifier(w, "execution_id", exec)
-			return
-		}
-		order, ok := events.ParseScoreOrder(r.URL.Query().Get("score_order"))
-		if !ok {
-			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: "invalid_request", Message: `score_order must be "asc" or "desc"`})
-			return
-		}
-		seq, wait, ok := asOf(w, r)
-		if !ok || (seq > 0 && !waitCommitted(r.Context(), w, committed, seq, wait)) {
-			return
-		}
-		if !whole(w) {
-			return
-		}
-		start := time.Now()
-		var board rank.Board
-		ok = read(w, r, "leaderboard read", func(v *chstore.View) (err error) {
-			board, err = v.Leaderboard(r.Context(), exec, order, rank.Everything())
-			return err
-		})
-		m.leaderboardQuery.Observe(time.Since(start).Seconds())
-		if !ok {
-			return
-		}
-		service.WriteJSON(w, http.StatusOK, leaderboardResponse{ExecutionID: exec, Teams: board.Rows, EvaluationsSeq: board.Seq, EvaluationsEra: board.Era, AsOf: seq})
+		q := r.URL.Query()
+		write(w, rd.leaderboard(r.Context(), r.PathValue("execution_id"), q.Get("score_order"), q.Get("as_of"), q.Get("wait")))
 	})
 	mux.HandleFunc("GET /v1/executions/{execution_id}/teams/{team_id}/history", func(w http.ResponseWriter, r *http.Request) {
-		exec, team := r.PathValue("execution_id"), r.PathValue("team_id")
-		if !events.ValidIdentifier(exec) {
-			badIdentifier(w, "execution_id", exec)
-			return
-		}
-		if !events.ValidIdentifier(team) {
-			badIdentifier(w, "team_id", team)
-			return
-		}
-		if !whole(w) {
-			return
-		}
-		var rounds []events.TeamRound
-		if !read(w, r, "history read", func(v *chstore.View) (err error) {
-			rounds, err = v.History(r.Context(), exec, team, rank.Everything())
-			return err
-		}) {
-			return
-		}
-		service.WriteJSON(w, http.StatusOK, historyResponse{ExecutionID: exec, TeamID: team, Rounds: rounds})
+		write(w, rd.history(r.Context(), r.PathValue("execution_id"), r.PathValue("team_id")))
 	})
 	return mux
 }
 
-func badIdentifier(w http.ResponseWriter, field, value string) {
-	service.WriteJSON(w, http.StatusBadRequest, service.Error{
+func badIdentifier(field, value string) answer {
+	return answer{status: http.StatusBadRequest, body: service.Error{
 		Code:    "invalid_request",
 		Message: field + " " + events.Quote(value) + " must be 1-128 characters of A-Z, a-z, 0-9, '_' and '-'",
-	})
+	}}
 }

@@ -55,56 +55,49 @@ type notCommitted struct {
 	CommittedSeq uint64 `json:"committed_seq"`
 }
 
-// asOf reads the request's as_of and wait; ok is false when it answered a bad request.
-func asOf(w http.ResponseWriter, r *http.Request) (seq uint64, wait time.Duration, ok bool) {
-	q := r.URL.Query()
-	if q.Get("as_of") == "" {
-		if q.Get("wait") != "" {
-			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: "invalid_request", Message: "wait is how long to wait for as_of: give as_of too"})
-			return 0, 0, false
+// parseAsOf reads a request's as_of and wait (HTTP query values, or the NATS request's fields as
+// text); a bad one is answered.
+func parseAsOf(asOf, waitText string) (seq uint64, wait time.Duration, bad *answer) {
+	if asOf == "" {
+		if waitText != "" {
+			return 0, 0, &answer{status: http.StatusBadRequest, body: service.Error{Code: "invalid_request", Message: "wait is how long to wait for as_of: give as_of too"}}
 		}
-		return 0, 0, true
+		return 0, 0, nil
 	}
-	seq, err := strconv.ParseUint(q.Get("as_of"), 10, 64)
+	seq, err := strconv.ParseUint(asOf, 10, 64)
 	if err != nil || seq == 0 {
-		service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: "invalid_request", Message: "as_of must be a stream sequence of EVALUATIONS (a positive integer: your last publish acknowledgement's), got " + events.Quote(q.Get("as_of"))})
-		return 0, 0, false
+		return 0, 0, &answer{status: http.StatusBadRequest, body: service.Error{Code: "invalid_request", Message: "as_of must be a stream sequence of EVALUATIONS (a positive integer: your last publish acknowledgement's), got " + events.Quote(asOf)}}
 	}
 	wait = asOfWaitDefault
-	if q.Get("wait") != "" {
-		if wait, err = time.ParseDuration(q.Get("wait")); err != nil || wait < 0 || wait > asOfWaitMax {
-			service.WriteJSON(w, http.StatusBadRequest, service.Error{Code: "invalid_request", Message: fmt.Sprintf("wait must be a duration from 0s to %s (500ms, 10s), got %s", asOfWaitMax, events.Quote(q.Get("wait")))})
-			return 0, 0, false
+	if waitText != "" {
+		if wait, err = time.ParseDuration(waitText); err != nil || wait < 0 || wait > asOfWaitMax {
+			return 0, 0, &answer{status: http.StatusBadRequest, body: service.Error{Code: "invalid_request", Message: fmt.Sprintf("wait must be a duration from 0s to %s (500ms, 10s), got %s", asOfWaitMax, events.Quote(waitText))}}
 		}
 	}
-	return seq, wait, true
+	return seq, wait, nil
 }
 
-// waitCommitted waits, at most wait, until every message of EVALUATIONS up to seq is committed;
-// otherwise it answers: 503 not_committed (retryable, with how far the ranker is), 409 when the
-// stream never held seq (made again since the publish: its sequences started over), 503
+// waitCommitted waits, at most wait, until every message of EVALUATIONS up to seq is committed
+// (nil); otherwise it is answered: 503 not_committed (retryable, with how far the ranker is), 409
+// when the stream never held seq (made again since the publish: its sequences started over), 503
 // nats_unavailable when the floor cannot be read.
-func waitCommitted(ctx context.Context, w http.ResponseWriter, committed committedFunc, seq uint64, wait time.Duration) bool {
+func waitCommitted(ctx context.Context, committed committedFunc, seq uint64, wait time.Duration) *answer {
 	waited, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
 		floor, last, err := committed(ctx)
 		switch {
 		case err != nil:
-			service.WriteJSON(w, http.StatusServiceUnavailable, service.Error{Code: "nats_unavailable", Message: "cannot read what the ranker committed: " + err.Error()})
-			return false
+			return &answer{status: http.StatusServiceUnavailable, body: service.Error{Code: "nats_unavailable", Message: "cannot read what the ranker committed: " + err.Error()}}
 		case seq > last:
-			service.WriteJSON(w, http.StatusConflict, service.Error{Code: "as_of_unknown",
-				Message: fmt.Sprintf("EVALUATIONS' last sequence is %d: sequence %d is not of this stream (was it made again since your publish?)", last, seq)})
-			return false
+			return &answer{status: http.StatusConflict, body: service.Error{Code: "as_of_unknown",
+				Message: fmt.Sprintf("EVALUATIONS' last sequence is %d: sequence %d is not of this stream (was it made again since your publish?)", last, seq)}}
 		case floor >= seq:
-			return true
+			return nil
 		}
 		if retry.Sleep(waited, asOfPoll) != nil {
-			w.Header().Set("Retry-After", "1")
-			service.WriteJSON(w, http.StatusServiceUnavailable, notCommitted{Code: "not_committed", AsOf: seq, CommittedSeq: floor,
-				Message: fmt.Sprintf("the ranker has committed EVALUATIONS up to sequence %d, not yet %d (waited %s): try again", floor, seq, wait)})
-			return false
+			return &answer{status: http.StatusServiceUnavailable, retryAfter: true, body: notCommitted{Code: "not_committed", AsOf: seq, CommittedSeq: floor,
+				Message: fmt.Sprintf("the ranker has committed EVALUATIONS up to sequence %d, not yet %d (waited %s): try again", floor, seq, wait)}}
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/podium-llm/podium/internal/consume"
+	"github.com/podium-llm/podium/internal/replies"
 	"github.com/podium-llm/podium/internal/service"
 )
 
@@ -15,6 +16,10 @@ type Config struct {
 	service.ClickHouseWriter
 	HTTPAddr         string        `envconfig:"HTTP_ADDR" default:":8082" desc:"address of /metrics, /healthz, /readyz and the API"`
 	APIToken         string        `envconfig:"API_TOKEN" desc:"token of the API (RANKER_API_TOKEN), sent as Authorization: Bearer or the basic-auth password; without it the API answers only loopback requests"`
+	APINATSUser      string        `envconfig:"API_NATS_USER" desc:"NATS user of the connection that answers podium.leaderboard (RANKER_API_NATS_USER); empty: NATS_USER"`
+	APINATSPassword  string        `envconfig:"API_NATS_PASSWORD" desc:"its password (RANKER_API_NATS_PASSWORD)"`
+	APINATSCreds     string        `envconfig:"API_NATS_CREDS" desc:"its credentials file (RANKER_API_NATS_CREDS); empty: NATS_CREDS unless RANKER_API_NATS_USER is set"`
+	ReplyPrefixes    string        `envconfig:"REPLY_PREFIXES" default:"_INBOX." desc:"comma-separated reply subject prefixes that podium.leaderboard answers on (the inbox spaces of the callers' NATS users); a request with another reply subject is refused"`
 	BatchSize        int           `envconfig:"BATCH_SIZE" default:"500" desc:"evaluations per ClickHouse insert at most"`
 	BatchBytes       int           `envconfig:"BATCH_BYTES" default:"4194304" desc:"bytes of evaluations per ClickHouse insert at most (and of the pull buffer): bounds memory when submissions are large"`
 	FlushInterval    time.Duration `envconfig:"FLUSH_INTERVAL" default:"100ms" desc:"longest a batch keeps filling while the one before is still being written (an idle ranker writes an evaluation as soon as it is pulled)"`
@@ -45,5 +50,14 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("RANKER_SHUTDOWN_TIMEOUT must be positive, got %s", c.ShutdownTimeout))
 	}
+	if _, err := replies.Parse(c.ReplyPrefixes); err != nil {
+		errs = append(errs, fmt.Errorf("RANKER_REPLY_PREFIXES: %w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// apiNATS is how the connection that answers podium.leaderboard reaches NATS: as the ranker does,
+// under the API user or credentials when they are set.
+func (c *Config) apiNATS() *service.NATS {
+	return c.NATS.As(c.APINATSCreds, c.APINATSUser, c.APINATSPassword)
 }

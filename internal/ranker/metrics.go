@@ -20,6 +20,7 @@ type metrics struct {
 	snapshots         *prometheus.CounterVec
 	leaderboardQuery  prometheus.Histogram
 	unwholeReads      prometheus.Counter
+	repliesRefused    *prometheus.CounterVec
 	leaderboardsSent  prometheus.Counter
 	announcements     *prometheus.CounterVec
 	pending           prometheus.Gauge
@@ -38,6 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		refilling:         f.Gauge("ranker_store_refilling", "1 while the ranker refills its store from EVALUATIONS (commits are held and the ranker is unready), else 0."),
 		leaderboardQuery:  f.Histogram("ranker_leaderboard_query_duration_seconds", "Latency of leaderboard reads (API and leaderboard.updated).", series.Doubling(0.0001, 16)),
 		unwholeReads:      f.Counter("ranker_api_reads_refused_total", "API reads (leaderboards, histories) answered 503 store_unavailable because the store was not whole: a refill running, or the table found without its anchor row (emptied or made again before a check noticed; the store is then checked at once)."),
+		repliesRefused:    f.CounterVec("ranker_replies_refused_total", "Requests to podium.leaderboard not answered because their reply subject is outside RANKER_REPLY_PREFIXES (an answer there would publish on a caller's behalf).", "endpoint"),
 		leaderboardsSent:  f.Counter("ranker_leaderboard_updates_total", "leaderboard.updated events published."),
 		announcements:     f.CounterVec("ranker_leaderboard_updates_unpublished_total", "leaderboard.updated not published whole, by reason: failed (retried a second later at least) or too_large (the whole board is over the server's max payload: its top rows are published instead, marked truncated).", "reason"),
 		pending:           f.Gauge("ranker_consumer_pending", "Evaluations in EVALUATIONS not yet delivered to the ranker consumer."),

@@ -12,6 +12,7 @@ import (
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/door"
+	"github.com/podium-llm/podium/internal/replies"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
 	"github.com/podium-llm/podium/pkg/events"
@@ -78,13 +79,39 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		_, err := st.Repair(ctx)
 		return err
 	}
+	rd := &reads{log: log, st: st, m: r.m, refilling: r.refillReason, lost: r.checkSoon, committed: committedOf(base.JS)}
+	inboxes, err := replies.Parse(cfg.ReplyPrefixes)
+	if err != nil {
+		base.Close()
+		return err
+	}
+	// Requests are answered on a connection of their own (config.go, apiNATS).
+	apiNC, err := service.Connect(ctx, cfg.apiNATS(), "ranker-api", log)
+	if err != nil {
+		base.Close()
+		return fmt.Errorf("the connection that answers podium.leaderboard: %w", err)
+	}
+	defer apiNC.Close()
+	base.Health.Probe("nats_api", service.NATSConnected(apiNC))
 	return base.Run(ctx, service.Serving{
 		HTTPAddr:        cfg.HTTPAddr,
 		Guard:           door.API(log, cfg.HTTPAddr, cfg.APIToken, "RANKER_API_TOKEN", "the leaderboards and histories"),
-		API:             newAPI(log, st, r.m, r.refillReason, r.checkSoon, committedOf(base.JS)),
+		API:             newAPI(rd),
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Started:         []any{"clickhouse", cfg.ClickHouseAddr, "database", cfg.ClickHouseDatabase},
 		Consume: func(stop, work context.Context) error {
+			stopReads, err := startReadService(work, apiNC, rd, base.Trace, inboxes, r.m.repliesRefused)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				stopReads()
+				// The answers in flight were published; drained before the main connection, and
+				// quietly: the disconnect that closes it is the stop itself, not a warning.
+				apiNC.SetDisconnectErrHandler(nil)
+				apiNC.SetClosedHandler(nil)
+				_ = apiNC.Drain()
+			}()
 			return r.consume(stop, work, runtime, cons)
 		},
 		Watch: []func(context.Context){

@@ -29,6 +29,22 @@ type NATS struct {
 	NATSConnectWait time.Duration `envconfig:"NATS_CONNECT_WAIT" default:"60s" desc:"how long a service starting waits for a NATS server to answer before it gives up (0: it does not wait)"`
 }
 
+// As is how a service's second connection, the one that answers requests, reaches NATS: as the
+// service does, under its own credentials file or user when one is set.
+func (c NATS) As(creds, user, password string) *NATS {
+	switch {
+	case creds != "":
+		c.NATSCreds, c.NATSUser, c.NATSPassword = creds, "", ""
+	case user != "":
+		c.NATSCreds, c.NATSUser, c.NATSPassword = "", user, password
+	default:
+		return &c
+	}
+	// Credentials in NATS_URL would win over the API user's (nats.go prefers a URL's userinfo).
+	c.NATSURL = StripUserinfo(c.NATSURL)
+	return &c
+}
+
 // Validate checks the URLs; prefix is the service's, for the messages.
 func (c *NATS) Validate(prefix string) error {
 	if err := checkNATSURLs(c.NATSURL); err != nil {
