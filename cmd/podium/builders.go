@@ -24,15 +24,16 @@ import (
 )
 
 // builderBuckets opens the BUILDERS bucket and the store of the modules authors push; create
-// makes them when missing (a first push).
+// makes the bucket when missing (a first push). The store is never made here: a composer or the
+// operator makes it sealed.
 func (e *env) builderBuckets(ctx context.Context, create bool) (jetstream.KeyValue, *builders.Store, error) {
 	kv, err := e.keyValue(ctx, builders.BucketConfig(e.cfg.StreamReplicas), create, "the builder registry")
 	if err != nil {
 		return nil, nil, err
 	}
-	obj, err := e.moduleStore(ctx, builders.ModulesConfig(e.cfg.StreamReplicas), create)
+	obj, err := e.moduleStore(ctx, builders.ModulesConfig(e.cfg.StreamReplicas), false)
 	if errors.Is(err, builders.ErrNoStore) {
-		return nil, nil, &checkError{"the builder registry holds no module: nothing was pushed yet"}
+		return nil, nil, &checkError{"the store of pushed modules (" + builders.Modules + ") does not exist: a composer makes it at start (MANAGE_STREAMS), or the operator (`podium streams apply`)"}
 	}
 	return kv, obj, err
 }
@@ -177,7 +178,7 @@ func labelBuilder(ctx context.Context, e *env, kv jetstream.KeyValue, modules *b
 	var releases *builders.Store
 	if label == builders.Production {
 		var err error
-		if releases, err = e.moduleStore(ctx, builders.ReleasesConfig(e.cfg.StreamReplicas), true); err != nil {
+		if releases, err = e.moduleStore(ctx, builders.ReleasesConfig(e.cfg.StreamReplicas), false); err != nil {
 			return &checkError{denial(err, "open the store of released modules ("+builders.Releases+")").Error()}
 		}
 	}

@@ -62,16 +62,30 @@ func streamsApply(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 			drifts = append(drifts, events.BucketDrift(st.CachedInfo().Config, cfg))
 		}
+		// The module stores are made here when missing (as a composer makes them), and sealed:
+		// whoever made one may have made it open to rollups, a republish, or limits.
 		stores := []jetstream.StreamConfig{builders.ModulesConfig(replicas), builders.ReleasesConfig(replicas)}
 		for _, cfg := range stores {
 			st, err := js.Stream(ctx, cfg.Name)
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				continue // said with the legacy copy below
+				if *dryRun {
+					fmt.Fprintf(e.out, "%s: missing (made here)\n", cfg.Name)
+					continue
+				}
+				if _, err := builders.OpenStore(ctx, js, cfg, true); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.out, "%s: made\n", cfg.Name)
+				continue
 			}
 			if err != nil {
 				return err
 			}
-			drifts = append(drifts, events.StreamDrift(st.CachedInfo().Config, cfg, o))
+			d := builders.StoreDrift(st.CachedInfo().Config, cfg)
+			if !d.Mendable {
+				return &checkError{fmt.Sprintf("%s takes messages from other streams (a mirror or sources): it cannot be sealed; delete it and run streams apply again", cfg.Name)}
+			}
+			drifts = append(drifts, d.Drift)
 		}
 		changed := 0
 		for _, d := range drifts {
@@ -115,15 +129,8 @@ func copyLegacy(ctx context.Context, e *env, js jetstream.JetStream, bucket stri
 		return 0, err
 	}
 	l, err := builders.FindLegacy(ctx, js, bucket, store)
-	if err != nil {
+	if err != nil || l.Bucket == "" {
 		return 0, err
-	}
-	switch {
-	case l.Bucket == "" && store == nil:
-		fmt.Fprintf(e.out, "%s: missing (the first push, or production label, makes it)\n", cfg.Name)
-		return 0, nil
-	case l.Bucket == "":
-		return 0, nil
 	}
 	for _, name := range l.Foreign {
 		fmt.Fprintf(e.out, "%s: the object store %s holds %s, not a module's sha256: not copied\n", cfg.Name, bucket, events.Quote(name))

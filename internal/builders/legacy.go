@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,13 +53,27 @@ func FindLegacy(ctx context.Context, js jetstream.JetStream, bucket string, stor
 	return l, nil
 }
 
+// read reads one object, at most MaxModuleBytes of it whatever its metadata says.
+func (l Legacy) read(ctx context.Context, name string) ([]byte, error) {
+	r, err := l.objects.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, MaxModuleBytes+1))
+	if err == nil && len(b) > MaxModuleBytes {
+		err = fmt.Errorf("over %d bytes", MaxModuleBytes)
+	}
+	return b, err
+}
+
 // Copy puts every missing module into store, each checked against its name first; one whose bytes
 // are not their name is not copied, and is named in the error.
 func (l Legacy) Copy(ctx context.Context, store *Store) (int, error) {
 	copied := 0
 	var errs []error
 	for _, name := range l.Missing {
-		b, err := l.objects.GetBytes(ctx, name)
+		b, err := l.read(ctx, name)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("read %s: %w", name, err))
 			continue

@@ -244,6 +244,9 @@ func Label(ctx context.Context, kv jetstream.KeyValue, modules, releases *Store,
 		if err := json.Unmarshal(d.Value, &v); err != nil {
 			return fmt.Errorf("builders: version %d of %s: %w", d.Version, name, err)
 		}
+		if _, err := releases.Module(ctx, v); err == nil {
+			return nil // released before, and whole: a rollback needs nothing of the authors' store
+		}
 		module, err := modules.Module(ctx, v)
 		if err != nil {
 			return err

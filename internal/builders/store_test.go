@@ -203,3 +203,49 @@ func TestLegacyObjectStoreIsCopied(t *testing.T) {
 		t.Fatalf("after the copy: missing %v, %v; want only the liar", l.Missing, err)
 	}
 }
+
+// TestAStoreNotSealedIsRefused: a module stream made by hand with rollups allowed and a republish
+// into the releases' subjects (what an author who could make the stream first would do) is not
+// opened: it could not be trusted to keep what was pushed.
+func TestAStoreNotSealedIsRefused(t *testing.T) {
+	ctx := context.Background()
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	cfg := builders.ModulesConfig(1)
+	cfg.AllowRollup, cfg.DenyPurge = true, false // the server takes rollups only where purges are allowed
+	cfg.RePublish = &jetstream.RePublish{Source: "builders.modules.*", Destination: "builders.releases.{{wildcard(1)}}"}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := builders.OpenStore(ctx, js, builders.ModulesConfig(1), false)
+	if err == nil || !strings.Contains(err.Error(), "not sealed") || !strings.Contains(err.Error(), "allow_rollup_hdrs") || !strings.Contains(err.Error(), "republish") {
+		t.Fatalf("an unsealed store opened: %v", err)
+	}
+}
+
+// TestJunkUnderAModuleNeitherBlocksNorBloatsAReader: thousands of first chunks that each claim a
+// module of many chunks, appended before a module's push, hold the reader to one run at a time:
+// the push after them is read, quickly, and a push pushed again after junk is found.
+func TestJunkUnderAModuleNeitherBlocksNorBloatsAReader(t *testing.T) {
+	ctx := context.Background()
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	store, err := builders.OpenStore(ctx, js, builders.ModulesConfig(1), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := moduleBytes(64<<10, 7)
+	sha := wasm.SHA256(module)
+	for range 2000 {
+		chunk(t, js, sha, 0, 64, len(module), 0, nil) // a first chunk of 64, never followed
+	}
+	if err := store.Put(ctx, module); err != nil {
+		t.Fatal(err)
+	}
+	v := builders.Version{Name: "m", SHA256: sha, Size: int64(len(module))}
+	if got, err := store.Module(ctx, v); err != nil || !bytes.Equal(got, module) {
+		t.Fatalf("the module after 2000 junk first chunks: %v", err)
+	}
+	bad := builders.Version{Name: "m", SHA256: strings.ToUpper(sha), Size: v.Size}
+	if _, err := store.Module(ctx, bad); err == nil || !strings.Contains(err.Error(), "not a sha256") {
+		t.Fatalf("a version named by no sha256: %v", err)
+	}
+}

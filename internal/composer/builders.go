@@ -109,13 +109,24 @@ func (b *promptBuilders) swap(ctx context.Context) {
 
 // builderRegistry opens the BUILDERS bucket and, beside it, the store of the modules production
 // serves (BUILDER_RELEASES: never the authors' store); nils when an operator-managed deployment
-// has no bucket.
+// has no bucket. Under MANAGE_STREAMS the composer makes both module stores (authors and release
+// managers make none: one made unsealed could not be trusted). Without, a missing releases store
+// is said, and every builder falls back to its template (load) until the operator makes it.
 func builderRegistry(ctx context.Context, base *service.Base, cfg *Config) (jetstream.KeyValue, *builders.Store, error) {
 	kv, err := base.KeyValue(ctx, builders.BucketConfig(cfg.StreamReplicas))
 	if kv == nil || err != nil {
 		return nil, nil, err
 	}
+	if base.ManagesStreams() {
+		if _, err := builders.OpenStore(ctx, base.JS, builders.ModulesConfig(cfg.StreamReplicas), true); err != nil {
+			return nil, nil, err
+		}
+	}
 	obj, err := builders.OpenStore(ctx, base.JS, builders.ReleasesConfig(cfg.StreamReplicas), base.ManagesStreams())
+	if errors.Is(err, builders.ErrNoStore) {
+		base.Log.Warn("no BUILDER_RELEASES stream: production builders fall back to their templates until the operator makes it (`podium streams apply`)")
+		return kv, nil, nil
+	}
 	if err != nil {
 		return nil, nil, err
 	}
