@@ -27,13 +27,13 @@ func TestGoOrchestratorExample(t *testing.T) {
 	}
 	e := newEnv(t)
 	e.extra = []string{"COMPOSER_ACK_WAIT=3s"} // a killed composer's requests come back in seconds
-	ranker := e.start("ranker")
+	e.start("ranker")
 	victim := e.start("composer")
 	e.start("composer")
 
 	const teams, rounds = 4, 3
 	run := exec.Command(bin)
-	run.Env = e.baseEnv("RANKER_URL=http://"+ranker.addr, "EXECUTION=goex", "TEAMS=4", "ROUNDS=3")
+	run.Env = e.baseEnv("EXECUTION=goex", "TEAMS=4", "ROUNDS=3") // the board over NATS
 	var out, stderr bytes.Buffer
 	run.Stdout, run.Stderr = &out, &stderr
 	if err := run.Start(); err != nil {

@@ -4,7 +4,10 @@
 // evaluation and printed, last as one JSON line. The team's "model" and the evaluator are stand-ins
 // (a digest of the prompt, a score from it): the plumbing is what it shows.
 //
-//	NATS_URL=nats://127.0.0.1:4222 RANKER_URL=http://127.0.0.1:8082 go run .
+//	NATS_URL=nats://127.0.0.1:4222 go run .
+//
+// The board is read over NATS (podium.leaderboard); RANKER_URL (and RANKER_API_TOKEN beyond
+// loopback) reads it over HTTP instead.
 package main
 
 import (
@@ -47,7 +50,7 @@ type settings struct {
 
 func read(getenv func(string) string) (settings, error) {
 	s := settings{natsURL: or(getenv("NATS_URL"), nats.DefaultURL), natsUser: getenv("NATS_USER"), natsPassword: getenv("NATS_PASSWORD"),
-		rankerURL: or(getenv("RANKER_URL"), "http://127.0.0.1:8082"), rankerToken: getenv("RANKER_API_TOKEN"),
+		rankerURL: getenv("RANKER_URL"), rankerToken: getenv("RANKER_API_TOKEN"),
 		execution: or(getenv("EXECUTION"), "go-example")}
 	var err error
 	if s.teams, err = strconv.Atoi(or(getenv("TEAMS"), "3")); err != nil || s.teams < 1 {

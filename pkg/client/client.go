@@ -30,7 +30,8 @@ import (
 type Options struct {
 	// Source is the CloudEvents source of what the client publishes: "orchestrator/<name>".
 	Source string
-	// RankerURL is the ranker's HTTP address (http://host:8082), for Board.
+	// RankerURL is the ranker's HTTP address (http://host:8082), for Board; empty: Board asks over
+	// NATS (podium.leaderboard), needing no address and no token.
 	RankerURL string
 	// RankerToken is RANKER_API_TOKEN, where the ranker is reached beyond loopback.
 	RankerToken string
@@ -261,17 +262,18 @@ type apiError struct {
 // last evaluation (0: as it is now), asking again while the ranker answers that it has not
 // committed so far yet or is refilling, until ctx ends.
 func (c *Client) Board(ctx context.Context, exec string, asOf uint64) (Board, error) {
-	if c.o.RankerURL == "" {
-		return Board{}, errors.New("client: Options.RankerURL is required for Board")
+	read := func(ctx context.Context) (Board, bool, error) { return c.boardOverNATS(ctx, exec, asOf) }
+	if c.o.RankerURL != "" {
+		q := url.Values{}
+		if asOf > 0 {
+			q.Set("as_of", strconv.FormatUint(asOf, 10))
+			q.Set("wait", "10s")
+		}
+		u := c.o.RankerURL + "/v1/executions/" + url.PathEscape(exec) + "/leaderboard?" + q.Encode()
+		read = func(ctx context.Context) (Board, bool, error) { return c.board(ctx, u) }
 	}
-	q := url.Values{}
-	if asOf > 0 {
-		q.Set("as_of", strconv.FormatUint(asOf, 10))
-		q.Set("wait", "10s")
-	}
-	u := c.o.RankerURL + "/v1/executions/" + url.PathEscape(exec) + "/leaderboard?" + q.Encode()
 	for attempt := uint64(1); ; attempt++ {
-		b, retryable, err := c.board(ctx, u)
+		b, retryable, err := read(ctx)
 		if err == nil || !retryable {
 			return b, err
 		}
@@ -279,6 +281,35 @@ func (c *Client) Board(ctx context.Context, exec string, asOf uint64) (Board, er
 			return Board{}, fmt.Errorf("%w (%v)", err, ctx.Err())
 		}
 	}
+}
+
+// boardOverNATS is one read over NATS (podium.leaderboard, the same answer as the HTTP read's);
+// retryable says whether asking again may answer.
+func (c *Client) boardOverNATS(ctx context.Context, exec string, asOf uint64) (Board, bool, error) {
+	req := map[string]any{"execution_id": exec}
+	if asOf > 0 {
+		req["as_of"], req["wait"] = asOf, "10s"
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return Board{}, false, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	msg, err := c.js.Conn().RequestWithContext(rctx, "podium.leaderboard", data)
+	if err != nil {
+		return Board{}, true, fmt.Errorf("client: leaderboard over NATS: %w", err)
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+		var e apiError
+		_ = json.Unmarshal(msg.Data, &e)
+		return Board{}, code == strconv.Itoa(http.StatusServiceUnavailable), fmt.Errorf("client: leaderboard: %s %s: %s", code, e.Code, e.Message)
+	}
+	var b Board
+	if err := json.Unmarshal(msg.Data, &b); err != nil {
+		return Board{}, false, fmt.Errorf("client: leaderboard: %w", err)
+	}
+	return b, false, nil
 }
 
 // board is one read; retryable says whether asking again may answer.
