@@ -31,7 +31,7 @@ func TestAnAuthorCannotChangeProduction(t *testing.T) {
 	addr, db := testenv.Database(t)
 	e := &env{t: t, ns: ns, chAddr: addr, database: db}
 	as := func(role string) []string { return []string{"NATS_USER=" + role, "NATS_PASSWORD=" + role + "-pw"} }
-	e.start("ranker", as("ranker")...)
+	e.start("ranker", append(as("ranker"), "RANKER_API_NATS_USER=ranker-api", "RANKER_API_NATS_PASSWORD=ranker-api-pw")...)
 	composerEnv := append(as("composer"), "COMPOSER_API_NATS_USER=composer-api", "COMPOSER_API_NATS_PASSWORD=composer-api-pw")
 	before := e.start("composer", composerEnv...)
 
