@@ -280,7 +280,7 @@ func TestDocsNameSettingsThatExist(t *testing.T) {
 	}
 	notSettings := map[string]bool{"BUILDER_MODULES": true, "BUILDER_RELEASES": true, "COMPOSER_API": true}
 	// The NATS server's own variables: each user's password in deploy/nats/nats.conf.
-	conf, err := os.ReadFile(filepath.Join(root, "deploy", "nats", "nats.conf"))
+	conf, err = os.ReadFile(filepath.Join(root, "deploy", "nats", "nats.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
