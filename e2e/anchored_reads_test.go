@@ -82,7 +82,7 @@ func cliBoard(t *testing.T, e *env, exec string) (int, map[string][2]float64, st
 // with a replay: the TRUNCATE followed at once by the anchor row's own evaluation published again
 // (another message, as after the duplicate window), which on a table checked by the anchor's key
 // alone made the emptied table look whole for ever; the anchor's position gives it away, the store
-// is refilled and the board is whole again.
+// is refilled and the board is whole again, and stays so once the table merged the anchor's copies.
 func TestReadsAfterATruncateAreNeverShort(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -207,6 +207,18 @@ func TestReadsAfterATruncateAreNeverShort(t *testing.T) {
 		whole(phase + ": the store whole again")
 		t.Logf("%s: %d reads refused, %d answered whole; refills %v (%v before)", phase, refused+1, oks, refills(), before)
 	}
+	// The table merged: of the anchor's two copies (the refill's, the replay's) the one kept is the
+	// first; the anchor is still held, nothing is refilled again, every read is whole.
+	e.storeExec("OPTIMIZE TABLE evaluations FINAL")
+	settled := refills()
+	holds(t, 7*time.Second, "the store whole, and not refilled, after a merge", func() (bool, string) {
+		for i, r := range rankers {
+			if status, rows, msg := boardOf(t, r, exec); status != http.StatusOK || !maps.Equal(rows, truth) {
+				return false, fmt.Sprintf("ranker %d: %d %v %s", i, status, rows, msg)
+			}
+		}
+		return refills() == settled, fmt.Sprintf("refills %v, %v before the merge", refills(), settled)
+	})
 }
 
 // publishedAnchor is the anchor row the ranker publishes on its consumer.

@@ -30,16 +30,19 @@ const (
 )
 
 // RowKey names one stored evaluation by the table's sort key, so a lookup reads one granule, and
-// by its position: a replay of the same evaluation (another message, at another sequence) is
-// another row. A zero Pos (an anchor noted before positions were) matches by the key alone.
+// by its position. The table keeps, of the copies of one key, the one with the lowest sequence
+// (ReplacingMergeTree on MAX - stream_seq, whatever the era): so the anchor is held by a copy of its
+// key at its sequence or before, which merges never take away, and not by one stored later, as a
+// replay of its evaluation after the table was emptied is (another message, at a later sequence).
+// A zero Pos (an anchor noted before positions were) matches by the key alone.
 type RowKey struct {
 	ExecutionID, TeamID, EventID string
 	Pos                          rank.Pos
 }
 
-// is reports whether a row of the table, by its key and position, is the row k names.
+// is reports whether a row of the table, by its key and position, holds the anchor k.
 func (k RowKey) is(executionID, teamID, eventID string, at rank.Pos) bool {
-	return k.ExecutionID == executionID && k.TeamID == teamID && k.EventID == eventID && (k.Pos == rank.Pos{} || k.Pos == at)
+	return k.ExecutionID == executionID && k.TeamID == teamID && k.EventID == eventID && (k.Pos == rank.Pos{} || at.Seq <= k.Pos.Seq)
 }
 
 // Lineage is what the evaluations table was derived from.
@@ -99,6 +102,9 @@ func (l Lineage) LostEras(stream string) (from, to uint32, ok bool) {
 		return 0, 0, false
 	}
 	if l.Stream != stream {
+		if l.Anchor == (RowKey{}) && l.Floor >= l.Era {
+			return 0, 0, false // the table held no row: nothing of its stream to lose
+		}
 		return min(l.Floor, l.Era), l.Era, true
 	}
 	if l.Floor < l.Era {

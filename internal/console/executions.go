@@ -26,7 +26,6 @@ type executionsPage struct {
 	Total            int
 	Page, Pages      int
 	PrevPage, NextPg int
-	NoStore          bool // the database or table does not exist yet: no ranker has started
 }
 
 type executionRow struct {
@@ -46,7 +45,8 @@ func (c *Console) executions(r *http.Request, ev evaluations) (any, error) {
 	}
 	all, err := ev.Executions(r.Context())
 	if chstore.FaultOf(err) == chstore.Missing {
-		return executionsPage{Page: 1, Pages: 1, NoStore: true}, nil
+		// The view's lineage is whole, its table gone: not an empty store, one to refill.
+		return nil, &chstore.NotWholeError{Why: "its evaluations table is missing; the ranker makes it again and refills it"}
 	}
 	if err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (c *Console) execution(r *http.Request, store evaluations) (any, error) {
 	}
 	evs, err := store.Scores(ctx, []string{exec})
 	if chstore.FaultOf(err) == chstore.Missing {
-		evs, err = map[string]*rank.Evaluations{}, nil // no ranker has made the table yet: nothing is stored
+		err = &chstore.NotWholeError{Why: "its evaluations table is missing; the ranker makes it again and refills it"}
 	}
 	if err != nil {
 		return nil, err

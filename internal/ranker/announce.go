@@ -217,8 +217,11 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 	r.boardsMu.RUnlock()
 	r.m.leaderboardQuery.Observe(time.Since(start).Seconds())
 	if errors.Is(err, chstore.ErrAnchorLost) {
+		if r.loss.Load() != nil {
+			return batches, false, nil // named, and waited on by the store's watch (loss.go)
+		}
 		r.log.Warn("the evaluations table lost the rows it held; checking the store, which refills it, before anything is announced", "error", err)
-		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil {
+		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errLossHeld) {
 			r.log.Warn("store lineage not checked; the watch tries again", "error", err)
 		}
 		return batches, false, nil

@@ -46,12 +46,16 @@ const checkEvery = 5 * time.Second
 // whole. A store found as published (the usual case) costs commits nothing; any other is checked
 // again with commits held.
 func (r *ranker) checkStore(ctx context.Context) error {
-	if r.asPublished(ctx) {
+	if r.loss.Load() == nil && r.asPublished(ctx) {
 		return nil
 	}
 	r.commitMu.Lock()
 	defer r.commitMu.Unlock()
-	return r.checkStoreLocked(ctx)
+	err := r.checkStoreLocked(ctx)
+	if err == nil {
+		r.lossResolved(ctx)
+	}
+	return err
 }
 
 // asPublished reports whether the store is whole, of the stream, and of the lineage the ranker
@@ -149,9 +153,11 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		// Not while a batch of the stream before may still come (the runtime's pass of it, or
 		// what it held, not yet handled): published now, the new era would let a request compose
 		// as of it without that batch, which then commits in the era before and the record no
-		// longer verifies. Requests wait meanwhile (the lineage names the stream before); the
-		// runtime's next pass, on the new stream, has the store checked at once (Remade).
-		if r.consumes != nil && !r.consumes(info.Created) {
+		// longer verifies; nor while a batch waits to commit (it may be of the stream before:
+		// the runtime hands a batch over before its pass ends). Requests wait meanwhile (the
+		// lineage names the stream before); the runtime's next pass, on the new stream, has the
+		// store checked at once (Remade), and so does its first batch (eraOf).
+		if r.consumes != nil && !r.consumes(info.Created) || r.waiting.Load() > 0 {
 			return errBeforeInHand
 		}
 		was := lin
@@ -589,7 +595,11 @@ func (r *ranker) anchorAfter(ctx context.Context, recs []rank.Record) {
 // while ClickHouse or the stream do not answer; false when stop ended first.
 func (r *ranker) startCheck(stop, work context.Context) bool {
 	err := retry.Do(stop, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
-		r.log.Warn("store not checked against EVALUATIONS yet; nothing is committed until it is", "attempt", try, "retry_in", pause.String(), "error", err)
+		level := slog.LevelWarn
+		if errors.Is(err, errLossHeld) {
+			level = slog.LevelDebug // named when it began; said again on every try would drown the log
+		}
+		r.log.Log(context.Background(), level, "store not checked against EVALUATIONS yet; nothing is committed until it is", "attempt", try, "retry_in", pause.String(), "error", err)
 	}, func(context.Context, uint64) error { return r.checkStore(work) })
 	if err != nil {
 		return false
@@ -604,7 +614,11 @@ func (r *ranker) watchStore(ctx context.Context) {
 		return // the start checked it just now
 	}
 	retry.EveryOr(ctx, checkEvery, r.recheck, func(ctx context.Context) {
-		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil {
+		switch err := r.checkStore(ctx); {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, errLossHeld), errors.Is(err, errBeforeInHand):
+			r.log.Debug("store lineage checked: still waiting", "error", err) // named when it began
+		default:
 			r.log.Warn("store lineage not checked; trying again", "error", err)
 		}
 	})

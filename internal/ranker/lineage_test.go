@@ -140,3 +140,46 @@ func TestTheEraWaitsForTheBatchesOfTheStreamBefore(t *testing.T) {
 		t.Fatalf("once the runtime consumes the new stream: %+v, want its lineage in era 1, floor 1", got)
 	}
 }
+
+// TestTheEraWaitsForABatchWaitingToCommit: the runtime consumes the new stream already, but a
+// batch handed over by the pass before is still waiting for the commit lock (the runtime's
+// overlap hands a batch over before its pass ends): the switch waits for it too.
+func TestTheEraWaitsForABatchWaitingToCommit(t *testing.T) {
+	ctx := t.Context()
+	st, _ := testenv.Store(t, true)
+	nc, js := testenv.JetStream(t, testenv.NATS(t))
+	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(before.CachedInfo().Created), Whole: true}
+	if err := st.NoteLineage(ctx, was); err != nil {
+		t.Fatal(err)
+	}
+	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, nc: nc, store: st, m: newMetrics(prometheus.NewRegistry()), now: time.Now,
+		consumes: func(time.Time) bool { return true }}
+	if err := r.publishLineage(ctx, was, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r.waiting.Add(1) // a batch of the pass before, waiting for the lock the check holds
+	if err := r.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
+		t.Fatalf("the check while a batch waits to commit: %v, want errBeforeInHand", err)
+	}
+	r.waiting.Add(-1) // it committed
+	if err := r.checkStoreLocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.lineage.Load(); got.Era != 1 {
+		t.Fatalf("after the batch committed: era %d, want 1", got.Era)
+	}
+}

@@ -162,19 +162,51 @@ func (r *ranker) accepted(ctx context.Context, lineage string) (bool, error) {
 	return l.Lineage == lineage, nil
 }
 
+// lossResolved ends a loss the ranker waited on once a check found the store whole without a
+// refill of its own (another replica refilled it after the acceptance, or the operator restored the
+// table): ready again, and the loss no longer published.
+func (r *ranker) lossResolved(ctx context.Context) {
+	if r.loss.Swap(nil) == nil {
+		return
+	}
+	r.log.Warn("the store's loss is resolved: the store is whole again (a restore, or another ranker's refill after the loss was accepted)")
+	r.whole.Holds()
+	if lin := r.lineage.Load(); lin != nil {
+		if err := r.publishLineage(ctx, *lin, ""); err != nil {
+			r.log.Warn("the store's state not published; the next check publishes it", "error", err)
+		}
+	}
+}
+
 // checkLoss runs before a refill of a lost table: nil when nothing is lost or the loss was
 // accepted (accepted true: the refill's lineage starts its own floor); errLossHeld, with the
 // ranker unready and the loss named, while it waits for an operator.
 func (r *ranker) checkLoss(ctx context.Context, stream string) (accepted bool, err error) {
 	last, known, err := r.lastLineage(ctx)
-	if err != nil || !known {
-		r.loss.Store(nil)
-		return false, err
+	if err != nil {
+		return false, err // not known: a loss held stays held
 	}
-	l, err := r.lossOf(ctx, last, stream)
-	if err != nil || l == nil {
+	if !known {
 		r.loss.Store(nil)
-		return false, err
+		return false, nil
+	}
+	// A table that still holds the lineage's anchor lost nothing (only store_lineage went, say):
+	// its check adopts it as it is.
+	if last.Anchor != (chstore.RowKey{}) {
+		if held, err := r.store.Holds(ctx, last.Anchor); err == nil && held {
+			r.loss.Store(nil)
+			return false, nil
+		}
+	}
+	l := r.loss.Load()
+	if l == nil || l.Lineage != last.ID() { // named once per lineage: its scans are not made again
+		if l, err = r.lossOf(ctx, last, stream); err != nil {
+			return false, err
+		}
+	}
+	if l == nil {
+		r.loss.Store(nil)
+		return false, nil
 	}
 	ok, err := r.accepted(ctx, l.Lineage)
 	if err != nil {

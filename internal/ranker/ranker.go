@@ -78,6 +78,10 @@ type ranker struct {
 	// commitMu is held by each commit and by a check or refill of the store (lineage.go): no
 	// ack moves the ack floor while the store is not whole.
 	commitMu sync.Mutex
+	// waiting counts the batches waiting for commitMu: a batch of a stream deleted since may be
+	// among them (the runtime hands a batch over before its pass ends), so no era switch happens
+	// while one waits (lineage.go).
+	waiting atomic.Int64
 	// boardsMu is read-held by an announcement's read of the store and held by a refill, so no
 	// leaderboard is read from a store being refilled.
 	boardsMu sync.RWMutex
@@ -173,7 +177,9 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		// A commit and its acks hold commitMu, which a check or a refill of the store holds too
 		// (lineage.go): no ack moves the ack floor while the store is not whole.
 		Serial: func(commit func()) {
+			r.waiting.Add(1)
 			r.commitMu.Lock()
+			r.waiting.Add(-1)
 			defer r.commitMu.Unlock()
 			commit()
 		},
