@@ -38,7 +38,11 @@ func storeAcceptLoss(fs *flag.FlagSet) func(context.Context, *env) error {
 				return err
 			}
 		} else {
-			fmt.Fprintf(e.out, "lineage %s lost the evaluations of eras %d-%d\nexecutions that had them: %v\n", l.Lineage, l.FromEra, l.ToEra, l.Executions)
+			fmt.Fprintf(e.out, "lineage %s lost the evaluations of eras %d-%d\nexecutions that had them: %v", l.Lineage, l.FromEra, l.ToEra, l.Executions)
+			if l.MoreExecutions > 0 {
+				fmt.Fprintf(e.out, " and %d more (the ranker's log names them)", l.MoreExecutions)
+			}
+			fmt.Fprintln(e.out)
 		}
 		if *lineage == "" {
 			return &checkError{fmt.Sprintf("nothing accepted: to accept this loss, run again with --lineage %s --reason TEXT (or restore EVALUATIONS from a backup)", l.Lineage)}

@@ -196,10 +196,15 @@ func (r *ranker) adopt(ctx context.Context, newest chstore.RowKey, has bool, las
 		lin.Era = max(last.Era, newest.Pos.Era)
 	case known:
 		lin.Era = max(last.Era, newest.Pos.Era) + 1
-	case has && !r.ofStream(ctx, newest):
-		lin.Era = newest.Pos.Era + 1
 	case has:
+		of, err := r.ofStream(ctx, newest)
+		if err != nil {
+			return chstore.Lineage{}, err // checked again: a doubt must not raise the era
+		}
 		lin.Era = newest.Pos.Era
+		if !of {
+			lin.Era++
+		}
 	}
 	lin.Floor = lin.Era
 	if has {
@@ -219,21 +224,25 @@ func (r *ranker) adopt(ctx context.Context, newest chstore.RowKey, has bool, las
 }
 
 // ofStream reports whether EVALUATIONS holds, at the row's sequence, the evaluation the row was
-// stored from (false on any doubt: the row then counts as of a stream before).
-func (r *ranker) ofStream(ctx context.Context, k chstore.RowKey) bool {
+// stored from: false when it holds another there, or nothing (trimmed, or never so long); an
+// error when it could not be read.
+func (r *ranker) ofStream(ctx context.Context, k chstore.RowKey) (bool, error) {
 	if k.Pos.Seq == 0 {
-		return false
+		return false, nil
 	}
 	st, err := r.js.Stream(ctx, events.StreamEvaluations)
 	if err != nil {
-		return false
+		return false, fmt.Errorf("stream %s: %w", events.StreamEvaluations, err)
 	}
 	msg, err := st.GetMsg(ctx, k.Pos.Seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
 	if err != nil {
-		return false
+		return false, fmt.Errorf("read %s sequence %d: %w", events.StreamEvaluations, k.Pos.Seq, err)
 	}
 	var env events.Envelope
-	return json.Unmarshal(msg.Data, &env) == nil && env.ID == k.EventID
+	return json.Unmarshal(msg.Data, &env) == nil && env.ID == k.EventID, nil
 }
 
 // errBeforeInHand is an era switch put off while batches of the stream before may still come.

@@ -132,6 +132,9 @@ func (r *ranker) lossOf(ctx context.Context, lin chstore.Lineage, stream string)
 	}
 	slices.Sort(l.Executions)
 	l.Executions = slices.Compact(l.Executions)
+	if n := len(l.Executions); n > events.StoreLossExecutions {
+		l.Executions, l.MoreExecutions = l.Executions[:events.StoreLossExecutions], n-events.StoreLossExecutions
+	}
 	return l, nil
 }
 
@@ -141,8 +144,12 @@ func lossText(l events.StoreLoss) string {
 	if l.ToEra != l.FromEra {
 		eras = fmt.Sprintf("eras %d-%d", l.FromEra, l.ToEra)
 	}
-	return fmt.Sprintf("evaluations lost: the store (lineage %s) lost its table while it held the rows of %s, whose EVALUATIONS streams were deleted; executions that had them: %v; accept it with `podium store accept-loss --lineage %s`, or restore EVALUATIONS",
-		l.Lineage, eras, l.Executions, l.Lineage)
+	execs := fmt.Sprint(l.Executions)
+	if l.MoreExecutions > 0 {
+		execs = fmt.Sprintf("%v and %d more", l.Executions, l.MoreExecutions)
+	}
+	return fmt.Sprintf("evaluations lost: the store (lineage %s) lost its table while it held the rows of %s, whose EVALUATIONS streams were deleted; executions that had them: %s; accept it with `podium store accept-loss --lineage %s`, or restore EVALUATIONS",
+		l.Lineage, eras, execs, l.Lineage)
 }
 
 // accepted reports whether an operator accepted the loss of lineage (AUDIT's last accepted loss

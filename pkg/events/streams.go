@@ -328,9 +328,15 @@ type StoreLoss struct {
 	// store says: their score snapshots (SCORES), or their last leaderboard (LEADERBOARDS) for
 	// one too large for a snapshot.
 	Executions []string `json:"executions"`
+	// MoreExecutions counts those left out of Executions, which names the first
+	// StoreLossExecutions in order: the loss must fit in a consumer's metadata.
+	MoreExecutions int `json:"more_executions,omitempty"`
 	// Reason is the operator's, on an accepted loss.
 	Reason string `json:"reason,omitempty"`
 }
+
+// StoreLossExecutions is the most executions a StoreLoss names.
+const StoreLossExecutions = 100
 
 // SubjectLossAccepted is the AUDIT subject of an accepted loss (a StoreLoss with its reason).
 const SubjectLossAccepted = "audit.loss.evaluations"
