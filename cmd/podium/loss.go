@@ -40,7 +40,7 @@ func storeAcceptLoss(fs *flag.FlagSet) func(context.Context, *env) error {
 		} else {
 			fmt.Fprintf(e.out, "lineage %s lost the evaluations of eras %d-%d\nexecutions that had them: %v", l.Lineage, l.FromEra, l.ToEra, l.Executions)
 			if l.MoreExecutions > 0 {
-				fmt.Fprintf(e.out, " and %d more (the ranker's log names them)", l.MoreExecutions)
+				fmt.Fprintf(e.out, " and %d more (a loss names the first 100)", l.MoreExecutions)
 			}
 			fmt.Fprintln(e.out)
 		}
