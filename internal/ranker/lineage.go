@@ -365,8 +365,9 @@ func (r *ranker) refill(ctx context.Context, plan refillPlan) error {
 		if err != nil {
 			return err
 		}
-		fresh = true
-		if accepted {
+		// Only an accepted loss starts the floor anew: a table that lost nothing (its anchor
+		// held, or no era before its stream's) keeps whatever older rows it holds.
+		if fresh = accepted; fresh {
 			plan.why = "an operator accepted the loss; " + plan.why
 		}
 	}
@@ -431,7 +432,8 @@ func (r *ranker) awaitRefill(ctx context.Context) error {
 
 // refillSteps is one try of refill: what it wrote, and the lineage it noted last. It goes on from
 // resume where that is of the same stream and the table holds its anchor; else from the start.
-// fresh is a refill of a lost table: the new lineage holds its own era's rows only.
+// fresh is the refill of a table whose loss an operator accepted: its lineage holds its own era's
+// rows only.
 func (r *ranker) refillSteps(ctx context.Context, why string, repair, fresh bool, resume chstore.Lineage) (res refill.Result, lin chstore.Lineage, err error) {
 	info, err := r.evaluationsInfo(ctx)
 	if err != nil {
