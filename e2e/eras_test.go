@@ -227,13 +227,7 @@ func TestALossIsNamedUntilAccepted(t *testing.T) {
 	publish(1)
 	publish(2)
 	waitBoardRounds(t, ranker, exec, 6, 30*time.Second)
-	if err := e.js.DeleteStream(t.Context(), events.StreamEvaluations); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 30*time.Second, "EVALUATIONS made again", func() (bool, string) {
-		_, err := e.js.Stream(t.Context(), events.StreamEvaluations)
-		return err == nil, fmt.Sprint(err)
-	})
+	remakeEvaluations(t, e)
 	publish(3)
 	waitBoardRounds(t, ranker, exec, 9, 30*time.Second)
 
@@ -321,13 +315,7 @@ func TestErasOnlyGrow(t *testing.T) {
 	}
 	publish(1)
 	waitBoardRounds(t, ranker, exec, 2, 30*time.Second)
-	if err := e.js.DeleteStream(t.Context(), events.StreamEvaluations); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 30*time.Second, "EVALUATIONS made again", func() (bool, string) {
-		_, err := e.js.Stream(t.Context(), events.StreamEvaluations)
-		return err == nil, fmt.Sprint(err)
-	})
+	remakeEvaluations(t, e)
 	publish(2)
 	waitBoardRounds(t, ranker, exec, 4, 30*time.Second)
 	if _, err := ranker.stop(t, 30*time.Second); err != nil {
@@ -356,4 +344,16 @@ func TestErasOnlyGrow(t *testing.T) {
 	if a.composed.Inputs.EvaluationsEra != 1 {
 		t.Errorf("round 4 is composed as of era %d, want 1", a.composed.Inputs.EvaluationsEra)
 	}
+}
+
+// remakeEvaluations deletes EVALUATIONS and waits until the ranker has made it again: a new era.
+func remakeEvaluations(t *testing.T, e *env) {
+	t.Helper()
+	if err := e.js.DeleteStream(t.Context(), events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "EVALUATIONS made again", func() (bool, string) {
+		_, err := e.js.Stream(t.Context(), events.StreamEvaluations)
+		return err == nil, fmt.Sprint(err)
+	})
 }

@@ -131,12 +131,8 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 				return err
 			}
 			defer func() {
-				stopRenders()
-				// The answers in flight were published; drained before the main connection, and
-				// quietly: the disconnect that closes it is the stop itself, not a warning.
-				apiNC.SetDisconnectErrHandler(nil)
-				apiNC.SetClosedHandler(nil)
-				_ = apiNC.Drain()
+				stopRenders() // the answers in flight published first
+				service.DrainQuietly(apiNC)
 			}()
 			handle := consume.Chain(consume.Each(c.handle), consume.Trace(c.trace, "composer.request"), consume.Recover(c.log, runtime.Panics))
 			// Waiting and rendering may take long: the stage keeps the request in progress, so

@@ -16,6 +16,54 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
+// lineageFixture is a ranker over a real store and a real EVALUATIONS, its store's lineage noted
+// and published whole on that stream (epoch 1, era 0).
+type lineageFixture struct {
+	r      *ranker
+	js     jetstream.JetStream
+	cfg    jetstream.StreamConfig
+	stream jetstream.Stream
+	was    chstore.Lineage
+}
+
+func newLineageFixture(t *testing.T) *lineageFixture {
+	t.Helper()
+	ctx := t.Context()
+	st, _ := testenv.Store(t, true)
+	nc, js := testenv.JetStream(t, testenv.NATS(t))
+	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &lineageFixture{js: js, cfg: cfg, stream: stream,
+		was: chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(stream.CachedInfo().Created), Whole: true},
+		r:   &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, nc: nc, store: st, m: newMetrics(prometheus.NewRegistry()), now: time.Now}}
+	if err := st.NoteLineage(ctx, f.was); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.r.publishLineage(ctx, f.was, ""); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// remake deletes EVALUATIONS and makes it again: another stream, its sequences starting over.
+func (f *lineageFixture) remake(t *testing.T) jetstream.Stream {
+	t.Helper()
+	if err := f.js.DeleteStream(t.Context(), events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.js.CreateStream(t.Context(), f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // TestABatchOfAnUnknownStreamIsGivenBack: a batch whose stream the runtime could not tell
 // (consume.StreamOf is zero) gets no era. Before, it took the era of the stream as it is now: a
 // batch of a stream deleted since was stored in the new stream's era, as of which it had never been
@@ -57,24 +105,8 @@ func TestABatchOfAnUnknownStreamIsGivenBack(t *testing.T) {
 // moved and leaves it, and the check is made again with commits held.
 func TestACheckNeverRepublishesAnOlderLineage(t *testing.T) {
 	ctx := t.Context()
-	st, _ := testenv.Store(t, true)
-	nc, js := testenv.JetStream(t, testenv.NATS(t))
-	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.CreateStream(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	older := chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(stream.CachedInfo().Created), Whole: true}
-	if err := st.NoteLineage(ctx, older); err != nil {
-		t.Fatal(err)
-	}
-	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, nc: nc, store: st, m: newMetrics(prometheus.NewRegistry())}
-	if err := r.publishLineage(ctx, older, ""); err != nil {
-		t.Fatal(err)
-	}
+	f := newLineageFixture(t)
+	r, older := f.r, f.was
 	newer := older
 	newer.Epoch = 2
 	r.hooks.beforeRepublish = func() {
@@ -98,31 +130,9 @@ func TestACheckNeverRepublishesAnOlderLineage(t *testing.T) {
 // published lineage still names the stream before) until the runtime consumes the new stream.
 func TestTheEraWaitsForTheBatchesOfTheStreamBefore(t *testing.T) {
 	ctx := t.Context()
-	st, _ := testenv.Store(t, true)
-	nc, js := testenv.JetStream(t, testenv.NATS(t))
-	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := js.CreateStream(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	was := chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(before.CachedInfo().Created), Whole: true}
-	if err := st.NoteLineage(ctx, was); err != nil {
-		t.Fatal(err)
-	}
-	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, nc: nc, store: st, m: newMetrics(prometheus.NewRegistry()), now: time.Now}
-	if err := r.publishLineage(ctx, was, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteStream(ctx, events.StreamEvaluations); err != nil {
-		t.Fatal(err)
-	}
-	now, err := js.CreateStream(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newLineageFixture(t)
+	r, was, before := f.r, f.was, f.stream
+	now := f.remake(t)
 	consumed := before.CachedInfo().Created // the pass of the stream before still runs
 	r.consumes = func(created time.Time) bool { return created.Equal(consumed) }
 	if err := r.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
@@ -146,31 +156,10 @@ func TestTheEraWaitsForTheBatchesOfTheStreamBefore(t *testing.T) {
 // overlap hands a batch over before its pass ends): the switch waits for it too.
 func TestTheEraWaitsForABatchWaitingToCommit(t *testing.T) {
 	ctx := t.Context()
-	st, _ := testenv.Store(t, true)
-	nc, js := testenv.JetStream(t, testenv.NATS(t))
-	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := js.CreateStream(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	was := chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(before.CachedInfo().Created), Whole: true}
-	if err := st.NoteLineage(ctx, was); err != nil {
-		t.Fatal(err)
-	}
-	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, nc: nc, store: st, m: newMetrics(prometheus.NewRegistry()), now: time.Now,
-		consumes: func(time.Time) bool { return true }}
-	if err := r.publishLineage(ctx, was, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteStream(ctx, events.StreamEvaluations); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	f := newLineageFixture(t)
+	r := f.r
+	r.consumes = func(time.Time) bool { return true } // the runtime consumes the new stream
+	f.remake(t)
 	r.waiting.Add(1) // a batch of the pass before, waiting for the lock the check holds
 	if err := r.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
 		t.Fatalf("the check while a batch waits to commit: %v, want errBeforeInHand", err)

@@ -105,12 +105,8 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 				return err
 			}
 			defer func() {
-				stopReads()
-				// The answers in flight were published; drained before the main connection, and
-				// quietly: the disconnect that closes it is the stop itself, not a warning.
-				apiNC.SetDisconnectErrHandler(nil)
-				apiNC.SetClosedHandler(nil)
-				_ = apiNC.Drain()
+				stopReads() // the answers in flight published first
+				service.DrainQuietly(apiNC)
 			}()
 			return r.consume(stop, work, runtime, cons)
 		},

@@ -45,6 +45,15 @@ func (c NATS) As(creds, user, password string) *NATS {
 	return &c
 }
 
+// DrainQuietly drains a service's second connection (the one that answers requests) once its
+// answers in flight were published, before the main connection: quietly, since the disconnect
+// that closes it is the stop itself, not a warning.
+func DrainQuietly(nc *nats.Conn) {
+	nc.SetDisconnectErrHandler(nil)
+	nc.SetClosedHandler(nil)
+	_ = nc.Drain()
+}
+
 // Validate checks the URLs; prefix is the service's, for the messages.
 func (c *NATS) Validate(prefix string) error {
 	if err := checkNATSURLs(c.NATSURL); err != nil {
