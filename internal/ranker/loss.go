@@ -83,17 +83,12 @@ func (r *ranker) consumerLineage(ctx context.Context) (chstore.Lineage, bool, er
 
 // parseLineage reads a lineage's ID (epoch@stream).
 func parseLineage(id string) (chstore.Lineage, bool) {
-	for i := range len(id) {
-		if id[i] != '@' {
-			continue
-		}
-		epoch, err := strconv.ParseUint(id[:i], 10, 64)
-		if err != nil || epoch == 0 {
-			return chstore.Lineage{}, false
-		}
-		return chstore.Lineage{Epoch: epoch, Stream: id[i+1:]}, true
+	epochText, stream, ok := strings.Cut(id, "@")
+	epoch, err := strconv.ParseUint(epochText, 10, 64)
+	if !ok || err != nil || epoch == 0 {
+		return chstore.Lineage{}, false
 	}
-	return chstore.Lineage{}, false
+	return chstore.Lineage{Epoch: epoch, Stream: stream}, true
 }
 
 // lossOf is what a lost table lost when it was derived as lin and the stream there is now is
