@@ -60,6 +60,7 @@ func roleObjects(role string) []cellObject {
 			first(action{"release", []string{"$KV.BUILDERS.cells.label.production", "$KV.BUILDERS.cells.pin.production." + digest}}),
 		stream("SCORES", "KV_SCORES", "$KV.SCORES.cells"),
 		stream("ANSWERED", "KV_ANSWERED", "$KV.ANSWERED.cells"),
+		stream("RANKER_PASSES", "KV_RANKER_PASSES", "$KV.RANKER_PASSES.cells"),
 		stream("BUILDER_MODULES", "BUILDER_MODULES", "builders.modules."+digest),
 		stream("BUILDER_RELEASES", "BUILDER_RELEASES", "builders.releases."+digest),
 		durable("the ranker's durable", "EVALUATIONS", "ranker"),

@@ -51,7 +51,8 @@ func streamsApply(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		replicas := e.cfg.StreamReplicas
 		for _, cfg := range []jetstream.KeyValueConfig{registry.Config(replicas), builders.BucketConfig(replicas),
-			events.ScoresBucketConfig(replicas, e.cfg.StateMaxIdle), events.AnsweredBucketConfig(replicas, promptsAge)} {
+			events.ScoresBucketConfig(replicas, e.cfg.StateMaxIdle), events.AnsweredBucketConfig(replicas, promptsAge),
+			events.RankerPassesBucketConfig(replicas)} {
 			st, err := js.Stream(ctx, "KV_"+cfg.Bucket)
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
 				fmt.Fprintf(e.out, "KV_%s: missing (its service makes it)\n", cfg.Bucket)

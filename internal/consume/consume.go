@@ -150,6 +150,19 @@ func (rt *Runtime) Consumes(created time.Time) bool {
 	return p != nil && p.Equal(created)
 }
 
+// Pass is the identity (creation time) of the stream the running pass reads, zero between two
+// passes, and whether any pass has started. Read before a count of what the passes handed over
+// (Stage.InHand): a pass's batches are all counted before it ends.
+func (rt *Runtime) Pass() (created time.Time, started bool) {
+	if rt.passes.Load() == 0 {
+		return time.Time{}, false
+	}
+	if p := rt.pass.Load(); p != nil {
+		return *p, true
+	}
+	return time.Time{}, true
+}
+
 // streamCreated is the identity of the stream consumed (its creation time), read again with the
 // shared backoff until it is read: a message whose stream is not known cannot be told from one of
 // a stream made again since (StreamOf). Zero only when ctx ends first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -109,6 +110,18 @@ type Stage struct {
 	Serial func(func())
 	// Log hears of a panic while settling or in After (nil: not logged).
 	Log *slog.Logger
+	// InHand, when set, counts the batches handed to the stage and not yet settled. The count
+	// rises before the loop that filled a batch can return, so once a pass of the runtime has
+	// ended (Runtime.Pass), every batch of it is counted until it is settled: the ranker tells
+	// its other replicas from it whether a batch of a stream deleted since may still commit.
+	InHand *atomic.Int64
+}
+
+// handed adds n to InHand, where it is set.
+func (s Stage) handed(n int64) {
+	if s.InHand != nil {
+		s.InHand.Add(n)
+	}
 }
 
 // keepAlive keeps msgs in progress until the returned stop is called.

@@ -160,6 +160,10 @@ func (r *ranker) checkStoreLocked(ctx context.Context) error {
 		if r.consumes != nil && !r.consumes(info.Created) || r.waiting.Load() > 0 {
 			return errBeforeInHand
 		}
+		// Nor while another ranker replica may still commit one (passes.go).
+		if err := r.replicasInTheWay(ctx, streamID); err != nil {
+			return err
+		}
 		was := lin
 		epoch, err := r.store.NextEpoch(ctx, r.now())
 		if err != nil {
@@ -627,7 +631,10 @@ func (r *ranker) watchStore(ctx context.Context) {
 	retry.EveryOr(ctx, checkEvery, r.recheck, func(ctx context.Context) {
 		switch err := r.checkStore(ctx); {
 		case err == nil || ctx.Err() != nil:
-		case errors.Is(err, errLossHeld), errors.Is(err, errBeforeInHand):
+		case errors.Is(err, errBeforeInHand):
+			r.log.Debug("store lineage checked: still waiting", "error", err)
+			time.AfterFunc(passEvery, r.checkSoon) // what it waits for is noted every passEvery
+		case errors.Is(err, errLossHeld):
 			r.log.Debug("store lineage checked: still waiting", "error", err) // named when it began
 		default:
 			r.log.Warn("store lineage not checked; trying again", "error", err)

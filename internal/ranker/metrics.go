@@ -25,6 +25,8 @@ type metrics struct {
 	announcements     *prometheus.CounterVec
 	pending           prometheus.Gauge
 	ackPending        prometheus.Gauge
+	replicaFenced     prometheus.Counter
+	replicasFenced    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,6 +46,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		announcements:     f.CounterVec("ranker_leaderboard_updates_unpublished_total", "leaderboard.updated not published whole, by reason: failed (retried a second later at least) or too_large (the whole board is over the server's max payload: its top rows are published instead, marked truncated).", "reason"),
 		pending:           f.Gauge("ranker_consumer_pending", "Evaluations in EVALUATIONS not yet delivered to the ranker consumer."),
 		ackPending:        f.Gauge("ranker_consumer_ack_pending", "Evaluations delivered to rankers and not yet acknowledged."),
+		replicaFenced:     f.Counter("ranker_replica_fenced_total", "Times this ranker found that another replica had taken it for gone (its notes in RANKER_PASSES stood still) and begun the era of a stream made again without waiting for it: a batch of the stream before that it committed since may be missing from prompts composed as of the new era."),
+		replicasFenced:    f.Counter("ranker_replicas_fenced_total", "Other ranker replicas this one took for gone (their notes in RANKER_PASSES stood still while they might hold a batch of the EVALUATIONS stream before) so as to begin the era of a stream made again."),
 	}
 	m.sink = sink.NewMetrics(f.Under("ranker"), m.clickhouseErrors)
 	m.sink.QuorumFailures = m.quorumFailures

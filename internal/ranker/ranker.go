@@ -92,6 +92,15 @@ type ranker struct {
 	// consumes reports whether batches of the stream created then are all that can still come
 	// (consume.Runtime.Consumes; nil: no consumer runs, as in some tests).
 	consumes func(created time.Time) bool
+	// passes notes this ranker's pass for the other replicas and reads theirs before an era
+	// switch (passes.go; nil: no RANKER_PASSES bucket, as in an operator's deployment without
+	// one, or some tests). passOf is the runtime's pass (consume.Runtime.Pass), inHand the
+	// batches handed to the stage and not yet settled (consume.Stage.InHand), stopped set once
+	// every batch is settled at a stop.
+	passes  *passes
+	passOf  func() (created time.Time, started bool)
+	inHand  atomic.Int64
+	stopped atomic.Bool
 	// hooks force interleavings in tests; nil in the service.
 	hooks struct {
 		beforeRepublish func() // asPublished, once it found the store as published
@@ -159,6 +168,19 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		<-announced
 	}()
 
+	// Seen by the other replicas before any batch is in hand (passes.go); noted as stopped once
+	// every batch is settled.
+	if r.passes != nil {
+		if r.passes.register(stop) != nil {
+			return nil
+		}
+		defer func() {
+			r.stopped.Store(true)
+			if _, err := r.passes.note(work); err != nil {
+				r.log.Warn("the ranker's stop could not be noted in "+events.BucketRankerPasses+"; its note goes with the bucket's TTL", "error", err)
+			}
+		}()
+	}
 	// No commit before the store is known whole: a new database beside a stream that holds
 	// evaluations is refilled first.
 	if !r.startCheck(stop, work) {
@@ -169,6 +191,7 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 			consume.Recover(r.log, rt.Panics)),
 		Settler:   r.settler,
 		Log:       r.log,
+		InHand:    &r.inHand,
 		KeepAlive: r.ackWait / 3,
 		// The acks are confirmed (sent again when a NATS restart lost them), so that when
 		// composers hear of the commit (After), the ranker's ack floor already shows it: they

@@ -71,7 +71,22 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	base.StoreMetrics(st)
 	r.runtime = runtime
 	r.consumes = runtime.Consumes
+	r.passOf = runtime.Pass
 	runtime.Remade = r.checkSoon
+	passesKV, err := base.KeyValue(ctx, events.RankerPassesBucketConfig(cfg.StreamReplicas))
+	if err != nil {
+		base.Close()
+		return err
+	}
+	if passesKV == nil {
+		log.Warn("no " + events.BucketRankerPasses + " bucket: run one ranker replica only, or a batch of an EVALUATIONS stream deleted and made again may commit after requests were composed as of the new era (docs/reliability.md)")
+	} else {
+		r.passes = newPasses(passesKV, base.JS, log, r.passNow, r.refillStale, r.m)
+		runtime.Remade = func() {
+			r.passes.noteSoon() // its pass reads the stream made again: the others wait for that
+			r.checkSoon()
+		}
+	}
 	r.repair = func(ctx context.Context) error {
 		if err := chstore.CreateDatabase(ctx, cfg.Store(log)); err != nil {
 			return err
@@ -113,6 +128,11 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		Watch: []func(context.Context){
 			func(work context.Context) { r.watchConsumer(work, cons, 5*time.Second) }, // Info asks by name: it follows a consumer made again
 			r.watchStore,
+			func(work context.Context) {
+				if r.passes != nil {
+					r.passes.run(work)
+				}
+			},
 		},
 	})
 }

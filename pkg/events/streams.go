@@ -359,6 +359,34 @@ func ScoresBucketConfig(replicas int, maxIdle time.Duration) jetstream.KeyValueC
 		History: 1, Replicas: max(replicas, 1), Storage: jetstream.FileStorage, TTL: maxIdle}
 }
 
+// BucketRankerPasses is the ranker replicas' own bucket: one key per running ranker (a random id
+// it takes at start), holding what its consumer's pass reads and how many batches it has in hand
+// (RankerPass), noted every second. A ranker that is to begin the era of a stream made again waits
+// until no other replica can still commit a batch of the stream before (docs/reliability.md).
+// Nothing outside the rankers reads it.
+const BucketRankerPasses = "RANKER_PASSES"
+
+// RankerPassesBucketConfig is the configuration of BucketRankerPasses: a key not noted again for
+// ten minutes (its ranker gone) goes.
+func RankerPassesBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: BucketRankerPasses, Description: "podium: each ranker replica's consumer pass and the batches it has in hand, so that an era begins only once no replica can commit a batch of the stream before",
+		History: 1, Replicas: max(replicas, 1), Storage: jetstream.FileStorage, TTL: 10 * time.Minute}
+}
+
+// RankerPass is the value of a BucketRankerPasses key.
+type RankerPass struct {
+	// Started: the ranker's consumer has begun a pass. Stream is the identity (the creation time,
+	// as the store's lineage writes it) of the stream the running pass reads; empty between two
+	// passes (a consumer lost with its stream, not yet made again).
+	Started bool   `json:"started"`
+	Stream  string `json:"stream,omitempty"`
+	// InHand counts the batches handed over by the consumer's passes and not yet settled.
+	InHand int64 `json:"in_hand"`
+	// FencedBy names the ranker that found this one's notes standing still and took it for gone:
+	// from then on it is not waited for, and it says so when it notes again.
+	FencedBy string `json:"fenced_by,omitempty"`
+}
+
 // BucketAnswered is the key-value bucket of answered requests: one key per request whose answer
 // PROMPTS took, named by the answer's event id (PromptEventID), holding the answer's PROMPTS
 // sequence. PROMPTS' duplicate window keeps one answer per request for ten minutes; this bucket
