@@ -82,61 +82,77 @@ func metricsOf(path string) ([]metric, error) {
 	factories := factoriesOf(f)
 	var out []metric
 	ast.Inspect(f, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok || len(call.Args) == 0 {
-			return true
-		}
-		if m, ok := declared(call, factories); ok {
-			out = append(out, m)
-			return true
-		}
-		lit, ok := call.Args[0].(*ast.CompositeLit)
-		if !ok {
-			return true
-		}
-		sel, ok := lit.Type.(*ast.SelectorExpr)
-		if !ok || !strings.HasSuffix(sel.Sel.Name, "Opts") {
-			return true
-		}
-		if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "prometheus" {
-			return true
-		}
-		m := metric{kind: strings.ToLower(strings.TrimSuffix(sel.Sel.Name, "Opts"))}
-		var ns, name string
-		for _, e := range lit.Elts {
-			kv, ok := e.(*ast.KeyValueExpr)
-			if !ok {
-				continue
-			}
-			key := kv.Key.(*ast.Ident).Name
-			val := stringOf(kv.Value)
-			switch key {
-			case "Namespace":
-				ns = val
-			case "Name":
-				name = val
-			case "Help":
-				m.help = val
+		if call, ok := n.(*ast.CallExpr); ok {
+			if m, ok := metricOf(call, factories); ok {
+				out = append(out, m)
 			}
 		}
-		m.name = name
-		if ns != "" {
-			m.name = ns + "_" + name
-		}
-		if fn, ok := call.Fun.(*ast.SelectorExpr); ok && strings.HasSuffix(fn.Sel.Name, "Vec") && len(call.Args) > 1 {
-			if labels, ok := call.Args[1].(*ast.CompositeLit); ok {
-				for _, l := range labels.Elts {
-					m.labels = append(m.labels, stringOf(l))
-				}
-			}
-		}
-		if fn, ok := call.Fun.(*ast.SelectorExpr); ok && strings.HasSuffix(fn.Sel.Name, "Func") {
-			m.kind += " (func)"
-		}
-		out = append(out, m)
 		return true
 	})
 	return out, nil
+}
+
+// metricOf reads the collector a call defines, through a series factory (declared) or a
+// prometheus.*Opts literal.
+func metricOf(call *ast.CallExpr, factories map[string]string) (metric, bool) {
+	if len(call.Args) == 0 {
+		return metric{}, false
+	}
+	if m, ok := declared(call, factories); ok {
+		return m, true
+	}
+	lit, ok := call.Args[0].(*ast.CompositeLit)
+	if !ok {
+		return metric{}, false
+	}
+	sel, ok := lit.Type.(*ast.SelectorExpr)
+	if !ok || !strings.HasSuffix(sel.Sel.Name, "Opts") {
+		return metric{}, false
+	}
+	if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "prometheus" {
+		return metric{}, false
+	}
+	m := metric{kind: strings.ToLower(strings.TrimSuffix(sel.Sel.Name, "Opts"))}
+	var ns, name string
+	for _, e := range lit.Elts {
+		kv, ok := e.(*ast.KeyValueExpr)
+		if !ok {
+			continue
+		}
+		key := kv.Key.(*ast.Ident).Name
+		val := stringOf(kv.Value)
+		switch key {
+		case "Namespace":
+			ns = val
+		case "Name":
+			name = val
+		case "Help":
+			m.help = val
+		case "ConstLabels": // labels of one collector's own, each set where it is made
+			if labels, ok := kv.Value.(*ast.CompositeLit); ok {
+				for _, l := range labels.Elts {
+					if lkv, ok := l.(*ast.KeyValueExpr); ok {
+						m.labels = append(m.labels, stringOf(lkv.Key))
+					}
+				}
+			}
+		}
+	}
+	m.name = name
+	if ns != "" {
+		m.name = ns + "_" + name
+	}
+	if fn, ok := call.Fun.(*ast.SelectorExpr); ok && strings.HasSuffix(fn.Sel.Name, "Vec") && len(call.Args) > 1 {
+		if labels, ok := call.Args[1].(*ast.CompositeLit); ok {
+			for _, l := range labels.Elts {
+				m.labels = append(m.labels, stringOf(l))
+			}
+		}
+	}
+	if fn, ok := call.Fun.(*ast.SelectorExpr); ok && strings.HasSuffix(fn.Sel.Name, "Func") {
+		m.kind += " (func)"
+	}
+	return m, true
 }
 
 // factoriesOf finds the internal/series factories of a file: variables assigned from series.On

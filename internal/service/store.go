@@ -110,12 +110,11 @@ func (c *ClickHouseWriter) Store(log *slog.Logger) chstore.Config {
 func (b *Base) StoreMetrics(st *chstore.Store) {
 	f := promauto.With(b.Reg)
 	for _, r := range st.ReplicaCounters() {
-		labels := prometheus.Labels{"replica": r.Addr}
 		f.NewCounterFunc(prometheus.CounterOpts{Namespace: b.Name, Name: "store_replica_reads_total",
-			Help: "Reads this ClickHouse replica answered.", ConstLabels: labels},
+			Help: "Reads this ClickHouse replica answered.", ConstLabels: prometheus.Labels{"replica": r.Addr}},
 			func() float64 { return float64(r.Reads()) })
 		f.NewCounterFunc(prometheus.CounterOpts{Namespace: b.Name, Name: "store_read_failovers_total",
-			Help: "Reads that failed on this ClickHouse replica and were given to another.", ConstLabels: labels},
+			Help: "Reads that failed on this ClickHouse replica and were given to another.", ConstLabels: prometheus.Labels{"replica": r.Addr}},
 			func() float64 { return float64(r.Failovers()) })
 	}
 }
