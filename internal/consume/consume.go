@@ -122,6 +122,10 @@ type Runtime struct {
 	// consumes it (its stream may be another one now, which Consumes already says: the ranker
 	// checks its store's lineage at once).
 	Remade func()
+	// Starting, where set, hears of each pass before it pulls anything (Pass already says its
+	// stream), and the pass waits for it: the ranker notes its pass for its other replicas then,
+	// so that no batch of a pass is in hand before the pass is known.
+	Starting func(stop context.Context)
 	// Panics counts messages whose handler panicked (Recover; may be nil).
 	Panics prometheus.Counter
 
@@ -364,6 +368,9 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		stream := rt.streamCreated(stop)
 		rt.pass.Store(&stream)
 		rt.passes.Add(1)
+		if rt.Starting != nil {
+			rt.Starting(stop)
+		}
 		if remade && rt.Remade != nil {
 			rt.Remade() // consuming the stream there is now: Consumes says so from here on
 		}

@@ -27,9 +27,10 @@ import (
 // deleted and made again, the ranker that begins the new stream's era must know that no replica
 // can still commit a batch of the stream before: a request composed as of the new era would lack
 // that batch, committed after it in the era before (lineage.go). So each ranker notes its pass in
-// events.BucketRankerPasses every passEvery, and when it changes: the stream its consumer's pass
-// reads and the batches it has in hand. The era begins once every other ranker's note says its
-// pass reads the new stream with nothing in hand (or that it has not begun a pass).
+// events.BucketRankerPasses every passEvery, and as each pass of its consumer begins, before it
+// pulls: the stream its consumer's pass reads and the batches it has in hand. The era begins once
+// every other ranker's note says its pass reads the new stream, or that it is in no pass, with
+// nothing in hand.
 //
 // A ranker that died leaves a note that never changes again. A note that stood still for
 // refillStale as the switching ranker watched it (its own clock, never the noter's) is fenced: the
@@ -56,7 +57,6 @@ type passes struct {
 	stale func() time.Duration
 	// fenced counts the times this ranker found itself fenced; fencedOthers the replicas it fenced.
 	fenced, fencedOthers prometheus.Counter
-	soon                 chan struct{}
 
 	mu   sync.Mutex
 	rev  uint64              // the revision of this ranker's last note; 0 before the first
@@ -76,7 +76,7 @@ func newPasses(kv jetstream.KeyValue, js jetstream.JetStream, log *slog.Logger, 
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	id := hex.EncodeToString(b)
 	return &passes{kv: kv, js: js, id: id, log: log.With("ranker_id", id), state: state, stale: stale,
-		fenced: m.replicaFenced, fencedOthers: m.replicasFenced, soon: make(chan struct{}, 1), seen: map[string]sighting{}}
+		fenced: m.replicaFenced, fencedOthers: m.replicasFenced, seen: map[string]sighting{}}
 }
 
 // note writes this ranker's pass as it is now, expecting its last note to be the newest: fenced
@@ -122,18 +122,10 @@ func (p *passes) note(ctx context.Context) (fenced bool, err error) {
 	return fenced, err
 }
 
-// noteSoon has the pass noted now rather than at the next beat: it changed.
-func (p *passes) noteSoon() {
-	select {
-	case p.soon <- struct{}{}:
-	default:
-	}
-}
-
-// run notes the pass every passEvery, and when noteSoon asks, until ctx ends.
+// run notes the pass every passEvery until ctx ends.
 func (p *passes) run(ctx context.Context) {
 	failing := false
-	retry.EveryOr(ctx, passEvery, p.soon, func(ctx context.Context) {
+	retry.Every(ctx, passEvery, func(ctx context.Context) {
 		_, err := p.note(ctx)
 		switch {
 		case err == nil:
@@ -146,9 +138,11 @@ func (p *passes) run(ctx context.Context) {
 	})
 }
 
-// register notes the pass a first time, trying with the shared backoff until it is noted: no
-// batch is committed before the other replicas can see this one.
-func (p *passes) register(stop context.Context) error {
+// noteUntil notes the pass, trying with the shared backoff until it is noted (or stop ends): at
+// start, before any batch is committed, and as each pass of the consumer begins, before it pulls
+// (consume.Runtime.Starting). So a note never lags behind a pass that holds a batch: a note of no
+// pass, or of the new stream, with nothing in hand, is one no batch of the stream before can follow.
+func (p *passes) noteUntil(stop context.Context) error {
 	return retry.Do(stop, retry.Redelivery(), func(try uint64, err error, pause time.Duration) {
 		p.log.Warn("the ranker's pass is not noted in "+events.BucketRankerPasses+" yet; nothing is committed until it is", "attempt", try, "retry_in", pause.String(), "error", err)
 	}, func(ctx context.Context, _ uint64) error {
@@ -158,7 +152,7 @@ func (p *passes) register(stop context.Context) error {
 }
 
 // inTheWay names the other rankers that may still commit a batch of a stream before stream (an
-// identity, chstore.StreamID): a pass of another stream, or between passes, or batches in hand.
+// identity, chstore.StreamID): a pass of another stream, or batches in hand.
 // One whose note stood still for stale as this ranker watched it is fenced instead.
 func (p *passes) inTheWay(ctx context.Context, stream string) ([]string, error) {
 	notes, err := p.read(ctx)
@@ -170,7 +164,9 @@ func (p *passes) inTheWay(ctx context.Context, stream string) ([]string, error) 
 	var way []string
 	for _, id := range slices.Sorted(maps.Keys(notes)) {
 		n := notes[id]
-		if id == p.id || n.FencedBy != "" || n.InHand == 0 && (!n.Started || n.Stream == stream) {
+		// Between two passes, or before its first, with nothing in hand: its next pass reads the
+		// stream there is now (each pass is noted before it pulls: noteUntil).
+		if id == p.id || n.FencedBy != "" || n.InHand == 0 && (n.Stream == "" || n.Stream == stream) {
 			delete(p.seen, id)
 			continue
 		}

@@ -53,7 +53,7 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	a := f.r
 	b, pass := f.withPasses(t)
 	a.consumes = func(time.Time) bool { return true } // this ranker consumes the new stream
-	*pass = f.stream.CachedInfo().Created            // the other's pass reads the stream before...
+	*pass = f.stream.CachedInfo().Created             // the other's pass reads the stream before...
 	b.inHand.Store(1)                                 // ...with a batch of it in hand
 	note(t, a)
 	note(t, b)
@@ -64,6 +64,12 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	}
 	if got := a.lineage.Load(); got.Era != 0 {
 		t.Fatalf("the new era was published while another replica holds a batch of the stream before: %+v", got)
+	}
+	// Its pass ended (its consumer went with the stream), the batch still in hand.
+	*pass = time.Time{}
+	note(t, b)
+	if err := a.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
+		t.Fatalf("the check while the other replica is between passes with a batch in hand: %v, want errBeforeInHand", err)
 	}
 	// Its pass reads the new stream now, but the batch of the pass before is not settled yet.
 	*pass = now.CachedInfo().Created

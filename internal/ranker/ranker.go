@@ -171,7 +171,7 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 	// Seen by the other replicas before any batch is in hand (passes.go); noted as stopped once
 	// every batch is settled.
 	if r.passes != nil {
-		if r.passes.register(stop) != nil {
+		if r.passes.noteUntil(stop) != nil {
 			return nil
 		}
 		defer func() {

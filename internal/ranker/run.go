@@ -82,10 +82,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		log.Warn("no " + events.BucketRankerPasses + " bucket: run one ranker replica only, or a batch of an EVALUATIONS stream deleted and made again may commit after requests were composed as of the new era (docs/reliability.md)")
 	} else {
 		r.passes = newPasses(passesKV, base.JS, log, r.passNow, r.refillStale, r.m)
-		runtime.Remade = func() {
-			r.passes.noteSoon() // its pass reads the stream made again: the others wait for that
-			r.checkSoon()
-		}
+		runtime.Starting = func(stop context.Context) { _ = r.passes.noteUntil(stop) } // before the pass pulls
 	}
 	r.repair = func(ctx context.Context) error {
 		if err := chstore.CreateDatabase(ctx, cfg.Store(log)); err != nil {
