@@ -83,7 +83,7 @@ func (l *batchLoop) overlap(work context.Context) {
 			for msgs := range l.batches {
 				l.busy.Store(true)
 				l.stage.run(work, msgs)
-				l.stage.handed(-1)
+				l.stage.handed(msgs, -1)
 				l.busy.Store(false)
 			}
 		}()
@@ -102,15 +102,15 @@ func (l *batchLoop) Close() {
 
 func (l *batchLoop) Run(stop, work context.Context, it Messages) error {
 	hand := func(msgs []jetstream.Msg) {
-		l.stage.handed(1)
-		defer l.stage.handed(-1)
+		l.stage.handed(msgs, 1)
+		defer l.stage.handed(msgs, -1)
 		l.stage.run(work, msgs)
 	}
 	if l.b.Overlap {
 		l.overlap(work)
 		hand = func(msgs []jetstream.Msg) {
 			defer l.stage.keepAlive(msgs)()
-			l.stage.handed(1) // before the hand-over: the stage's goroutine settles it, then counts it out
+			l.stage.handed(msgs, 1) // before the hand-over: the stage's goroutine settles it, then counts it out
 			l.batches <- msgs
 		}
 		defer func() {

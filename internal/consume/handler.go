@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -110,17 +109,18 @@ type Stage struct {
 	Serial func(func())
 	// Log hears of a panic while settling or in After (nil: not logged).
 	Log *slog.Logger
-	// InHand, when set, counts the batches handed to the stage and not yet settled. The count
-	// rises before the loop that filled a batch can return, so once a pass of the runtime has
-	// ended (Runtime.Pass), every batch of it is counted until it is settled: the ranker tells
-	// its other replicas from it whether a batch of a stream deleted since may still commit.
-	InHand *atomic.Int64
+	// InHand, when set, hears of each batch handed to the stage (n = 1) and of it settled
+	// (n = -1), with the stream it was consumed from (StreamOf of its first message). A batch is
+	// counted before the loop that filled it can return, so once a pass of the runtime has ended
+	// (Runtime.Pass), every batch of it is counted until it is settled: the ranker tells its
+	// other replicas from it whether a batch of a stream deleted since may still commit.
+	InHand func(stream time.Time, n int)
 }
 
-// handed adds n to InHand, where it is set.
-func (s Stage) handed(n int64) {
-	if s.InHand != nil {
-		s.InHand.Add(n)
+// handed tells InHand of msgs, where it is set.
+func (s Stage) handed(msgs []jetstream.Msg, n int) {
+	if s.InHand != nil && len(msgs) > 0 {
+		s.InHand(StreamOf(msgs[0]), n)
 	}
 }
 

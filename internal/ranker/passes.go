@@ -89,7 +89,9 @@ func (p *passes) note(ctx context.Context) (fenced bool, err error) {
 		return false, err
 	}
 	if p.rev == 0 {
-		p.rev, err = p.kv.Create(ctx, p.id, b)
+		// Put, not Create: the key is this ranker's alone, and a Create whose answer was lost
+		// would refuse every later try until the key's TTL.
+		p.rev, err = p.kv.Put(ctx, p.id, b)
 		return false, err
 	}
 	rev, err := p.kv.Update(ctx, p.id, b, p.rev)
@@ -100,21 +102,21 @@ func (p *passes) note(ctx context.Context) (fenced bool, err error) {
 	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return false, err
 	}
-	// Not the last note it wrote: fenced, or gone with the bucket's TTL, or its last note was
-	// written although its answer was lost.
+	// Not the last note it wrote: fenced; or gone (the bucket's TTL passed while this ranker was
+	// paused, or an operator deleted it), which the others may have taken for gone too; or its
+	// last note was written although its answer was lost.
 	was, err := p.kv.Get(ctx, p.id)
+	var n events.RankerPass
 	switch {
-	case err == nil && was.Operation() == jetstream.KeyValuePut:
-		var n events.RankerPass
-		if json.Unmarshal(was.Value(), &n) == nil && n.FencedBy == "" {
-			p.rev = was.Revision() // its own note, whose answer was lost
-			return false, nil      // noted again at the next beat
-		}
-		p.fenced.Inc()
-		p.log.Error("another ranker took this one for gone (its notes stood still) and began a new era without waiting for it: a batch of the EVALUATIONS stream before that this ranker committed since its last note may be missing from prompts composed as of the new era; paused too long, or cut off from NATS?",
-			"fenced_by", n.FencedBy)
+	case err == nil && json.Unmarshal(was.Value(), &n) == nil && n.FencedBy == "":
+		p.rev = was.Revision() // its own note, whose answer was lost
+		return false, nil      // noted again at the next beat
+	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		fenced = true
-	case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+		p.fenced.Inc()
+		p.log.Error("another ranker may have taken this one for gone (its note was fenced, or is gone) and begun a new era without waiting for it: a batch of the EVALUATIONS stream before that this ranker committed since its last note may be missing from prompts composed as of the new era; paused too long, or cut off from NATS?",
+			"fenced_by", n.FencedBy)
+	default:
 		return false, err
 	}
 	// Noted anew (Put: the key is this ranker's alone).
@@ -225,7 +227,11 @@ func (p *passes) read(ctx context.Context) (map[string]passNote, error) {
 		}
 		var n passNote
 		if err := json.Unmarshal(m.Data(), &n.RankerPass); err != nil {
-			return fmt.Errorf("the note of ranker %s in %s: %w", id, events.BucketRankerPasses, err)
+			// No ranker writes it (a later version's format, or an operator's): not waited for,
+			// or one such note would hold every era switch until its TTL.
+			p.log.Warn("a note in "+events.BucketRankerPasses+" is not a ranker's pass; not waited for", "key", id, "error", err)
+			delete(notes, id)
+			return nil
 		}
 		n.rev = md.Sequence.Stream
 		notes[id] = n
@@ -241,14 +247,49 @@ func (r *ranker) passNow() events.RankerPass {
 	if r.stopped.Load() {
 		return n
 	}
+	var created time.Time
 	if r.passOf != nil {
-		created, started := r.passOf()
+		var started bool
+		created, started = r.passOf()
 		n.Started = started
 		if !created.IsZero() {
 			n.Stream = chstore.StreamID(created)
 		}
 	}
-	n.InHand = r.inHand.Load()
+	n.InHand = r.inHand.besides(created)
+	return n
+}
+
+// inHand counts the batches handed to the stage and not yet settled, by the stream they were
+// consumed from (consume.Stage.InHand).
+type inHand struct {
+	mu sync.Mutex
+	by map[time.Time]int
+}
+
+func (h *inHand) add(stream time.Time, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.by == nil {
+		h.by = map[time.Time]int{}
+	}
+	if h.by[stream] += n; h.by[stream] <= 0 {
+		delete(h.by, stream)
+	}
+}
+
+// besides counts the batches in hand of other streams than pass (all of them between passes):
+// a replica's batches of the stream its pass reads never hold an era switch to that stream, or
+// under load the replicas would wait for each other's.
+func (h *inHand) besides(pass time.Time) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n int64
+	for stream, c := range h.by {
+		if pass.IsZero() || !stream.Equal(pass) {
+			n += int64(c)
+		}
+	}
 	return n
 }
 

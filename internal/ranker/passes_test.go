@@ -54,7 +54,7 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	b, pass := f.withPasses(t)
 	a.consumes = func(time.Time) bool { return true } // this ranker consumes the new stream
 	*pass = f.stream.CachedInfo().Created             // the other's pass reads the stream before...
-	b.inHand.Store(1)                                 // ...with a batch of it in hand
+	b.inHand.add(*pass, 1)                            // ...with a batch of it in hand
 	note(t, a)
 	note(t, b)
 	now := f.remake(t)
@@ -77,7 +77,8 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	if err := a.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
 		t.Fatalf("the check while the other's batch of the stream before is still in hand: %v, want errBeforeInHand", err)
 	}
-	b.inHand.Store(0) // committed, in the era before
+	b.inHand.add(now.CachedInfo().Created, 1)       // a batch of the new stream: never holds the switch to it
+	b.inHand.add(f.stream.CachedInfo().Created, -1) // committed, in the era before
 	note(t, b)
 	if err := a.checkStoreLocked(ctx); err != nil {
 		t.Fatal(err)
@@ -101,8 +102,8 @@ func TestARankerWhoseNotesStandStillIsFenced(t *testing.T) {
 	live, livePass := f.withPasses(t)
 	a.consumes = func(time.Time) bool { return true }
 	*pass, *livePass = f.stream.CachedInfo().Created, f.stream.CachedInfo().Created
-	still.inHand.Store(1)
-	live.inHand.Store(1)
+	still.inHand.add(*pass, 1)
+	live.inHand.add(*livePass, 1)
 	note(t, still)
 	note(t, live)
 	now := f.remake(t)
@@ -125,7 +126,7 @@ func TestARankerWhoseNotesStandStillIsFenced(t *testing.T) {
 		t.Fatalf("the era began while the live replica holds a batch of the stream before: %+v", got)
 	}
 	*livePass = now.CachedInfo().Created
-	live.inHand.Store(0)
+	live.inHand.add(f.stream.CachedInfo().Created, -1)
 	note(t, live)
 	if err := a.checkStoreLocked(ctx); err != nil {
 		t.Fatal(err)

@@ -95,11 +95,11 @@ type ranker struct {
 	// passes notes this ranker's pass for the other replicas and reads theirs before an era
 	// switch (passes.go; nil: no RANKER_PASSES bucket, as in an operator's deployment without
 	// one, or some tests). passOf is the runtime's pass (consume.Runtime.Pass), inHand the
-	// batches handed to the stage and not yet settled (consume.Stage.InHand), stopped set once
-	// every batch is settled at a stop.
+	// batches handed to the stage and not yet settled, by stream (consume.Stage.InHand),
+	// stopped set once every batch is settled at a stop.
 	passes  *passes
 	passOf  func() (created time.Time, started bool)
-	inHand  atomic.Int64
+	inHand  inHand
 	stopped atomic.Bool
 	// hooks force interleavings in tests; nil in the service.
 	hooks struct {
@@ -191,7 +191,7 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 			consume.Recover(r.log, rt.Panics)),
 		Settler:   r.settler,
 		Log:       r.log,
-		InHand:    &r.inHand,
+		InHand:    r.inHand.add,
 		KeepAlive: r.ackWait / 3,
 		// The acks are confirmed (sent again when a NATS restart lost them), so that when
 		// composers hear of the commit (After), the ranker's ack floor already shows it: they
