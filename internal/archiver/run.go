@@ -114,7 +114,7 @@ func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime
 	// A record is acknowledged only once ClickHouse has its row, and the acks are confirmed:
 	// readers take everything below the ack floor from the archive.
 	stage := consume.Stage{Handler: consume.Chain(a.handle, consume.Recover(a.log, rt.Panics)), Settler: a.settler, Log: a.log,
-		KeepAlive: cfg.AckWait / 3, ConfirmAcks: cfg.AckWait}
+		KeepAlive: cfg.AckWait / 3, ConfirmAcks: cfg.AckWait, Current: rt.Delivering}
 	batching := cfg.batching()
 	batching.Size, batching.Bytes = a.batchSize, a.batchBytes
 	err := rt.Run(stop, work, cons, consume.Batches(batching, stage, a.log.Warn))

@@ -137,7 +137,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 			handle := consume.Chain(consume.Each(c.handle), consume.Trace(c.trace, "composer.request"), consume.Recover(c.log, runtime.Panics))
 			// Waiting and rendering may take long: the stage keeps the request in progress, so
 			// the broker does not hand it to another replica meanwhile.
-			stage := consume.Stage{Handler: handle, Settler: c.settler, KeepAlive: cfg.AckWait / 3, Log: c.log}
+			stage := consume.Stage{Handler: handle, Settler: c.settler, KeepAlive: cfg.AckWait / 3, Log: c.log, Current: runtime.Delivering}
 			return runtime.Run(stop, work, cons, consume.Workers(cfg.Workers, stage, c.log.Warn))
 		},
 	})

@@ -167,6 +167,31 @@ func (rt *Runtime) Pass() (created time.Time, started bool) {
 	return time.Time{}, true
 }
 
+// Delivering reports whether the consumer that delivered msgs is the one there is now, looked up
+// by name: false once it was deleted, alone or with its stream, and made again (by this runtime
+// or another replica's). A settlement's subject names the stream and the consumer, not which one:
+// sent now, an ack would reach the consumer made again, whose sequences may be another stream's
+// (a stream made again starts over at 1), and settle a message of it that nobody handled. False
+// too when the consumer cannot be looked up: a batch not settled is only delivered again, and
+// every sink is idempotent. True for messages that did not come through the runtime.
+func (rt *Runtime) Delivering(ctx context.Context, msgs []jetstream.Msg) bool {
+	if len(msgs) == 0 {
+		return true
+	}
+	was := consumerOf(msgs[0])
+	if was.IsZero() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cons, err := rt.Source.JS.Consumer(ctx, rt.Source.Stream, rt.Source.Consumer.Durable)
+	if err != nil {
+		rt.Log.Warn("the consumer that delivered a batch could not be looked up; the batch is not settled, and comes again after its ack wait", "consumer", rt.Source.Consumer.Durable, "error", err)
+		return false
+	}
+	return cons.CachedInfo().Created.Equal(was)
+}
+
 // streamCreated is the identity of the stream consumed (its creation time), read again with the
 // shared backoff until it is read: a message whose stream is not known cannot be told from one of
 // a stream made again since (StreamOf). Zero only when ctx ends first.

@@ -109,6 +109,10 @@ type Stage struct {
 	Serial func(func())
 	// Log hears of a panic while settling or in After (nil: not logged).
 	Log *slog.Logger
+	// Current, when set, says whether a batch may still be settled: whether the consumer that
+	// delivered it is the one there is now (Runtime.Delivering). A batch it refuses is handled
+	// but not settled (nor its After skipped): its settlements would reach another consumer.
+	Current func(ctx context.Context, msgs []jetstream.Msg) bool
 	// InHand, when set, hears of each batch handed to the stage (n = 1) and of it settled
 	// (n = -1), with the stream it was consumed from (StreamOf of its first message). A batch is
 	// counted before the loop that filled it can return, so once a pass of the runtime has ended
@@ -141,7 +145,13 @@ func (s Stage) run(work context.Context, msgs []jetstream.Msg) {
 		// lineage, an ack) costs the batch's settling at worst: what is not settled is delivered
 		// again after AckWait, and every sink is idempotent.
 		if p := panics.Catch(func() {
-			s.settle(work, msgs, res)
+			if s.Current != nil && !s.Current(work, msgs) {
+				if s.Log != nil {
+					s.Log.Warn("a batch is not settled: the consumer that delivered it is gone or was made again since (its acks would settle the new consumer's messages), or could not be looked up; it comes again after its ack wait if its consumer still holds it", "messages", len(msgs))
+				}
+			} else {
+				s.settle(work, msgs, res)
+			}
 			if res.After != nil {
 				res.After(work)
 			}

@@ -39,10 +39,11 @@ type Buffer struct {
 // A fetch asks only for the room the buffer has, so the buffer is bounded by count and bytes as
 // the iterator's was.
 
-// streamMsg is a message with the identity of the stream it was consumed from.
+// streamMsg is a message with the identity of the stream it was consumed from, and of the
+// consumer that delivered it (its creation time; zero when unknown).
 type streamMsg struct {
 	jetstream.Msg
-	stream time.Time
+	stream, consumer time.Time
 }
 
 // StreamOf is the identity (the creation time) of the stream msg was consumed from: the stream
@@ -57,6 +58,15 @@ func StreamOf(msg jetstream.Msg) time.Time {
 	return time.Time{}
 }
 
+// consumerOf is the creation time of the consumer that delivered msg; zero when not known (msg
+// did not come through the runtime).
+func consumerOf(msg jetstream.Msg) time.Time {
+	if m, ok := msg.(streamMsg); ok {
+		return m.consumer
+	}
+	return time.Time{}
+}
+
 // fetchWait is how long one fetch waits on the server for messages; an idle consumer asks again
 // after it. A fetch lost with a connection ends by then too, and a drain waits for the fetch in
 // flight to end (what the server sent for it is the service's to finish): a second bounds both.
@@ -66,6 +76,7 @@ const fetchWait = time.Second
 type pull struct {
 	cons      jetstream.Consumer
 	stream    time.Time // the identity of the stream cons reads (StreamOf)
+	created   time.Time // cons's creation time (consumerOf)
 	buf       Buffer
 	keepEvery time.Duration
 	log       *slog.Logger
@@ -94,6 +105,9 @@ func newPull(cons jetstream.Consumer, stream time.Time, buf Buffer, keepEvery ti
 	p := &pull{cons: cons, stream: stream, buf: buf, keepEvery: keepEvery, log: log, ctx: ctx, cancel: cancel, consuming: consuming,
 		changed: make(chan struct{})}
 	p.buf.Messages = max(p.buf.Messages, 1)
+	if info := cons.CachedInfo(); info != nil {
+		p.created = info.Created
+	}
 	go p.fetch()
 	go p.keepAlive()
 	return p
@@ -119,7 +133,7 @@ func (p *pull) Next(ctx context.Context) (jetstream.Msg, error) {
 			p.bytes -= len(msg.Data())
 			p.signal() // room for the next fetch
 			p.mu.Unlock()
-			return streamMsg{Msg: msg, stream: p.stream}, nil
+			return streamMsg{Msg: msg, stream: p.stream, consumer: p.created}, nil
 		case p.done:
 			err := p.err
 			p.mu.Unlock()

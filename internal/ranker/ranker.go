@@ -189,9 +189,12 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 	stage := consume.Stage{
 		Handler: consume.Chain(func(ctx context.Context, msgs []jetstream.Msg) consume.Result { return r.handle(ctx, msgs, ann) },
 			consume.Recover(r.log, rt.Panics)),
-		Settler:   r.settler,
-		Log:       r.log,
-		InHand:    r.inHand.add,
+		Settler: r.settler,
+		Log:     r.log,
+		InHand:  r.inHand.add,
+		// A batch of a stream deleted since is committed (in its era) but never settled: its acks
+		// would reach the consumer made again on the new stream.
+		Current:   rt.Delivering,
 		KeepAlive: r.ackWait / 3,
 		// The acks are confirmed (sent again when a NATS restart lost them), so that when
 		// composers hear of the commit (After), the ranker's ack floor already shows it: they

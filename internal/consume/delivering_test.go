@@ -1,0 +1,92 @@
+package consume
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// TestABatchOfAConsumerMadeAgainIsNotSettled: a message taken from a consumer whose stream was then
+// deleted and made again, with the consumer (same name) and a new message at the same sequence,
+// delivered and not yet handled. Settling the old message sends its ack on a subject that names the
+// stream and the consumer only: the new consumer took it as the ack of its own message at that
+// sequence, which was then never handled nor delivered again (found in review). Now the stage asks
+// the runtime whether the consumer that delivered the batch is still the one there is
+// (Runtime.Delivering) and settles nothing otherwise; a batch of the consumer there is now is
+// settled as before.
+func TestABatchOfAConsumerMadeAgainIsNotSettled(t *testing.T) {
+	ctx := t.Context()
+	js, cons, settler := pullEnv(t, 1, 8)
+	take := func(cons jetstream.Consumer) jetstream.Msg {
+		t.Helper()
+		st, err := js.Stream(ctx, events.StreamRounds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newPull(cons, st.CachedInfo().Created, Buffer{Messages: 1}, time.Hour, slog.New(slog.DiscardHandler), func(error) {})
+		defer p.Stop()
+		next, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		msg, err := p.Next(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	old := take(cons)
+
+	// The stream and the consumer made again; a new request at sequence 1, delivered.
+	if err := js.DeleteStream(ctx, events.StreamRounds); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamRounds); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cons.CachedInfo().Config
+	remade, err := js.CreateOrUpdateConsumer(ctx, events.StreamRounds, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "round.requested.x.t", []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	fresh := take(remade)
+	if md, err := fresh.Metadata(); err != nil || md.Sequence.Stream != 1 {
+		t.Fatalf("the new message: %+v %v, want sequence 1", md, err)
+	}
+
+	rt := &Runtime{Source: Source{JS: js, Stream: events.StreamRounds, Consumer: cfg}, Log: slog.New(slog.DiscardHandler)}
+	if rt.Delivering(ctx, []jetstream.Msg{old}) {
+		t.Fatal("the consumer that delivered the old message is said to be the one there is now")
+	}
+	if !rt.Delivering(ctx, []jetstream.Msg{fresh}) {
+		t.Fatal("the consumer that delivered the new message is said to be gone")
+	}
+	ack := func(ctx context.Context, msgs []jetstream.Msg) Result { return All(msgs, settle.Ack()) }
+	stage := Stage{Handler: ack, Settler: settler, ConfirmAcks: 2 * time.Second, Current: rt.Delivering} // acks confirmed: done when run returns
+	pending := func() int {
+		t.Helper()
+		info, err := remade.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.NumAckPending
+	}
+	stage.run(ctx, []jetstream.Msg{old})
+	if n := pending(); n != 1 {
+		t.Fatalf("after the old batch was handled, the new consumer has %d messages pending, want 1 (the old batch's ack settled the new message)", n)
+	}
+	stage.run(ctx, []jetstream.Msg{fresh})
+	testenv.WaitFor(t, 10*time.Second, "the new message acknowledged", func() (bool, string) {
+		n := pending()
+		return n == 0, fmt.Sprintf("%d pending", n)
+	})
+}
