@@ -174,6 +174,17 @@ func (rt *Runtime) Pass() (created time.Time, started bool) {
 // (a stream made again starts over at 1), and settle a message of it that nobody handled. False
 // too when the consumer cannot be looked up: a batch not settled is only delivered again, and
 // every sink is idempotent. True for messages that did not come through the runtime.
+//
+// Asked after a fetch, it also says which stream the messages are of: a consumer that still
+// exists with the creation time the pass saw is the one that served the fetch (two consumers of
+// one name cannot exist at once), so its messages are of the stream the pass read (StreamOf); a
+// pass that has not yet seen its consumer lost may fetch from the one made again, on the new
+// stream.
+//
+// Only a definite answer is false: the consumer or its stream not found, or another creation
+// time. A lookup that fails otherwise (the JetStream API busy, a leader moving) is tried again
+// with the shared backoff for up to a third of the consumer's AckWait (the stage keeps the batch
+// in progress meanwhile), then taken as false.
 func (rt *Runtime) Delivering(ctx context.Context, msgs []jetstream.Msg) bool {
 	if len(msgs) == 0 {
 		return true
@@ -182,14 +193,24 @@ func (rt *Runtime) Delivering(ctx context.Context, msgs []jetstream.Msg) bool {
 	if was.IsZero() {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cons, err := rt.Source.JS.Consumer(ctx, rt.Source.Stream, rt.Source.Consumer.Durable)
-	if err != nil {
-		rt.Log.Warn("the consumer that delivered a batch could not be looked up; the batch is not settled, and comes again after its ack wait", "consumer", rt.Source.Consumer.Durable, "error", err)
-		return false
+	deadline := time.Now().Add(max(rt.Source.Consumer.AckWait/3, time.Second))
+	for attempt := uint64(1); ; attempt++ {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cons, err := rt.Source.JS.Consumer(lctx, rt.Source.Stream, rt.Source.Consumer.Durable)
+		cancel()
+		switch {
+		case err == nil:
+			return cons.CachedInfo().Created.Equal(was)
+		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+			return false
+		case ctx.Err() != nil || time.Now().After(deadline):
+			rt.Log.Warn("the consumer that delivered a batch could not be looked up; the batch is not settled, and comes again after its ack wait", "consumer", rt.Source.Consumer.Durable, "error", err)
+			return false
+		}
+		if retry.Sleep(ctx, retry.Redelivery().Backoff(attempt)) != nil {
+			return false
+		}
 	}
-	return cons.CachedInfo().Created.Equal(was)
 }
 
 // streamCreated is the identity of the stream consumed (its creation time), read again with the
@@ -394,7 +415,10 @@ func (rt *Runtime) Run(stop, work context.Context, cons jetstream.Consumer, loop
 		rt.pass.Store(&stream)
 		rt.passes.Add(1)
 		if rt.Starting != nil {
-			rt.Starting(stop)
+			if rt.Starting(stop); stop.Err() != nil {
+				rt.pass.Store(nil)
+				return nil // stopped before the pass could begin: it pulls nothing
+			}
 		}
 		if remade && rt.Remade != nil {
 			rt.Remade() // consuming the stream there is now: Consumes says so from here on

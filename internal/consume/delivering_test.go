@@ -90,3 +90,57 @@ func TestABatchOfAConsumerMadeAgainIsNotSettled(t *testing.T) {
 		return n == 0, fmt.Sprintf("%d pending", n)
 	})
 }
+
+// TestAcksAreNotSentAgainToAConsumerMadeAgain: a batch whose first confirmation failed (its
+// stream was deleted just after the check) has its acks sent again only while its consumer is
+// still the one there is: sent after the stream and the consumer were made again, they would
+// settle the new consumer's message at the same sequence. The test orders it without timing:
+// the check before sending again waits until the consumer was made again and a new message is
+// delivered.
+func TestAcksAreNotSentAgainToAConsumerMadeAgain(t *testing.T) {
+	ctx := t.Context()
+	js, cons, settler := pullEnv(t, 1, 8)
+	cfg := cons.CachedInfo().Config
+	st, err := js.Stream(ctx, events.StreamRounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPull(cons, st.CachedInfo().Created, Buffer{Messages: 1}, time.Hour, slog.New(slog.DiscardHandler), func(error) {})
+	old, err := p.Next(ctx)
+	p.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &Runtime{Source: Source{JS: js, Stream: events.StreamRounds, Consumer: cfg}, Log: slog.New(slog.DiscardHandler)}
+	if err := js.DeleteStream(ctx, events.StreamRounds); err != nil { // the first confirmation fails
+		t.Fatal(err)
+	}
+	var remade jetstream.Consumer
+	still := func() bool {
+		// Before sending again: the stream and the consumer made again, a new request delivered.
+		if err := events.EnsureStreams(ctx, js, events.StreamOptions{}, events.StreamRounds); err != nil {
+			t.Fatal(err)
+		}
+		if remade, err = js.CreateOrUpdateConsumer(ctx, events.StreamRounds, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "round.requested.x.t", []byte("new")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := remade.Fetch(1, jetstream.FetchMaxWait(5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		return rt.Delivering(ctx, []jetstream.Msg{old})
+	}
+	settler.AckAll(ctx, []jetstream.Msg{old}, 5*time.Second, still)
+	if remade == nil {
+		t.Fatal("the acks were not tried again: the test did not reach the check")
+	}
+	info, err := remade.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 1 {
+		t.Fatalf("the new consumer has %d messages pending after the old batch's acks, want 1: an ack sent again settled the new message", info.NumAckPending)
+	}
+}

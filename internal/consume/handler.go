@@ -185,5 +185,9 @@ func (s Stage) settle(ctx context.Context, msgs []jetstream.Msg, res Result) {
 		}
 		s.Settler.Settle(lctx, msg, o)
 	}
-	s.Settler.AckAll(ctx, done, s.ConfirmAcks)
+	var still func() bool
+	if s.Current != nil {
+		still = func() bool { return s.Current(ctx, msgs) }
+	}
+	s.Settler.AckAll(ctx, done, s.ConfirmAcks, still)
 }

@@ -109,8 +109,13 @@ func (p *passes) note(ctx context.Context) (fenced bool, err error) {
 	var n events.RankerPass
 	switch {
 	case err == nil && json.Unmarshal(was.Value(), &n) == nil && n.FencedBy == "":
-		p.rev = was.Revision() // its own note, whose answer was lost
-		return false, nil      // noted again at the next beat
+		// Its own note, whose answer was lost: written once more, now, so that the note is this
+		// pass's and not the one before (a pass must be noted before it pulls).
+		rev, err := p.kv.Update(ctx, p.id, b, was.Revision())
+		if err == nil {
+			p.rev = rev
+		}
+		return false, err
 	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		fenced = true
 		p.fenced.Inc()

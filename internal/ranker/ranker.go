@@ -97,10 +97,13 @@ type ranker struct {
 	// one, or some tests). passOf is the runtime's pass (consume.Runtime.Pass), inHand the
 	// batches handed to the stage and not yet settled, by stream (consume.Stage.InHand),
 	// stopped set once every batch is settled at a stop.
-	passes  *passes
-	passOf  func() (created time.Time, started bool)
-	inHand  inHand
-	stopped atomic.Bool
+	passes *passes
+	passOf func() (created time.Time, started bool)
+	// delivering says whether a batch's consumer is still the one its pass saw
+	// (consume.Runtime.Delivering; nil in some tests).
+	delivering func(ctx context.Context, msgs []jetstream.Msg) bool
+	inHand     inHand
+	stopped    atomic.Bool
 	// hooks force interleavings in tests; nil in the service.
 	hooks struct {
 		beforeRepublish func() // asPublished, once it found the store as published
@@ -235,6 +238,12 @@ func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announce
 	// that finds the acceptance needs.
 	if l := r.loss.Load(); l != nil {
 		return consume.All(msgs, settle.RetryLater(fmt.Errorf("%w: %s", errLossHeld, l.Lineage)))
+	}
+	// A pass that has not yet seen its consumer lost may fetch from the one made again on the new
+	// stream: those messages carry the stream the pass read (consume.StreamOf), whose era they
+	// would take. Only a batch whose consumer still exists as the pass saw it is of that stream.
+	if r.delivering != nil && !r.delivering(ctx, msgs) {
+		return consume.All(msgs, settle.RetryLater(errors.New("the batch's consumer was made again since the pass began: its stream is not known")))
 	}
 	era, err := r.eraOf(ctx, msgs)
 	if err != nil {

@@ -72,6 +72,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	r.runtime = runtime
 	r.consumes = runtime.Consumes
 	r.passOf = runtime.Pass
+	r.delivering = runtime.Delivering
 	runtime.Remade = r.checkSoon
 	passesKV, err := base.KeyValue(ctx, events.RankerPassesBucketConfig(cfg.StreamReplicas))
 	if err != nil {

@@ -105,8 +105,10 @@ func (s *Settler) Settle(ctx context.Context, msg jetstream.Msg, o Outcome) {
 // refuses a second ack of a message), and confirmed again, with the shared backoff, until the
 // confirmation comes or within passes (the server then redelivers them, which changes nothing:
 // every sink is idempotent). Without this a lost ack held the ack floor, and every composer
-// waiting on it, for a whole AckWait.
-func (s *Settler) AckAll(ctx context.Context, msgs []jetstream.Msg, within time.Duration) {
+// waiting on it, for a whole AckWait. still, where set, is asked before every sending again
+// whether the consumer that delivered msgs is still the one there is (consume.Runtime.Delivering):
+// acks sent after it was made again would settle the new consumer's messages.
+func (s *Settler) AckAll(ctx context.Context, msgs []jetstream.Msg, within time.Duration, still func() bool) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -132,6 +134,10 @@ func (s *Settler) AckAll(ctx context.Context, msgs []jetstream.Msg, within time.
 		}
 		s.log.WarnContext(ctx, "ack not confirmed; sending the batch's acks again", "messages", len(msgs), "attempt", attempt, "error", err)
 		_ = retry.Sleep(ctx, retry.Redelivery().Backoff(attempt)) // a stop still sends the acks once more
+		if still != nil && !still() {
+			s.log.WarnContext(ctx, "the consumer that delivered the batch is gone or was made again: its acks are not sent again", "messages", len(msgs))
+			return
+		}
 		for _, msg := range msgs[:len(msgs)-1] {
 			_ = nc.Publish(msg.Reply(), []byte("+ACK"))
 		}
