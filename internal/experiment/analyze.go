@@ -49,6 +49,10 @@ const (
 	NoDifference  = "no difference"
 	NotEnoughData = "not enough data"
 	NotRandomized = "not randomized"
+	// AttritionDiffers: the versions lost teams before their executions' last round at clearly
+	// different rates (Fisher's exact test, p < Alpha): the teams that stayed are not comparable,
+	// and the attrition is itself a difference between the versions.
+	AttritionDiffers = "attrition differs"
 )
 
 // Interval is a confidence interval, [low, high].
@@ -106,6 +110,9 @@ type Comparison struct {
 	Reason     string `json:"reason"`
 
 	est blocked // the test, before the multiplicity correction
+	// attrition says, for the reason, how many teams of each version left before their
+	// execution's last round; empty when none did.
+	attrition string
 }
 
 // Report is one template's versions and comparisons.
@@ -130,7 +137,13 @@ type team struct {
 	unscored  map[int]int // by version: composed, no evaluation of the round yet
 	post      []float64   // scores of the rounds it was served (in its execution's better direction)
 	pre       []float64   // scores of its rounds before the first it was served
-	sign      float64     // +1: higher is better; -1: lower
+	// rel and relPre are the same rounds' scores less what every team of the execution scored in
+	// that round on average: what a comparison reads, so that a team that left early is not
+	// measured against rounds it never played (scores rising over rounds would favour the
+	// version whose teams stayed).
+	rel, relPre []float64
+	lastTime    int     // the last round it was served the template
+	sign        float64 // +1: higher is better; -1: lower
 }
 
 // version is the team's one version, label its one label; ok false when it was served several
@@ -178,11 +191,24 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int
 		round      int
 	}
 	score := map[rkey]float64{}
+	type ekey struct {
+		exec  string
+		round int
+	}
+	roundSum, roundN := map[ekey]float64{}, map[ekey]int{}
 	for exec, rs := range rounds {
 		for _, r := range rs {
 			score[rkey{exec, r.TeamID, r.Round}] = r.Score
+			roundSum[ekey{exec, r.Round}] += r.Score
+			roundN[ekey{exec, r.Round}]++
 		}
 	}
+	// relative is a score less its execution-round's mean over every evaluated team.
+	relative := func(exec string, round int, s float64) float64 {
+		k := ekey{exec, round}
+		return s - roundSum[k]/float64(roundN[k])
+	}
+	ends := map[string]int{} // each execution's last round served the template
 	teams := map[key]*team{}
 	orders := map[events.ScoreOrder]bool{}
 	var failures []Prompt
@@ -205,10 +231,13 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int
 		}
 		t.versions[p.Version], t.labels[p.Label] = true, true
 		t.firstTime = min(t.firstTime, p.Round)
+		t.lastTime = max(t.lastTime, p.Round)
+		ends[p.ExecutionID] = max(ends[p.ExecutionID], p.Round)
 		t.served[p.Round] = p.Version
 		t.prompts[p.Version]++
 		if s, ok := score[rkey{p.ExecutionID, p.TeamID, p.Round}]; ok {
 			t.post = append(t.post, s)
+			t.rel = append(t.rel, relative(p.ExecutionID, p.Round, s))
 		} else {
 			t.unscored[p.Version]++
 		}
@@ -222,13 +251,13 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int
 		for _, r := range rounds[k.exec] {
 			if r.TeamID == k.team && r.Round < t.firstTime {
 				t.pre = append(t.pre, r.Score)
+				t.relPre = append(t.relPre, relative(k.exec, r.Round, r.Score))
 			}
 		}
-		for i := range t.post {
-			t.post[i] *= t.sign
-		}
-		for i := range t.pre {
-			t.pre[i] *= t.sign
+		for _, xs := range [][]float64{t.post, t.pre, t.rel, t.relPre} {
+			for i := range xs {
+				xs[i] *= t.sign
+			}
 		}
 	}
 	rep := Report{Order: string(events.Desc)}
@@ -292,7 +321,7 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int
 		if v == baseline {
 			continue
 		}
-		c := compare(ordered, v, baseline)
+		c := compare(ordered, v, baseline, ends)
 		if c.Difference == nil && estimates[v] != nil && estimates[baseline] != nil {
 			d := *estimates[v] - *estimates[baseline]
 			c.Difference = &d
@@ -334,6 +363,7 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int
 			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) the %s interval of the difference %s holds 0 (p = %.3g, corrected for %d comparison(s)): no difference shown, which is not no difference",
 				c.Executions, c.Teams, level, ci, p, len(tested))
 		}
+		c.Reason += c.attrition
 	}
 	return rep
 }
@@ -347,7 +377,7 @@ type blocked struct {
 // compare is the test of v against base: the blocked estimate over the executions that randomized
 // teams between the two, or the verdict that refuses one (NotRandomized, NotEnoughData). Verdict
 // is empty when the test is to be made (Analyze corrects it for multiplicity).
-func compare(teams []*team, v, base int) Comparison {
+func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	c := Comparison{Version: v, Baseline: base}
 	// A block is an execution and a split label under which teams were served v or base, each
 	// team one version for the whole execution.
@@ -360,7 +390,7 @@ func compare(teams []*team, v, base int) Comparison {
 	var keys []blockKey
 	for _, t := range teams {
 		version, label, ok := t.assigned()
-		if !ok || version != v && version != base || len(t.post) == 0 {
+		if !ok || version != v && version != base || len(t.rel) == 0 {
 			continue
 		}
 		k := blockKey{t.exec, label}
@@ -373,20 +403,21 @@ func compare(teams []*team, v, base int) Comparison {
 		}
 		members[k] = append(members[k], member{arm, t})
 	}
-	// A team's outcome is its mean score over the rounds it was served its version, less its mean
+	// A team's outcome is its mean, over the rounds it was served its version, of its score less
+	// its execution-round's mean (so that how long it stayed does not matter), less the same mean
 	// before it was assigned where every team of the block has rounds before (teams with and
 	// without are not measured alike: a block of both is read unadjusted).
 	blocks := map[blockKey]*[2][]float64{}
 	for _, k := range keys {
 		adjust := true
 		for _, m := range members[k] {
-			adjust = adjust && len(m.t.pre) > 0
+			adjust = adjust && len(m.t.relPre) > 0
 		}
 		b := &[2][]float64{}
 		for _, m := range members[k] {
-			y := mean(m.t.post)
+			y := mean(m.t.rel)
 			if adjust {
-				y -= mean(m.t.pre)
+				y -= mean(m.t.relPre)
 			}
 			b[m.arm] = append(b[m.arm], y)
 		}
@@ -436,6 +467,28 @@ func compare(teams []*team, v, base int) Comparison {
 	}
 	diff := dsum / wsum
 	c.Difference = &diff
+	// Teams that left before their execution's last round, by version: said whenever any did, and
+	// no verdict when the versions lost them at clearly different rates.
+	var left, stayed [2]int
+	for _, k := range both {
+		for _, m := range members[k] {
+			if m.t.lastTime < ends[k.exec] {
+				left[m.arm]++
+			} else {
+				stayed[m.arm]++
+			}
+		}
+	}
+	if left[0]+left[1] > 0 {
+		c.attrition = fmt.Sprintf("; teams that left before their execution's last round: %d of %d of version %d, %d of %d of version %d",
+			left[0], n[0], v, left[1], n[1], base)
+		if p := fisher(left[0], stayed[0], left[1], stayed[1]); p < Alpha {
+			c.Verdict = AttritionDiffers
+			c.Reason = fmt.Sprintf("version %d's teams left before their execution's last round at another rate than version %d's (%d of %d against %d of %d, Fisher's exact p = %.3g): the teams that stayed are not comparable, and which version keeps teams is itself a difference",
+				v, base, left[0], n[0], left[1], n[1], p)
+			return c
+		}
+	}
 	if n[0] < MinTeams || n[1] < MinTeams {
 		c.Verdict = NotEnoughData
 		c.Reason = fmt.Sprintf("%d teams of version %d and %d of version %d were randomized between them in the same executions; a verdict needs %d of each", n[0], v, n[1], base, MinTeams)
@@ -487,6 +540,29 @@ func clusteredInterval(byExec map[string][]float64, m float64, n int) *Interval 
 	se := math.Sqrt(float64(g)/float64(g-1)*ss) / float64(n)
 	half := tQuantile(0.975, float64(g-1)) * se
 	return &Interval{m - half, m + half}
+}
+
+// fisher is the two-sided p-value of Fisher's exact test of the 2x2 table [[a, b], [c, d]]: the
+// probability, with the margins fixed, of a table as unlikely as this one or less (each from the
+// hypergeometric distribution, summed over every table at most as likely).
+func fisher(a, b, c, d int) float64 {
+	n, row, col := a+b+c+d, a+b, a+c
+	logP := func(x int) float64 { return lchoose(row, x) + lchoose(n-row, col-x) - lchoose(n, col) }
+	seen, p := logP(a), 0.0
+	for x := max(0, col-(n-row)); x <= min(row, col); x++ {
+		if l := logP(x); l <= seen+1e-9 {
+			p += math.Exp(l)
+		}
+	}
+	return min(p, 1)
+}
+
+// lchoose is the logarithm of n choose k.
+func lchoose(n, k int) float64 {
+	a, _ := math.Lgamma(float64(n + 1))
+	b, _ := math.Lgamma(float64(k + 1))
+	c, _ := math.Lgamma(float64(n - k + 1))
+	return a - b - c
 }
 
 // tQuantile is Student's t's q-quantile at df degrees of freedom.

@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -23,7 +24,26 @@ type model struct {
 	// serve, when set, replaces the split: the version and label each team's round is served.
 	serve  func(rng *rand.Rand, exec, team, round int) (version int, label string)
 	effect float64 // added to version 2's rounds
+	// last, when set, is the last round a team of version plays (it leaves after it).
+	last func(rng *rand.Rand, version int) int
+	// heavy draws the noise from Student's t with 3 degrees of freedom (scaled by noise), not a
+	// normal: now and then a round far off.
+	heavy bool
+	// base is the executions' mean level (0: 50); ceiling, when set, caps every score.
+	base, ceiling float64
 }
+
+// leave is a last-round rule: a team of version v leaves after round 3 with chance share[v-1].
+func leave(share ...float64) func(*rand.Rand, int) int {
+	return func(rng *rand.Rand, v int) int {
+		if rng.Float64() < share[v-1] {
+			return 3
+		}
+		return math.MaxInt
+	}
+}
+
+func rising(r int) float64 { return 3 * float64(r) }
 
 func flat(int) float64 { return 0 }
 
@@ -57,6 +77,13 @@ var models = []model{
 		serve: func(_ *rand.Rand, exec, _, _ int) (int, string) { return 1 + exec%2, "production" }},
 	{name: "explicit references", executions: 3, teams: 8, rounds: 4, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat,
 		serve: func(_ *rand.Rand, _, team, _ int) (int, string) { return 1 + team%2, "" }},
+	{name: "a third leave, scores rising", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2,
+		last: leave(1.0/3, 1.0/3)},
+	{name: "half of v1 and a tenth of v2 leave", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2,
+		last: leave(0.5, 0.1)},
+	{name: "heavy tails", executions: 4, teams: 16, rounds: 4, execSD: 10, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: flat, versions: 2, heavy: true},
+	{name: "a ceiling at 100", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: rising, versions: 2,
+		base: 85, ceiling: 100},
 }
 
 // play simulates one tournament of m under order (scores of an asc tournament are the desc one's
@@ -71,19 +98,35 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 	rounds := map[string][]rank.RoundScore{}
 	for x := range m.executions {
 		exec := fmt.Sprintf("e%d", x)
-		level := 50 + m.execSD*rng.NormFloat64()
+		level := cmp.Or(m.base, 50) + m.execSD*rng.NormFloat64()
 		for k := range m.teams {
 			id := fmt.Sprintf("t%d", k)
 			own := m.teamSD * rng.NormFloat64()
 			assigned := 1 + rng.IntN(max(m.versions, 1))
-			for r := 1; r <= m.rounds; r++ {
+			last := m.rounds
+			if m.last != nil {
+				last = min(last, m.last(rng, assigned))
+			}
+			for r := 1; r <= last; r++ {
 				version, label := assigned, "production"
 				if m.serve != nil {
 					version, label = m.serve(rng, x, k, r)
 				}
-				score := level + own + m.trend(r) + m.noise[version-1]*rng.NormFloat64()
+				noise := rng.NormFloat64()
+				if m.heavy {
+					chi := 0.0
+					for range 3 {
+						z := rng.NormFloat64()
+						chi += z * z
+					}
+					noise /= math.Sqrt(chi / 3)
+				}
+				score := level + own + m.trend(r) + m.noise[version-1]*noise
 				if version == 2 {
 					score += m.effect
+				}
+				if m.ceiling > 0 {
+					score = min(score, m.ceiling)
 				}
 				prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Order: order})
 				rounds[exec] = append(rounds[exec], rank.RoundScore{TeamID: id, Round: r, Score: sign * score})
@@ -146,6 +189,21 @@ func TestPowerToFindAnEffect(t *testing.T) {
 			}
 		}
 	}
+	// Teams that leave: a third of each version's after round 3, scores rising 3 a round.
+	m := model{name: "effect +8, a third leave", executions: 4, teams: 16, rounds: 6, execSD: 10, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: rising, versions: 2, effect: 8,
+		last: leave(1.0/3, 1.0/3)}
+	better := 0
+	for seed := range uint64(runs) {
+		prompts, rounds := m.play(seed, events.Desc)
+		if c := Analyze(prompts, rounds, 0).Comparisons[0]; c.Version == 2 && c.Verdict == Better {
+			better++
+		}
+	}
+	power := float64(better) / runs
+	t.Logf("effect +8, a third of each version leaving after round 3, scores rising: called better in %.1f%%", 100*power)
+	if power < 0.80 {
+		t.Errorf("effect +8 with teams leaving: called better in %.1f%% of tournaments, want at least 80%%", 100*power)
+	}
 }
 
 // TestAnalyzeCountsEveryServedTeam: a version's figures count its failed requests and its prompts
@@ -201,5 +259,18 @@ func TestVersionIntervalsCover(t *testing.T) {
 	t.Logf("per-version intervals hold the mean in %.1f%% of %d", 100*rate, counted)
 	if rate < 0.92 {
 		t.Errorf("per-version intervals hold the mean in %.1f%% of %d, want about 95%%", 100*rate, counted)
+	}
+}
+
+// TestFisher: Fisher's exact test against known tables: the lady tasting tea ([[3, 1], [1, 3]],
+// two-sided p = 0.4857) and [[1, 9], [11, 3]] (p = 0.002759, as R's fisher.test gives).
+func TestFisher(t *testing.T) {
+	for _, c := range []struct {
+		a, b, c, d int
+		p          float64
+	}{{3, 1, 1, 3, 0.4857}, {1, 9, 11, 3, 0.002759}, {0, 5, 0, 5, 1}} {
+		if got := fisher(c.a, c.b, c.c, c.d); math.Abs(got-c.p) > 5e-5 {
+			t.Errorf("fisher(%d, %d, %d, %d) = %.6f, want %.6f", c.a, c.b, c.c, c.d, got, c.p)
+		}
 	}
 }
