@@ -466,7 +466,8 @@ func TestTemplatesTryIsADryRun(t *testing.T) {
 // team on version 2 scores 8 more each round; in "aa" the same split with no effect; in "nr" the
 // requests name the versions themselves (team by team), with the same effect. `podium templates
 // compare --json` calls version 2 better in "exp" with its interval, p-value and what they stand on,
-// finds no difference in "aa", and refuses a verdict in "nr": the versions were not randomized.
+// finds nothing in "aa" (inconclusive; no difference within a margin of 8), and refuses a verdict
+// in "nr": the versions were not randomized.
 func TestTemplatesCompare(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -576,8 +577,16 @@ func TestTemplatesCompare(t *testing.T) {
 		c.CI == nil || c.CI[0] <= 0 || c.PValue == nil || *c.PValue >= 0.05 || c.Executions != 2 || c.Teams != 2*teams || *c.Difference < 5 || *c.Difference > 11 {
 		t.Errorf("exp: the effect of 8 was not found: %+v", c)
 	}
-	if c := compare("aa").Comparisons[0]; c.Verdict != "no difference" || c.CI == nil || c.CI[0] > 0 || c.CI[1] < 0 {
-		t.Errorf("aa: the A/A split: %+v", c)
+	if c := compare("aa").Comparisons[0]; c.Verdict != "inconclusive" || c.CI == nil || c.CI[0] > 0 || c.CI[1] < 0 {
+		t.Errorf("aa: the A/A split, no margin given: %+v", c)
+	}
+	// With a margin the interval lies within, the A/A split is no difference; the effect of 8 is
+	// still better.
+	if c := compare("aa", "--margin", "8").Comparisons[0]; c.Verdict != "no difference" || !strings.Contains(c.Reason, "within the margin of ±8") {
+		t.Errorf("aa --margin 8: %+v", c)
+	}
+	if c := compare("exp", "--margin", "8").Comparisons[0]; c.Verdict != "better" {
+		t.Errorf("exp --margin 8: %+v", c)
 	}
 	if c := compare("nr").Comparisons[0]; c.Verdict != "not randomized" || c.CI != nil || c.PValue != nil || !strings.Contains(c.Reason, "no execution had teams randomized") {
 		t.Errorf("nr: versions named by the requests: %+v", c)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,6 +24,7 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 	baseline := fs.Int("baseline", 0, "the version every other is compared with (default: the production label's, or its split's first version; else the lowest served)")
 	since := fs.String("since", "", "only prompts recorded at or after this time (RFC 3339)")
 	until := fs.String("until", "", "only prompts recorded before this time (RFC 3339)")
+	margin := fs.Float64("margin", 0, "the largest difference in score units you would call none: \"no difference\" is said only of an interval within ±margin (default: none, and an interval that holds 0 is \"inconclusive\")")
 	asJSON := fs.Bool("json", false, "print one object: versions and comparisons, as JSON")
 	return func(ctx context.Context, e *env) error {
 		if !events.ValidIdentifier(e.args[0]) {
@@ -30,6 +32,9 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		if *baseline < 0 {
 			return usagef("--baseline must be a version")
+		}
+		if *margin < 0 || math.IsNaN(*margin) || math.IsInf(*margin, 0) {
+			return usagef("--margin must be a difference of at least 0")
 		}
 		name := e.args[0]
 		var window timeWindow
@@ -77,7 +82,7 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 				base = reg.ProductionOf(name)
 			}
 		}
-		rep := experiment.Analyze(prompts, rounds, base)
+		rep := experiment.Analyze(prompts, rounds, experiment.Options{Baseline: base, Margin: *margin})
 		if *asJSON {
 			return printJSON(e, rep)
 		}

@@ -34,7 +34,9 @@ func (c *Console) experimentOf(ctx context.Context, ev evaluations, name string,
 	if err != nil || len(prompts) == 0 {
 		return nil, err
 	}
-	return &experimentView{Executions: len(execs), Report: experiment.Analyze(prompts, rounds, production)}, nil
+	// No margin: an interval that holds 0 is "inconclusive" here; `podium templates compare
+	// --margin` says "no difference" of one within the author's margin.
+	return &experimentView{Executions: len(execs), Report: experiment.Analyze(prompts, rounds, experiment.Options{Baseline: production})}, nil
 }
 
 // maxCompared bounds the executions a template page reads (each one's records and scores): the

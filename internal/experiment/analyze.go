@@ -38,15 +38,20 @@ type Prompt struct {
 const (
 	MinTeams = 5
 	MinDF    = 4
-	// Alpha is the level of every comparison together (Bonferroni over the comparisons made).
+	// Alpha is the level of every comparison together (Holm over the comparisons made).
 	Alpha = 0.05
 )
 
 // Verdicts.
 const (
-	Better        = "better"
-	Worse         = "worse"
-	NoDifference  = "no difference"
+	Better = "better"
+	Worse  = "worse"
+	// NoDifference: the interval lies within the margin the author gave (Options.Margin): an
+	// equivalence shown, not only no difference found.
+	NoDifference = "no difference"
+	// Inconclusive: the interval holds 0 and reaches beyond the margin (with no margin given,
+	// always): the data neither show a difference nor rule one out.
+	Inconclusive  = "inconclusive"
 	NotEnoughData = "not enough data"
 	NotRandomized = "not randomized"
 	// AttritionDiffers: the versions lost teams before their executions' last round at clearly
@@ -97,9 +102,9 @@ type Comparison struct {
 	// for want of data, the blocked estimate over the randomized executions; when not randomized,
 	// the difference of the two versions' estimates, descriptive only. Nil when either has none.
 	Difference *float64 `json:"difference"`
-	// CI is Difference's interval at the level the multiplicity correction leaves each comparison
-	// (1 - Alpha/comparisons), PValue its two-sided p-value multiplied by the comparisons made
-	// (Bonferroni, at most 1); nil unless the data allow a test.
+	// CI is Difference's interval at the level the multiplicity correction leaves it (Holm's
+	// step: 1 - Alpha/(comparisons not yet found)), PValue its two-sided p-value as Holm adjusts
+	// it (at most 1, never below a smaller p-value's); nil unless the data allow a test.
 	CI     *Interval `json:"ci"`
 	PValue *float64  `json:"p_value"`
 	// Executions and Teams are what the test stood on: the randomized executions with both
@@ -181,10 +186,20 @@ func mean(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
-// Analyze compares every version with the baseline (0: the lowest version served). rounds are each
-// execution's counted evaluations (rank.Reduction.Rounds): a prompt's outcome is the latest
-// evaluation of its team's round.
-func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int) Report {
+// Options are what an author says before reading a comparison.
+type Options struct {
+	// Baseline is the version every other is compared with (0: the lowest version served).
+	Baseline int
+	// Margin is the largest difference, in score units, the author would call no difference
+	// (0: none given): `no difference` is said only of an interval within (-Margin, +Margin).
+	Margin float64
+}
+
+// Analyze compares every version with the baseline. rounds are each execution's counted
+// evaluations (rank.Reduction.Rounds): a prompt's outcome is the latest evaluation of its team's
+// round.
+func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options) Report {
+	baseline := opt.Baseline
 	type key struct{ exec, team string }
 	type rkey struct {
 		exec, team string
@@ -335,33 +350,53 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, baseline int
 		}
 		rep.Comparisons = append(rep.Comparisons, c)
 	}
-	// Bonferroni: each of m comparisons at Alpha/m, so that a false "better" or "worse" among
-	// them all has at most Alpha's chance.
-	m := float64(len(tested))
-	for _, i := range tested {
+	// Holm: the comparisons in order of their p-values, the k-th (from 0) of m tested at
+	// Alpha/(m-k) while every one before it was found, so that a false "better" or "worse" among
+	// them all has at most Alpha's chance, as with Bonferroni (each at Alpha/m), and a version
+	// that clearly differs leaves the others a larger share. Its p-value is Holm's adjusted one
+	// (never below the one before it); its interval is at the level of its step, or of the step
+	// where the finding stopped, so that it excludes 0 exactly when the verdict is better or worse.
+	slices.SortStableFunc(tested, func(a, b int) int { return cmp.Compare(rep.Comparisons[a].est.p, rep.Comparisons[b].est.p) })
+	m := len(tested)
+	adjusted, stop := 0.0, m
+	for k, i := range tested {
 		c := &rep.Comparisons[i]
 		est := c.est
-		p := min(1, m*est.p)
-		half := tQuantile(1-Alpha/(2*m), est.df) * est.se
+		adjusted = max(adjusted, min(1, float64(m-k)*est.p))
+		p := adjusted
+		if p >= Alpha && stop == m {
+			stop = k
+		}
+		share := float64(m - min(k, stop)) // the comparisons the level is shared among at this step
+		half := tQuantile(1-Alpha/(2*share), est.df) * est.se
 		ci := Interval{sign * (est.diff - half), sign * (est.diff + half)}
 		if ci[0] > ci[1] {
 			ci[0], ci[1] = ci[1], ci[0]
 		}
 		c.CI, c.PValue = &ci, &p
-		level := fmt.Sprintf("%.1f%%", 100*(1-Alpha/m))
+		level := fmt.Sprintf("%.1f%%", 100*(1-Alpha/share))
 		switch {
 		case p < Alpha && est.diff > 0:
 			c.Verdict = Better
-			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) version %d's teams did better than version %d's by %.2f, %s interval %s (p = %.3g, corrected for %d comparison(s))",
+			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) version %d's teams did better than version %d's by %.2f, %s interval %s (p = %.3g, Holm-corrected over %d comparison(s))",
 				c.Executions, c.Teams, c.Version, c.Baseline, math.Abs(est.diff), level, ci, p, len(tested))
 		case p < Alpha:
 			c.Verdict = Worse
-			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) version %d's teams did worse than version %d's by %.2f, %s interval %s (p = %.3g, corrected for %d comparison(s))",
+			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) version %d's teams did worse than version %d's by %.2f, %s interval %s (p = %.3g, Holm-corrected over %d comparison(s))",
 				c.Executions, c.Teams, c.Version, c.Baseline, math.Abs(est.diff), level, ci, p, len(tested))
-		default:
+		case opt.Margin > 0 && -opt.Margin < ci[0] && ci[1] < opt.Margin:
 			c.Verdict = NoDifference
-			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) the %s interval of the difference %s holds 0 (p = %.3g, corrected for %d comparison(s)): no difference shown, which is not no difference",
-				c.Executions, c.Teams, level, ci, p, len(tested))
+			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) the %s interval of the difference %s lies within the margin of ±%.4g (p = %.3g, Holm-corrected over %d comparison(s)): any difference is smaller than the margin",
+				c.Executions, c.Teams, level, ci, opt.Margin, p, len(tested))
+		default:
+			c.Verdict = Inconclusive
+			reach := math.Max(math.Abs(ci[0]), math.Abs(ci[1]))
+			beyond := "and no margin was given (--margin: the largest difference you would call none)"
+			if opt.Margin > 0 {
+				beyond = fmt.Sprintf("beyond the margin of ±%.4g", opt.Margin)
+			}
+			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) the %s interval of the difference %s holds 0 and differences up to %.2f, %s (p = %.3g, Holm-corrected over %d comparison(s)): no difference shown, and none ruled out",
+				c.Executions, c.Teams, level, ci, reach, beyond, p, len(tested))
 		}
 		c.Reason += c.attrition
 	}

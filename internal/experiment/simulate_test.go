@@ -148,7 +148,7 @@ func TestNoFalseVerdicts(t *testing.T) {
 			wrong, verdicts := 0, map[string]int{}
 			for seed := range uint64(runs) {
 				prompts, rounds := m.play(seed, order)
-				rep := Analyze(prompts, rounds, 0)
+				rep := Analyze(prompts, rounds, Options{})
 				said := false
 				for _, c := range rep.Comparisons {
 					verdicts[c.Verdict]++
@@ -177,7 +177,7 @@ func TestPowerToFindAnEffect(t *testing.T) {
 			better := 0
 			for seed := range uint64(runs) {
 				prompts, rounds := m.play(seed, order)
-				rep := Analyze(prompts, rounds, 0)
+				rep := Analyze(prompts, rounds, Options{})
 				if c := rep.Comparisons[0]; c.Version == 2 && c.Verdict == Better {
 					better++
 				}
@@ -195,7 +195,7 @@ func TestPowerToFindAnEffect(t *testing.T) {
 	better := 0
 	for seed := range uint64(runs) {
 		prompts, rounds := m.play(seed, events.Desc)
-		if c := Analyze(prompts, rounds, 0).Comparisons[0]; c.Version == 2 && c.Verdict == Better {
+		if c := Analyze(prompts, rounds, Options{}).Comparisons[0]; c.Version == 2 && c.Verdict == Better {
 			better++
 		}
 	}
@@ -224,7 +224,7 @@ func TestAnalyzeCountsEveryServedTeam(t *testing.T) {
 	prompts = append(prompts, Prompt{ExecutionID: "e", TeamID: "t1", Round: 4, Failed: true}, Prompt{ExecutionID: "e", TeamID: "nobody", Round: 1, Failed: true},
 		// t2 moved to version 2 in round 4: it counts for both versions' figures, in no comparison.
 		Prompt{ExecutionID: "e", TeamID: "t2", Round: 4, Version: 2, Label: "production", Order: events.Asc})
-	rep := Analyze(prompts, rounds, 0)
+	rep := Analyze(prompts, rounds, Options{})
 	if rep.Order != "asc" || rep.Baseline != 1 || len(rep.Versions) != 2 || len(rep.Comparisons) != 1 {
 		t.Fatalf("report: %+v", rep)
 	}
@@ -246,7 +246,7 @@ func TestVersionIntervalsCover(t *testing.T) {
 	covered, counted := 0, 0
 	for seed := range uint64(runs) {
 		prompts, rounds := m.play(seed, events.Desc)
-		for _, v := range Analyze(prompts, rounds, 0).Versions {
+		for _, v := range Analyze(prompts, rounds, Options{}).Versions {
 			if v.CI != nil {
 				counted++
 				if v.CI[0] <= 50 && 50 <= v.CI[1] {
@@ -272,5 +272,43 @@ func TestFisher(t *testing.T) {
 		if got := fisher(c.a, c.b, c.c, c.d); math.Abs(got-c.p) > 5e-5 {
 			t.Errorf("fisher(%d, %d, %d, %d) = %.6f, want %.6f", c.a, c.b, c.c, c.d, got, c.p)
 		}
+	}
+}
+
+// TestNoDifferenceOnlyWithinTheMargin: "no difference" is an equivalence shown, never the absence
+// of a finding. Without a margin it is never said (an A/A tournament of one execution of 10 teams,
+// whose interval holds effects of +-8, was called "no difference" 98% of the time before); with a
+// margin of 4 it is said of A/A tournaments large enough to rule out 4 (4x16x4), and of a true
+// effect of exactly the margin at most 5% of the time (upper 95% bound under 7%).
+func TestNoDifferenceOnlyWithinTheMargin(t *testing.T) {
+	count := func(m model, opt Options) map[string]int {
+		verdicts := map[string]int{}
+		for seed := range uint64(runs) {
+			prompts, rounds := m.play(seed, events.Desc)
+			for _, c := range Analyze(prompts, rounds, opt).Comparisons { // none when one version served every team
+				verdicts[c.Verdict]++
+			}
+		}
+		return verdicts
+	}
+	small := model{executions: 1, teams: 10, rounds: 4, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2}
+	if v := count(small, Options{}); v[NoDifference] > 0 {
+		t.Errorf("no margin given, one execution of 10 teams: %v, want no \"no difference\"", v)
+	} else {
+		t.Logf("A/A, 1x10x4, no margin: %v", v)
+	}
+	large := model{executions: 4, teams: 16, rounds: 4, execSD: 10, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2}
+	v := count(large, Options{Margin: 4})
+	t.Logf("A/A, 4x16x4, margin 4: %v", v)
+	if v[NoDifference] < runs/2 {
+		t.Errorf("A/A, 4x16x4, margin 4: %v, want \"no difference\" in most", v)
+	}
+	large.effect = 4
+	v = count(large, Options{Margin: 4})
+	rate := float64(v[NoDifference]) / runs
+	upper := rate + 1.96*math.Sqrt(rate*(1-rate)/runs)
+	t.Logf("effect 4 = margin 4, 4x16x4: %v; \"no difference\" %.2f%% (95%% up to %.2f%%)", v, 100*rate, 100*upper)
+	if upper >= 0.07 {
+		t.Errorf("an effect of exactly the margin was called \"no difference\" in %.2f%% of tournaments (95%% up to %.2f%%)", 100*rate, 100*upper)
 	}
 }
