@@ -439,22 +439,61 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 		members[k] = append(members[k], member{arm, t})
 	}
 	// A team's outcome is its mean, over the rounds it was served its version, of its score less
-	// its execution-round's mean (so that how long it stayed does not matter), less the same mean
-	// before it was assigned where every team of the block has rounds before (teams with and
-	// without are not measured alike: a block of both is read unadjusted).
-	blocks := map[blockKey]*[2][]float64{}
+	// its execution-round's mean (so that how long it stayed does not matter), adjusted for the
+	// same mean before it was assigned where every team of the block has rounds before (teams
+	// with and without are not measured alike: a block of both is read unadjusted). The
+	// adjustment is CUPED's: y - theta*(x - the block's mean x), theta the slope of outcomes on
+	// their before within blocks, pooled over both versions (which randomization makes as good as
+	// either's): where rounds before say little about rounds after, theta is small and the
+	// adjustment adds little noise, unlike the plain difference y - x.
+	type unit struct {
+		arm  int
+		y, x float64
+	}
+	adjusted := map[blockKey]bool{}
+	units := map[blockKey][]unit{}
+	var sxy, sxx float64
 	for _, k := range keys {
 		adjust := true
 		for _, m := range members[k] {
 			adjust = adjust && len(m.t.relPre) > 0
 		}
-		b := &[2][]float64{}
+		adjusted[k] = adjust
+		var xs, ys []float64
 		for _, m := range members[k] {
-			y := mean(m.t.rel)
+			u := unit{arm: m.arm, y: mean(m.t.rel)}
 			if adjust {
-				y -= mean(m.t.relPre)
+				u.x = mean(m.t.relPre)
+				xs, ys = append(xs, u.x), append(ys, u.y)
 			}
-			b[m.arm] = append(b[m.arm], y)
+			units[k] = append(units[k], u)
+		}
+		if adjust && len(xs) > 1 {
+			mx, my := mean(xs), mean(ys)
+			for i := range xs {
+				sxy += (xs[i] - mx) * (ys[i] - my)
+				sxx += (xs[i] - mx) * (xs[i] - mx)
+			}
+		}
+	}
+	theta, thetaFit := 0.0, sxx > 0
+	if thetaFit {
+		theta = sxy / sxx
+	}
+	blocks := map[blockKey]*[2][]float64{}
+	for _, k := range keys {
+		var xs []float64
+		for _, u := range units[k] {
+			xs = append(xs, u.x)
+		}
+		mx := mean(xs)
+		b := &[2][]float64{}
+		for _, u := range units[k] {
+			y := u.y
+			if adjusted[k] {
+				y -= theta * (u.x - mx)
+			}
+			b[u.arm] = append(b[u.arm], y)
 		}
 		blocks[k] = b
 	}
@@ -543,6 +582,9 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 			a[i] = coef[i] * pooled / (wsum * wsum)
 		}
 		dof = float64(df[0] + df[1])
+	}
+	if thetaFit {
+		dof = max(dof-1, 0) // theta was estimated from the same outcomes
 	}
 	if dof < MinDF || a[0]+a[1] <= 0 {
 		c.Verdict = NotEnoughData

@@ -31,6 +31,9 @@ type model struct {
 	heavy bool
 	// base is the executions' mean level (0: 50); ceiling, when set, caps every score.
 	base, ceiling float64
+	// from is the first round the template serves (0: the first): the rounds before are
+	// evaluated, served by another template, and are a team's "before".
+	from int
 }
 
 // leave is a last-round rule: a team of version v leaves after round 3 with chance share[v-1].
@@ -82,6 +85,8 @@ var models = []model{
 	{name: "half of v1 and a tenth of v2 leave", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2,
 		last: leave(0.5, 0.1)},
 	{name: "heavy tails", executions: 4, teams: 16, rounds: 4, execSD: 10, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: flat, versions: 2, heavy: true},
+	{name: "served from round 3, teams alike", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 1, noise: [3]float64{6, 6, 6}, trend: rising, versions: 2, from: 3},
+	{name: "served from round 3, teams differ", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 10, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2, from: 3},
 	{name: "a ceiling at 100", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: rising, versions: 2,
 		base: 85, ceiling: 100},
 }
@@ -112,6 +117,10 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 				if m.serve != nil {
 					version, label = m.serve(rng, x, k, r)
 				}
+				before := r < m.from // another template's round: no prompt of this one, no effect
+				if before {
+					version = 1
+				}
 				noise := rng.NormFloat64()
 				if m.heavy {
 					chi := 0.0
@@ -122,13 +131,15 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 					noise /= math.Sqrt(chi / 3)
 				}
 				score := level + own + m.trend(r) + m.noise[version-1]*noise
-				if version == 2 {
+				if version == 2 && !before {
 					score += m.effect
 				}
 				if m.ceiling > 0 {
 					score = min(score, m.ceiling)
 				}
-				prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Order: order})
+				if !before {
+					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Order: order})
+				}
 				rounds[exec] = append(rounds[exec], rank.RoundScore{TeamID: id, Round: r, Score: sign * score})
 			}
 		}
@@ -187,6 +198,27 @@ func TestPowerToFindAnEffect(t *testing.T) {
 			if power < 0.80 {
 				t.Errorf("effect +8, noise sd %.0f, %s: called better in %.1f%% of tournaments, want at least 80%%", noise, order, 100*power)
 			}
+		}
+	}
+	// Served from round 3 (rounds 1-2 another template's, the teams' "before"): where teams
+	// differ little, the rounds before say little of the rounds after, and CUPED's estimated
+	// coefficient keeps the power the plain difference (coefficient 1) halved; where they differ
+	// much, it uses the rounds before as the difference did.
+	for _, m := range []model{
+		{name: "effect +4, served from round 3, teams alike", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 1, noise: [3]float64{6, 6, 6}, trend: rising, versions: 2, from: 3, effect: 4},
+		{name: "effect +4, served from round 3, teams differ", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 10, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2, from: 3, effect: 4},
+	} {
+		better := 0
+		for seed := range uint64(runs) {
+			prompts, rounds := m.play(seed, events.Desc)
+			if c := Analyze(prompts, rounds, Options{}).Comparisons[0]; c.Version == 2 && c.Verdict == Better {
+				better++
+			}
+		}
+		power := float64(better) / runs
+		t.Logf("%s: called better in %.1f%%", m.name, 100*power)
+		if power < 0.80 {
+			t.Errorf("%s: called better in %.1f%% of tournaments, want at least 80%%", m.name, 100*power)
 		}
 	}
 	// Teams that leave: a third of each version's after round 3, scores rising 3 a round.
