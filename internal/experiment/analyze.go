@@ -54,6 +54,10 @@ const (
 	Inconclusive  = "inconclusive"
 	NotEnoughData = "not enough data"
 	NotRandomized = "not randomized"
+	// FailsMore: the version's requests failed clearly more often than the baseline's (the
+	// teams' shares of failed requests, Welch within executions, Bonferroni over the
+	// comparisons): a request that failed got no prompt, whatever the scores of the others say.
+	FailsMore = "fails more"
 	// AttritionDiffers: the versions lost teams before their executions' last round at clearly
 	// different rates (Fisher's exact test, p < Alpha): the teams that stayed are not comparable,
 	// and the attrition is itself a difference between the versions.
@@ -74,6 +78,9 @@ type Figures struct {
 	Prompts     int `json:"prompts"`     // composed
 	Failed      int `json:"failed"`      // prompt.failed of its teams
 	Unevaluated int `json:"unevaluated"` // composed, and no evaluation of that round yet
+	// TeamsUnevaluated are its teams with no evaluation of any round it served them: in no
+	// estimate, and counted as teams that left in a comparison.
+	TeamsUnevaluated int `json:"teams_unevaluated"`
 	// Estimate is the mean over its evaluated teams served this version alone of each team's mean
 	// score over its rounds (not adjusted for where it stood before, unlike a comparison's
 	// outcome), CI its 95% interval clustered by execution (nil below two executions):
@@ -114,6 +121,12 @@ type Comparison struct {
 	Verdict    string `json:"verdict"`
 	Reason     string `json:"reason"`
 
+	// Failures compares how often the two versions' requests failed (nil when none did, or the
+	// versions were not randomized); ScoresVerdict is the verdict on scores that "fails more"
+	// replaced (empty otherwise).
+	Failures      *Failures `json:"failures"`
+	ScoresVerdict string    `json:"scores_verdict,omitempty"`
+
 	est blocked // the test, before the multiplicity correction
 	// attrition says, for the reason, how many teams of each version left before their
 	// execution's last round; empty when none did.
@@ -128,6 +141,10 @@ type Report struct {
 	Baseline    int          `json:"baseline"`
 	Versions    []Figures    `json:"versions"`
 	Comparisons []Comparison `json:"comparisons"`
+	// Unattributed counts the failed requests (prompt.failed) of teams the template never served
+	// a prompt to: prompt.failed names no template, so their version is not known, and they are
+	// in no version's figures.
+	Unattributed int `json:"unattributed_failures"`
 }
 
 // team is one (execution, team) pair and what it was served.
@@ -257,9 +274,12 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			t.unscored[p.Version]++
 		}
 	}
+	unattributed := 0
 	for _, p := range failures {
 		if t := teams[key{p.ExecutionID, p.TeamID}]; t != nil {
 			t.failed[t.versionAt(p.Round)]++
+		} else {
+			unattributed++ // a team the template never served: its version is not known
 		}
 	}
 	for k, t := range teams {
@@ -275,7 +295,7 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			}
 		}
 	}
-	rep := Report{Order: string(events.Desc)}
+	rep := Report{Order: string(events.Desc), Unattributed: unattributed}
 	if len(orders) > 1 {
 		rep.Order = "mixed"
 	} else if orders[events.Asc] {
@@ -313,6 +333,9 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			f.Prompts += t.prompts[v]
 			f.Failed += t.failed[v]
 			f.Unevaluated += t.unscored[v]
+			if len(t.post) == 0 {
+				f.TeamsUnevaluated++
+			}
 			if len(t.versions) == 1 && len(t.post) > 0 {
 				y := sign * mean(t.post)
 				outcomes = append(outcomes, y)
@@ -400,7 +423,38 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 		}
 		c.Reason += c.attrition
 	}
+	failuresSaid(rep.Comparisons)
 	return rep
+}
+
+// failuresSaid adds the failures to every comparison's reason and, where a version's requests
+// failed clearly more often than the baseline's (each test at Alpha over the comparisons with one:
+// Bonferroni), makes its verdict "fails more", the score's verdict kept in the reason.
+func failuresSaid(comparisons []Comparison) {
+	m := 0
+	for _, c := range comparisons {
+		if c.Failures != nil && c.Failures.PValue != nil {
+			m++
+		}
+	}
+	for i := range comparisons {
+		c := &comparisons[i]
+		f := c.Failures
+		if f == nil {
+			continue
+		}
+		rates := fmt.Sprintf("%.1f%% of version %d's requests failed, %.1f%% of version %d's", 100*f.Rate, c.Version, 100*f.BaselineRate, c.Baseline)
+		switch {
+		case f.PValue != nil && *f.PValue < Alpha/float64(m) && f.Difference > 0:
+			c.Reason = fmt.Sprintf("version %d's requests failed more often than version %d's: %s (p = %.3g, Bonferroni over %d): a failed request got no prompt; as for the scores: %s: %s",
+				c.Version, c.Baseline, rates, *f.PValue, m, c.Verdict, c.Reason)
+			c.ScoresVerdict, c.Verdict = c.Verdict, FailsMore
+		case f.PValue != nil && *f.PValue < Alpha/float64(m):
+			c.Reason += fmt.Sprintf("; version %d's requests failed less often: %s (p = %.3g)", c.Version, rates, *f.PValue)
+		default:
+			c.Reason += "; " + rates
+		}
+	}
 }
 
 // blocked is a blocked estimate: the difference (in the better direction), its standard error,
@@ -414,27 +468,26 @@ type blocked struct {
 // is empty when the test is to be made (Analyze corrects it for multiplicity).
 func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	c := Comparison{Version: v, Baseline: base}
-	// A block is an execution and a split label under which teams were served v or base, each
-	// team one version for the whole execution.
-	type blockKey struct{ exec, label string }
-	type member struct {
-		arm int // 0: v, 1: base
-		t   *team
-	}
-	members := map[blockKey][]member{}
+	// members are the teams of each block with an outcome, unscored those with none (served, and
+	// never evaluated): they count as teams that left, and in the failures.
+	members, unscored := map[blockKey][]member{}, map[blockKey][]member{}
 	var keys []blockKey
 	for _, t := range teams {
 		version, label, ok := t.assigned()
-		if !ok || version != v && version != base || len(t.rel) == 0 {
+		if !ok || version != v && version != base {
 			continue
 		}
 		k := blockKey{t.exec, label}
-		if members[k] == nil {
-			keys = append(keys, k)
-		}
 		arm := 0
 		if version == base {
 			arm = 1
+		}
+		if len(t.rel) == 0 {
+			unscored[k] = append(unscored[k], member{arm, t})
+			continue
+		}
+		if members[k] == nil {
+			keys = append(keys, k)
 		}
 		members[k] = append(members[k], member{arm, t})
 	}
@@ -517,15 +570,134 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 		c.Reason = fmt.Sprintf("no execution had teams randomized between versions %d and %d by a split label (served in other executions or at other times, by an explicit version, or a team moved between them): the figures describe, they do not compare", v, base)
 		return c
 	}
-	// The blocked difference: each execution's difference of arm means, weighted by its
-	// precision n_v*n_base/(n_v+n_base); its variance from each arm's spread within executions
-	// (unequal noise between versions allowed), degrees of freedom by Welch-Satterthwaite.
+	bs := make([]*[2][]float64, 0, len(both))
+	for _, k := range both {
+		bs = append(bs, blocks[k])
+	}
+	diff, variance, dof := blockedWelch(bs)
+	c.Difference = &diff
+	c.Failures = failuresOf(both, members, unscored, v, base)
+	// Teams that left before their execution's last round, or were never evaluated, by version:
+	// said whenever any did, and no verdict when the versions lost them at clearly different
+	// rates (an outcome missing more often under one version is a difference in itself, and
+	// leaves teams that are no longer comparable).
+	var left, stayed, never [2]int
+	for _, k := range both {
+		for _, m := range members[k] {
+			if m.t.lastTime < ends[k.exec] {
+				left[m.arm]++
+			} else {
+				stayed[m.arm]++
+			}
+		}
+		for _, m := range unscored[k] {
+			never[m.arm]++
+			left[m.arm]++
+		}
+	}
+	if left[0]+left[1] > 0 {
+		c.attrition = fmt.Sprintf("; teams that left before their execution's last round: %d of %d of version %d, %d of %d of version %d",
+			left[0], n[0]+never[0], v, left[1], n[1]+never[1], base)
+		if never[0]+never[1] > 0 {
+			c.attrition += fmt.Sprintf(" (never evaluated: %d and %d)", never[0], never[1])
+		}
+		if p := fisher(left[0], stayed[0], left[1], stayed[1]); p < Alpha {
+			c.Verdict = AttritionDiffers
+			c.Reason = fmt.Sprintf("version %d's teams left before their execution's last round (or were never evaluated) at another rate than version %d's (%d of %d against %d of %d, Fisher's exact p = %.3g): the teams that stayed are not comparable, and which version keeps teams is itself a difference",
+				v, base, left[0], n[0]+never[0], left[1], n[1]+never[1], p)
+			return c
+		}
+	}
+	if n[0] < MinTeams || n[1] < MinTeams {
+		c.Verdict = NotEnoughData
+		c.Reason = fmt.Sprintf("%d teams of version %d and %d of version %d were randomized between them in the same executions; a verdict needs %d of each", n[0], v, n[1], base, MinTeams)
+		return c
+	}
+	if thetaFit {
+		dof = max(dof-1, 0) // theta was estimated from the same outcomes
+	}
+	if dof < MinDF || variance <= 0 {
+		c.Verdict = NotEnoughData
+		c.Reason = fmt.Sprintf("the teams' spread within executions stands on %.1f degrees of freedom; a verdict needs %d", dof, MinDF)
+		return c
+	}
+	se := math.Sqrt(variance)
+	t := diff / se
+	c.est = blocked{diff: diff, se: se, df: dof, p: 2 * distuv.StudentsT{Mu: 0, Sigma: 1, Nu: dof}.Survival(math.Abs(t))}
+	return c
+}
+
+// blockKey is a block: an execution and a split label under which teams were served the two
+// versions compared, each team one version for the whole execution.
+type blockKey struct{ exec, label string }
+
+// member is a team of a block, with its arm: 0 the version compared, 1 the baseline.
+type member struct {
+	arm int
+	t   *team
+}
+
+// Failures is how often two versions' requests failed, among the teams randomized between them.
+type Failures struct {
+	// Rate and BaselineRate are the shares of requests that failed (prompt.failed), of the version
+	// and of the baseline.
+	Rate         float64 `json:"rate"`
+	BaselineRate float64 `json:"baseline_rate"`
+	// Difference is the blocked difference of the teams' shares of failed requests (the
+	// version's less the baseline's), PValue its two-sided p-value (as for scores: Welch within
+	// executions); nil where the data allow no test.
+	Difference float64  `json:"difference"`
+	PValue     *float64 `json:"p_value"`
+}
+
+// failuresOf compares the shares of failed requests of the teams of the blocks in both, those
+// never evaluated included; nil when no request of either failed.
+func failuresOf(both []blockKey, members, unscored map[blockKey][]member, v, base int) *Failures {
+	var failed, asked [2]int
+	bs := make([]*[2][]float64, 0, len(both))
+	for _, k := range both {
+		b := &[2][]float64{}
+		for _, m := range append(slices.Clip(members[k]), unscored[k]...) {
+			version := v
+			if m.arm == 1 {
+				version = base
+			}
+			f, n := m.t.failed[version], m.t.failed[version]+m.t.prompts[version]
+			if n == 0 {
+				continue
+			}
+			failed[m.arm] += f
+			asked[m.arm] += n
+			b[m.arm] = append(b[m.arm], float64(f)/float64(n))
+		}
+		if len(b[0]) > 0 && len(b[1]) > 0 {
+			bs = append(bs, b)
+		}
+	}
+	if failed[0]+failed[1] == 0 || asked[0] == 0 || asked[1] == 0 {
+		return nil
+	}
+	out := &Failures{Rate: float64(failed[0]) / float64(asked[0]), BaselineRate: float64(failed[1]) / float64(asked[1])}
+	diff, variance, dof := blockedWelch(bs)
+	out.Difference = diff
+	if variance > 0 && dof >= MinDF {
+		p := 2 * distuv.StudentsT{Mu: 0, Sigma: 1, Nu: dof}.Survival(math.Abs(diff)/math.Sqrt(variance))
+		out.PValue = &p
+	}
+	return out
+}
+
+// blockedWelch is the blocked difference of two arms' means (arm 0 less arm 1) over blocks that
+// hold both: each block's difference of arm means, weighted by its precision n_0*n_1/(n_0+n_1);
+// its variance from each arm's spread within blocks (unequal spreads allowed), degrees of freedom
+// by Welch-Satterthwaite; where one arm has one unit per block, one spread pooled for both. A
+// variance of 0 where the data give none.
+func blockedWelch(blocks []*[2][]float64) (diff, variance, dof float64) {
 	var wsum, dsum float64
 	var ss [2]float64
 	var df [2]int
 	var coef [2]float64 // sum of w^2/n per arm
-	for _, k := range both {
-		b := blocks[k]
+	for _, b := range blocks {
 		na, nb := float64(len(b[0])), float64(len(b[1]))
 		w := na * nb / (na + nb)
 		ma, mb := mean(b[0]), mean(b[1])
@@ -539,62 +711,27 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 			coef[i] += w * w / float64(len(b[i]))
 		}
 	}
-	diff := dsum / wsum
-	c.Difference = &diff
-	// Teams that left before their execution's last round, by version: said whenever any did, and
-	// no verdict when the versions lost them at clearly different rates.
-	var left, stayed [2]int
-	for _, k := range both {
-		for _, m := range members[k] {
-			if m.t.lastTime < ends[k.exec] {
-				left[m.arm]++
-			} else {
-				stayed[m.arm]++
-			}
-		}
+	if wsum == 0 {
+		return 0, 0, 0
 	}
-	if left[0]+left[1] > 0 {
-		c.attrition = fmt.Sprintf("; teams that left before their execution's last round: %d of %d of version %d, %d of %d of version %d",
-			left[0], n[0], v, left[1], n[1], base)
-		if p := fisher(left[0], stayed[0], left[1], stayed[1]); p < Alpha {
-			c.Verdict = AttritionDiffers
-			c.Reason = fmt.Sprintf("version %d's teams left before their execution's last round at another rate than version %d's (%d of %d against %d of %d, Fisher's exact p = %.3g): the teams that stayed are not comparable, and which version keeps teams is itself a difference",
-				v, base, left[0], n[0], left[1], n[1], p)
-			return c
-		}
-	}
-	if n[0] < MinTeams || n[1] < MinTeams {
-		c.Verdict = NotEnoughData
-		c.Reason = fmt.Sprintf("%d teams of version %d and %d of version %d were randomized between them in the same executions; a verdict needs %d of each", n[0], v, n[1], base, MinTeams)
-		return c
-	}
+	diff = dsum / wsum
 	var a [2]float64
-	var dof float64
 	switch {
 	case df[0] >= 1 && df[1] >= 1:
 		for i := range a {
 			a[i] = coef[i] * ss[i] / float64(df[i]) / (wsum * wsum)
 		}
-		dof = (a[0] + a[1]) * (a[0] + a[1]) / (a[0]*a[0]/float64(df[0]) + a[1]*a[1]/float64(df[1]))
+		if a[0]+a[1] > 0 {
+			dof = (a[0] + a[1]) * (a[0] + a[1]) / (a[0]*a[0]/float64(df[0]) + a[1]*a[1]/float64(df[1]))
+		}
 	case df[0]+df[1] >= 1:
-		pooled := (ss[0] + ss[1]) / float64(df[0]+df[1]) // one arm has one team per execution: one spread for both
+		pooled := (ss[0] + ss[1]) / float64(df[0]+df[1])
 		for i := range a {
 			a[i] = coef[i] * pooled / (wsum * wsum)
 		}
 		dof = float64(df[0] + df[1])
 	}
-	if thetaFit {
-		dof = max(dof-1, 0) // theta was estimated from the same outcomes
-	}
-	if dof < MinDF || a[0]+a[1] <= 0 {
-		c.Verdict = NotEnoughData
-		c.Reason = fmt.Sprintf("the teams' spread within executions stands on %.1f degrees of freedom; a verdict needs %d", dof, MinDF)
-		return c
-	}
-	se := math.Sqrt(a[0] + a[1])
-	t := diff / se
-	c.est = blocked{diff: diff, se: se, df: dof, p: 2 * distuv.StudentsT{Mu: 0, Sigma: 1, Nu: dof}.Survival(math.Abs(t))}
-	return c
+	return diff, a[0] + a[1], dof
 }
 
 // clusteredInterval is the 95% interval of the mean m of n team outcomes, by execution: teams of

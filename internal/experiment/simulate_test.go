@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/podium-llm/podium/pkg/events"
@@ -34,6 +35,11 @@ type model struct {
 	// from is the first round the template serves (0: the first): the rounds before are
 	// evaluated, served by another template, and are a team's "before".
 	from int
+	// fail, when set, says whether a request of version fails (prompt.failed: no prompt, no
+	// evaluation of that round), given the score the team would have had.
+	fail func(rng *rand.Rand, version int, score float64) bool
+	// weakest is how many of version 2's weakest teams of each execution are never evaluated.
+	weakest int
 }
 
 // leave is a last-round rule: a team of version v leaves after round 3 with chance share[v-1].
@@ -87,6 +93,12 @@ var models = []model{
 	{name: "heavy tails", executions: 4, teams: 16, rounds: 4, execSD: 10, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: flat, versions: 2, heavy: true},
 	{name: "served from round 3, teams alike", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 1, noise: [3]float64{6, 6, 6}, trend: rising, versions: 2, from: 3},
 	{name: "served from round 3, teams differ", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 10, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2, from: 3},
+	{name: "failures depend on the score", executions: 4, teams: 16, rounds: 4, execSD: 5, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
+		fail: func(rng *rand.Rand, _ int, score float64) bool {
+			return rng.Float64() < min(max(0.3-0.02*(score-50), 0), 0.6)
+		}},
+	{name: "version 2's two weakest never evaluated", executions: 4, teams: 16, rounds: 4, execSD: 5, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
+		weakest: 2},
 	{name: "a ceiling at 100", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: rising, versions: 2,
 		base: 85, ceiling: 100},
 }
@@ -104,10 +116,29 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 	for x := range m.executions {
 		exec := fmt.Sprintf("e%d", x)
 		level := cmp.Or(m.base, 50) + m.execSD*rng.NormFloat64()
+		// Drawn first where version 2's weakest teams are picked out.
+		owns, assigns := make([]float64, m.teams), make([]int, m.teams)
+		unevaluated := map[int]bool{}
+		if m.weakest > 0 {
+			var twos []int
+			for k := range m.teams {
+				owns[k], assigns[k] = m.teamSD*rng.NormFloat64(), 1+rng.IntN(max(m.versions, 1))
+				if assigns[k] == 2 {
+					twos = append(twos, k)
+				}
+			}
+			slices.SortFunc(twos, func(a, b int) int { return cmp.Compare(owns[a], owns[b]) })
+			for _, k := range twos[:min(m.weakest, len(twos))] {
+				unevaluated[k] = true
+			}
+		}
 		for k := range m.teams {
 			id := fmt.Sprintf("t%d", k)
-			own := m.teamSD * rng.NormFloat64()
-			assigned := 1 + rng.IntN(max(m.versions, 1))
+			own, assigned := owns[k], assigns[k]
+			if m.weakest == 0 {
+				own = m.teamSD * rng.NormFloat64()
+				assigned = 1 + rng.IntN(max(m.versions, 1))
+			}
 			last := m.rounds
 			if m.last != nil {
 				last = min(last, m.last(rng, assigned))
@@ -137,10 +168,16 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 				if m.ceiling > 0 {
 					score = min(score, m.ceiling)
 				}
+				if !before && m.fail != nil && m.fail(rng, version, score) {
+					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Failed: true, Order: order})
+					continue
+				}
 				if !before {
 					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Order: order})
 				}
-				rounds[exec] = append(rounds[exec], rank.RoundScore{TeamID: id, Round: r, Score: sign * score})
+				if !unevaluated[k] {
+					rounds[exec] = append(rounds[exec], rank.RoundScore{TeamID: id, Round: r, Score: sign * score})
+				}
 			}
 		}
 	}
@@ -156,17 +193,25 @@ const runs = 2000
 func TestNoFalseVerdicts(t *testing.T) {
 	for _, m := range models {
 		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
-			wrong, verdicts := 0, map[string]int{}
+			wrong, wrongFailures, verdicts := 0, 0, map[string]int{}
 			for seed := range uint64(runs) {
 				prompts, rounds := m.play(seed, order)
 				rep := Analyze(prompts, rounds, Options{})
 				said := false
+				failsMore := false
 				for _, c := range rep.Comparisons {
 					verdicts[c.Verdict]++
-					said = said || c.Verdict == Better || c.Verdict == Worse
+					scored := c.Verdict
+					if scored == FailsMore {
+						failsMore, scored = true, c.ScoresVerdict
+					}
+					said = said || scored == Better || scored == Worse
 				}
 				if said {
 					wrong++
+				}
+				if failsMore {
+					wrongFailures++
 				}
 			}
 			rate := float64(wrong) / runs
@@ -174,6 +219,12 @@ func TestNoFalseVerdicts(t *testing.T) {
 			t.Logf("%-33s %-4s false better/worse %5.2f%% (95%% up to %5.2f%%); verdicts %v", m.name, order, 100*rate, 100*upper, verdicts)
 			if upper >= 0.07 {
 				t.Errorf("%s (%s): a false verdict in %.2f%% of %d A/A tournaments (95%% interval up to %.2f%%)", m.name, order, 100*rate, runs, 100*upper)
+			}
+			// Failures are their own family: a false "fails more" is bounded the same way.
+			if rate := float64(wrongFailures) / runs; rate+1.96*math.Sqrt(rate*(1-rate)/runs) >= 0.07 {
+				t.Errorf("%s (%s): a false \"fails more\" in %.2f%% of %d A/A tournaments", m.name, order, 100*rate, runs)
+			} else if wrongFailures > 0 {
+				t.Logf("%-33s %-4s false \"fails more\" %5.2f%%", m.name, order, 100*rate)
 			}
 		}
 	}
@@ -261,6 +312,9 @@ func TestAnalyzeCountsEveryServedTeam(t *testing.T) {
 		t.Fatalf("report: %+v", rep)
 	}
 	v1, v2 := rep.Versions[0], rep.Versions[1]
+	if rep.Unattributed != 1 {
+		t.Errorf("failed requests of teams never served: %d, want 1 (nobody's)", rep.Unattributed)
+	}
 	if v1.Teams != 6 || v1.Prompts != 18 || v1.Unevaluated != 1 || v1.Failed != 0 || v2.Teams != 7 || v2.Prompts != 19 || v2.Unevaluated != 1 || v2.Failed != 1 {
 		t.Errorf("figures: %+v %+v", v1, v2)
 	}
@@ -342,5 +396,27 @@ func TestNoDifferenceOnlyWithinTheMargin(t *testing.T) {
 	t.Logf("effect 4 = margin 4, 4x16x4: %v; \"no difference\" %.2f%% (95%% up to %.2f%%)", v, 100*rate, 100*upper)
 	if upper >= 0.07 {
 		t.Errorf("an effect of exactly the margin was called \"no difference\" in %.2f%% of tournaments (95%% up to %.2f%%)", 100*rate, 100*upper)
+	}
+}
+
+// TestFailuresAreCompared: a version whose requests fail five times as often (10% against 2%; 4x16x6),
+// with no effect on scores, is said to fail more in most tournaments (before, "no difference",
+// the failures only in the figures); one whose requests fail as often is not (the A/A models of
+// TestNoFalseVerdicts count "fails more" as a false verdict).
+func TestFailuresAreCompared(t *testing.T) {
+	m := model{executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
+		fail: func(rng *rand.Rand, v int, _ float64) bool { return rng.Float64() < []float64{0.02, 0.10}[v-1] }}
+	said := 0
+	for seed := range uint64(runs) {
+		prompts, rounds := m.play(seed, events.Desc)
+		rep := Analyze(prompts, rounds, Options{})
+		if len(rep.Comparisons) == 1 && rep.Comparisons[0].Verdict == FailsMore {
+			said++
+		}
+	}
+	share := float64(said) / runs
+	t.Logf("version 2 failing 10%% of requests against 2%%: \"fails more\" in %.1f%%", 100*share)
+	if share < 0.8 {
+		t.Errorf("a version failing five times as often was said to fail more in %.1f%% of tournaments, want at least 80%%", 100*share)
 	}
 }
