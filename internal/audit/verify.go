@@ -139,10 +139,10 @@ func (v *Verifier) Verify(ctx context.Context, r Record) error {
 		return differs("prompt sha256 %.16s…, rendered again %.16s…: %s", d.PromptSHA256, out.PromptSHA256, firstDifference(out.Prompt, d.Prompt))
 	}
 	// Everything else the record says about the prompt, but the request, which the record names
-	// by what it asked for, and the label its template resolved through (the version, which the
-	// label chose, is what renders again).
+	// by what it asked for, and the label its template resolved through and that label's split
+	// (the version, which the label chose, is what renders again).
 	out.Request, d.Request = nil, nil
-	out.Template.Label = d.Template.Label
+	out.Template.Label, out.Template.Split = d.Template.Label, d.Template.Split
 	if d.Builder != nil && d.Builder.Fallback {
 		// A fallback is verified on its template: the builder's failure (a timeout) need not
 		// happen again, and the prompt is the template's.

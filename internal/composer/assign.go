@@ -16,34 +16,36 @@ import (
 // template that renders it, before anything is read or rendered; the reads, the render and the
 // record all use that template. A label split between versions (pkg/compose/split.go) is first
 // given one of them: the version the team was served under that label earlier in the execution,
-// found in PROMPTS, or else the one its hash chooses. The record says the label too.
+// found in PROMPTS, or else the one its hash chooses. The record says the label too, and the
+// split's weights as they stood then.
 
 // maxPrevious bounds the team's earlier records looked at for one served under the label: a team
 // asks with one template in an execution, so the first is the one.
 const maxPrevious = 16
 
 // resolve reads the request's template reference once and resolves it to the template that
-// renders the request, with the label it resolved through ("" when it names no registry label). A
-// label split between versions is assigned one of them first.
-func (c *composer) resolve(ctx context.Context, lib *compose.Library, req events.RoundRequested) (*compose.Template, string, error) {
+// renders the request, with the label it resolved through ("" when it names no registry label) and,
+// where that label splits between versions, the split that assigned it one ("" otherwise).
+func (c *composer) resolve(ctx context.Context, lib *compose.Library, req events.RoundRequested) (t *compose.Template, label, splitOf string, err error) {
 	ref, err := lib.Reference(req.Template)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	label, split := lib.Label(ref)
 	if split != nil {
 		prev, err := c.previous(ctx, req.ExecutionID, req.TeamID, ref.Name, label)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		v, err := compose.Choose(split, ref.Name, label, compose.Assignment{ExecutionID: req.ExecutionID, TeamID: req.TeamID, Previous: prev})
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		ref = events.Reference{Name: ref.Name, Version: v}
+		splitOf = split.String()
 	}
-	t, err := lib.Resolve(ref)
-	return t, label, err
+	t, err = lib.Resolve(ref)
+	return t, label, splitOf, err
 }
 
 // previous is the version the team was served under name and label earlier in this execution: the

@@ -164,7 +164,7 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	// The reads are shared: one read of an execution's scores serves every team of a round, and
 	// the teams asking meanwhile have their own content read together (internal/inputs).
 	lib := c.templates.lib() // one library for the whole request, however the registry moves
-	t, label, err := c.resolve(ctx, lib, req)
+	t, label, split, err := c.resolve(ctx, lib, req)
 	if err != nil {
 		if _, isFailure := events.AsFailure(err); !isFailure {
 			err = storeError(ctx, err) // PROMPTS did not answer: retried, as a store read is
@@ -199,9 +199,9 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	if err != nil {
 		return events.PromptComposed{}, err
 	}
-	// The record names what was asked (the request as it came), and the label and version that
-	// answered it.
-	out.Template.Label = label
+	// The record names what was asked (the request as it came), and the label, the split that
+	// assigned the version, and the version that answered it.
+	out.Template.Label, out.Template.Split = label, split
 	if out.Template.Fallback {
 		c.log.WarnContext(ctx, "model variant failed; composed with the base template", "request_id", requestID, "template", out.Template.Name, "variant", out.Template.Variant, "model", req.Model)
 	}

@@ -26,9 +26,11 @@ type Prompt struct {
 	ExecutionID, TeamID string
 	Round, Version      int
 	// Label is the registry label the request resolved through; "" for an explicit version,
-	// latest, or a template outside the registry: never randomized.
-	Label  string
-	Failed bool
+	// latest, or a template outside the registry: never randomized. Split is that label's versions
+	// and weights when it assigned the version (events.TemplateRef.Split; "" for a record before
+	// Podium kept it).
+	Label, Split string
+	Failed       bool
 	// Order is the request's score_order: which scores are better.
 	Order events.ScoreOrder
 }
@@ -153,6 +155,7 @@ type team struct {
 	versions  map[int]bool
 	labels    map[string]bool
 	firstTime int         // the first round it was served the template
+	split     string      // the split that assigned it, as its first prompt records it
 	served    map[int]int // round -> the version served
 	prompts   map[int]int // by version: composed
 	failed    map[int]int // by version: prompt.failed (served)
@@ -262,6 +265,9 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			t.sign = -1
 		}
 		t.versions[p.Version], t.labels[p.Label] = true, true
+		if p.Round <= t.firstTime {
+			t.split = p.Split // the weights that first assigned it
+		}
 		t.firstTime = min(t.firstTime, p.Round)
 		t.lastTime = max(t.lastTime, p.Round)
 		ends[p.ExecutionID] = max(ends[p.ExecutionID], p.Round)
@@ -477,7 +483,7 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 		if !ok || version != v && version != base {
 			continue
 		}
-		k := blockKey{t.exec, label}
+		k := blockKey{t.exec, label, t.split}
 		arm := 0
 		if version == base {
 			arm = 1
@@ -627,9 +633,11 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	return c
 }
 
-// blockKey is a block: an execution and a split label under which teams were served the two
-// versions compared, each team one version for the whole execution.
-type blockKey struct{ exec, label string }
+// blockKey is a block: an execution, a split label under which teams were served the two versions
+// compared (each team one version for the whole execution), and the weights that assigned them:
+// teams first served under other weights (changed while the execution ran) came at another moment
+// with other chances, and are compared only with their own.
+type blockKey struct{ exec, label, split string }
 
 // member is a team of a block, with its arm: 0 the version compared, 1 the baseline.
 type member struct {

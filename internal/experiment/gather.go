@@ -47,7 +47,7 @@ func Gather(ctx context.Context, src audit.Source, scores Scores, name string, e
 			if _, ok := latest[k]; !ok {
 				order = append(order, k)
 			}
-			p := Prompt{ExecutionID: exec, TeamID: k.team, Round: k.round, Version: r.Data.Template.Version, Label: r.Data.Template.Label}
+			p := Prompt{ExecutionID: exec, TeamID: k.team, Round: k.round, Version: r.Data.Template.Version, Label: r.Data.Template.Label, Split: r.Data.Template.Split}
 			if r.Data.Request != nil {
 				p.Order = r.Data.Request.Data.ScoreOrder
 			}

@@ -40,7 +40,25 @@ type model struct {
 	fail func(rng *rand.Rand, version int, score float64) bool
 	// weakest is how many of version 2's weakest teams of each execution are never evaluated.
 	weakest int
+	// start, when set, is the first round a team plays (staggered starts); late is added to the
+	// level of a team that starts after round 1; weights, when set, is the chance of version 2
+	// for a team that starts at a round, and the split its prompts record.
+	start   func(rng *rand.Rand) int
+	late    float64
+	weights func(start int) (two float64, split string)
 }
+
+// changedAt3 is a split whose weights moved from 50/50 to 20/80 at round 3: teams that start
+// then are assigned under the new weights.
+func changedAt3(start int) (float64, string) {
+	if start >= 3 {
+		return 0.8, "1=20,2=80"
+	}
+	return 0.5, "1=50,2=50"
+}
+
+// startsBy4 starts a team at round 1, 2, 3 or 4 alike.
+func startsBy4(rng *rand.Rand) int { return 1 + rng.IntN(4) }
 
 // leave is a last-round rule: a team of version v leaves after round 3 with chance share[v-1].
 func leave(share ...float64) func(*rand.Rand, int) int {
@@ -99,6 +117,10 @@ var models = []model{
 		}},
 	{name: "version 2's two weakest never evaluated", executions: 4, teams: 16, rounds: 4, execSD: 5, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
 		weakest: 2},
+	{name: "weights changed at round 3, staggered starts, rising", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2,
+		start: startsBy4, weights: changedAt3},
+	{name: "the same, late starters 6 weaker", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2,
+		start: startsBy4, late: -6, weights: changedAt3},
 	{name: "a ceiling at 100", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: rising, versions: 2,
 		base: 85, ceiling: 100},
 }
@@ -139,11 +161,25 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 				own = m.teamSD * rng.NormFloat64()
 				assigned = 1 + rng.IntN(max(m.versions, 1))
 			}
+			first, split := 1, ""
+			if m.start != nil {
+				if first = m.start(rng); first > 1 {
+					own += m.late
+				}
+			}
+			if m.weights != nil {
+				var two float64
+				two, split = m.weights(first)
+				assigned = 1
+				if rng.Float64() < two {
+					assigned = 2
+				}
+			}
 			last := m.rounds
 			if m.last != nil {
 				last = min(last, m.last(rng, assigned))
 			}
-			for r := 1; r <= last; r++ {
+			for r := first; r <= last; r++ {
 				version, label := assigned, "production"
 				if m.serve != nil {
 					version, label = m.serve(rng, x, k, r)
@@ -173,7 +209,7 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 					continue
 				}
 				if !before {
-					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Order: order})
+					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Split: split, Order: order})
 				}
 				if !unevaluated[k] {
 					rounds[exec] = append(rounds[exec], rank.RoundScore{TeamID: id, Round: r, Score: sign * score})

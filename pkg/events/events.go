@@ -271,6 +271,10 @@ type TemplateRef struct {
 	// name), when it did: with a label split between versions, the record says which label and
 	// which version the team was served (a compatible addition).
 	Label string `json:"label,omitempty"`
+	// Split is the label's versions and weights when it split between versions ("5=50,6=50"), as
+	// they stood when this request was assigned its version (a compatible addition): teams first
+	// served under different weights are compared only with their own (docs/templates.md).
+	Split string `json:"split,omitempty"`
 }
 
 // Truncation records one cut the budget made.
