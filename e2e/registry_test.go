@@ -552,6 +552,12 @@ func TestTemplatesCompare(t *testing.T) {
 			Teams      int         `json:"teams"`
 			Verdict    string      `json:"verdict"`
 			Reason     string      `json:"reason"`
+			Scope      string      `json:"scope"`
+			// Each execution's own difference.
+			ByExecution []struct {
+				Execution string `json:"execution"`
+				Teams     int    `json:"teams"`
+			} `json:"by_execution"`
 		} `json:"comparisons"`
 	}
 	compare := func(name string, args ...string) report {
@@ -588,6 +594,11 @@ func TestTemplatesCompare(t *testing.T) {
 	if c := compare("exp", "--margin", "8").Comparisons[0]; c.Verdict != "better" {
 		t.Errorf("exp --margin 8: %+v", c)
 	}
+	// Two executions cannot say how much the effect varies between executions: the verdict holds
+	// for these executions only, each execution's own difference given.
+	if c := exp.Comparisons[0]; c.Scope != "these executions only" || len(c.ByExecution) != 2 || c.ByExecution[0].Execution != "exp-1" || c.ByExecution[0].Teams+c.ByExecution[1].Teams != 2*teams {
+		t.Errorf("exp: the scope and each execution's difference: %+v", c)
+	}
 	if c := compare("nr").Comparisons[0]; c.Verdict != "not randomized" || c.CI != nil || c.PValue != nil || !strings.Contains(c.Reason, "no execution had teams randomized") {
 		t.Errorf("nr: versions named by the requests: %+v", c)
 	}
@@ -613,7 +624,8 @@ func TestTemplatesCompare(t *testing.T) {
 	// and a dry run of version 1 on an execution's recorded requests.
 	console := e.start("console")
 	page, err := httpGet("http://" + console.addr + "/templates/exp")
-	for _, want := range []string{`id="versions"`, `data-version="1"`, `data-version="2"`, `data-verdict="better"`, "version 2 against 1: better", "over 2 randomized executions (20 teams)"} {
+	for _, want := range []string{`id="versions"`, `data-version="1"`, `data-version="2"`, `data-verdict="better"`, "version 2 against 1: better", "over 2 randomized executions (20 teams)",
+		`data-scope="these executions only"`, `class="by-execution"`, `<a href="/executions/exp-1">exp-1</a>`} {
 		if err != nil || !strings.Contains(page, want) {
 			t.Errorf("the template page lacks %s (%v)", want, err)
 		}

@@ -40,9 +40,26 @@ type Prompt struct {
 const (
 	MinTeams = 5
 	MinDF    = 4
+	// MinExecutions is the fewest randomized executions from which a verdict is said to hold
+	// beyond them: how much the effect varies between executions is estimated from their own
+	// differences (MinExecutions-1 degrees of freedom).
+	MinExecutions = 4
 	// Alpha is the level of every comparison together (Holm over the comparisons made).
 	Alpha = 0.05
 )
+
+// Scopes of a verdict (Comparison.Scope).
+const (
+	ScopeBeyond = "executions like these"
+	ScopeThese  = "these executions only"
+)
+
+// ExecutionDifference is one execution's own difference between two versions.
+type ExecutionDifference struct {
+	Execution  string  `json:"execution"`
+	Difference float64 `json:"difference"`
+	Teams      int     `json:"teams"`
+}
 
 // Verdicts.
 const (
@@ -123,13 +140,21 @@ type Comparison struct {
 	Verdict    string `json:"verdict"`
 	Reason     string `json:"reason"`
 
+	// Scope says what a better, worse or no difference verdict covers: ScopeBeyond where it holds
+	// when the effect's variation between executions is counted (a random effect over the
+	// executions), ScopeThese where it holds for these executions only; empty for other verdicts.
+	Scope string `json:"scope,omitempty"`
+	// ByExecution is each randomized execution's own difference (the version's outcome less the
+	// baseline's), with its teams, in execution order.
+	ByExecution []ExecutionDifference `json:"by_execution,omitempty"`
 	// Failures compares how often the two versions' requests failed (nil when none did, or the
 	// versions were not randomized); ScoresVerdict is the verdict on scores that "fails more"
 	// replaced (empty otherwise).
 	Failures      *Failures `json:"failures"`
 	ScoresVerdict string    `json:"scores_verdict,omitempty"`
 
-	est blocked // the test, before the multiplicity correction
+	est blocked  // the test, before the multiplicity correction
+	re  *blocked // the random-effect test over executions; nil below MinExecutions
 	// attrition says, for the reason, how many teams of each version left before their
 	// execution's last round; empty when none did.
 	attrition string
@@ -427,10 +452,44 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			c.Reason = fmt.Sprintf("over %d randomized executions (%d teams) the %s interval of the difference %s holds 0 and differences up to %.2f, %s (p = %.3g, Holm-corrected over %d comparison(s)): no difference shown, and none ruled out",
 				c.Executions, c.Teams, level, ci, reach, beyond, p, len(tested))
 		}
+		c.scope(share, sign, opt.Margin)
 		c.Reason += c.attrition
 	}
 	failuresSaid(rep.Comparisons)
 	return rep
+}
+
+// scope says what a better, worse or no difference verdict covers: the same finding from the
+// random-effect test over executions (at the level of the comparison's step, in the verdict's
+// direction; for no difference, its interval within the margin) holds for executions like these;
+// otherwise, or below MinExecutions, for these executions only.
+func (c *Comparison) scope(share, sign, margin float64) {
+	if c.Verdict != Better && c.Verdict != Worse && c.Verdict != NoDifference {
+		return
+	}
+	c.Scope = ScopeThese
+	why := fmt.Sprintf("%d randomized execution(s): at least %d are needed to say how much the effect varies between executions", c.Executions, MinExecutions)
+	if re := c.re; re != nil {
+		half := tQuantile(1-Alpha/(2*share), re.df) * re.se
+		lo, hi := sign*(re.diff-half), sign*(re.diff+half)
+		if lo > hi {
+			lo, hi = hi, lo
+		}
+		holds := false
+		switch c.Verdict {
+		case Better:
+			holds = re.diff-half > 0
+		case Worse:
+			holds = re.diff+half < 0
+		case NoDifference:
+			holds = -margin < lo && hi < margin
+		}
+		if holds {
+			c.Scope = ScopeBeyond
+		}
+		why = fmt.Sprintf("counting how much the effect varies between executions, the interval is %s", Interval{lo, hi})
+	}
+	c.Reason += fmt.Sprintf("; holds for %s (%s)", c.Scope, why)
 }
 
 // failuresSaid adds the failures to every comparison's reason and, where a version's requests
@@ -582,6 +641,7 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	}
 	diff, variance, dof := blockedWelch(bs)
 	c.Difference = &diff
+	c.ByExecution, c.re = byExecution(both, blocks)
 	c.Failures = failuresOf(both, members, unscored, v, base)
 	// Teams that left before their execution's last round, or were never evaluated, by version:
 	// said whenever any did, and no verdict when the versions lost them at clearly different
@@ -693,6 +753,59 @@ func failuresOf(both []blockKey, members, unscored map[blockKey][]member, v, bas
 		out.PValue = &p
 	}
 	return out
+}
+
+// byExecution is each execution's own difference (over its blocks), in execution order, and the
+// random-effect test over them: DerSimonian and Laird's estimate of how much the effect varies
+// between executions, the mean weighted by 1/(v + tau^2), its variance as Hartung and Knapp
+// correct it (never below the plain one) on G-1 degrees of freedom, which holds its level with few
+// executions where the plain one does not. Nil below MinExecutions, or where an execution's own
+// variance cannot be had (one team of a version in it and no other to pool with).
+func byExecution(both []blockKey, blocks map[blockKey]*[2][]float64) ([]ExecutionDifference, *blocked) {
+	byExec := map[string][]*[2][]float64{}
+	for _, k := range both {
+		byExec[k.exec] = append(byExec[k.exec], blocks[k])
+	}
+	execs := slices.Sorted(maps.Keys(byExec))
+	out := make([]ExecutionDifference, 0, len(execs))
+	ds, vs := make([]float64, 0, len(execs)), make([]float64, 0, len(execs))
+	for _, e := range execs {
+		d, v, _ := blockedWelch(byExec[e])
+		teams := 0
+		for _, b := range byExec[e] {
+			teams += len(b[0]) + len(b[1])
+		}
+		out = append(out, ExecutionDifference{Execution: e, Difference: d, Teams: teams})
+		ds, vs = append(ds, d), append(vs, v)
+	}
+	g := len(ds)
+	if g < MinExecutions || slices.ContainsFunc(vs, func(v float64) bool { return !(v > 0) }) {
+		return out, nil
+	}
+	var sw, sw2, swd float64
+	for i := range ds {
+		w := 1 / vs[i]
+		sw, sw2, swd = sw+w, sw2+w*w, swd+w*ds[i]
+	}
+	mean := swd / sw
+	q := 0.0
+	for i := range ds {
+		q += (ds[i] - mean) * (ds[i] - mean) / vs[i]
+	}
+	tau2 := max(0, (q-float64(g-1))/(sw-sw2/sw))
+	var sws, swsd float64
+	for i := range ds {
+		w := 1 / (vs[i] + tau2)
+		sws, swsd = sws+w, swsd+w*ds[i]
+	}
+	mu := swsd / sws
+	qs := 0.0
+	for i := range ds {
+		qs += (ds[i] - mu) * (ds[i] - mu) / (vs[i] + tau2)
+	}
+	se := math.Sqrt(max(1, qs/float64(g-1)) / sws)
+	dof := float64(g - 1)
+	return out, &blocked{diff: mu, se: se, df: dof, p: 2 * distuv.StudentsT{Mu: 0, Sigma: 1, Nu: dof}.Survival(math.Abs(mu)/se)}
 }
 
 // blockedWelch is the blocked difference of two arms' means (arm 0 less arm 1) over blocks that

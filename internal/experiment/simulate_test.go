@@ -25,6 +25,9 @@ type model struct {
 	// serve, when set, replaces the split: the version and label each team's round is served.
 	serve  func(rng *rand.Rand, exec, team, round int) (version int, label string)
 	effect float64 // added to version 2's rounds
+	// effectSD spreads version 2's effect between executions (each its own, effect on average):
+	// a verdict about these executions may then be right while one about the next is not.
+	effectSD float64
 	// last, when set, is the last round a team of version plays (it leaves after it).
 	last func(rng *rand.Rand, version int) int
 	// heavy draws the noise from Student's t with 3 degrees of freedom (scaled by noise), not a
@@ -121,6 +124,12 @@ var models = []model{
 		start: startsBy4, weights: changedAt3},
 	{name: "the same, late starters 6 weaker", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2,
 		start: startsBy4, late: -6, weights: changedAt3},
+	{name: "effect varies by execution (sd 4)", executions: 4, teams: 16, rounds: 4, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
+		effectSD: 4},
+	{name: "the same, 8 executions", executions: 8, teams: 16, rounds: 4, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
+		effectSD: 4},
+	{name: "the same, one execution of 40 teams", executions: 1, teams: 40, rounds: 4, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
+		effectSD: 4},
 	{name: "a ceiling at 100", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: rising, versions: 2,
 		base: 85, ceiling: 100},
 }
@@ -138,6 +147,10 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 	for x := range m.executions {
 		exec := fmt.Sprintf("e%d", x)
 		level := cmp.Or(m.base, 50) + m.execSD*rng.NormFloat64()
+		effect := m.effect
+		if m.effectSD > 0 {
+			effect += m.effectSD * rng.NormFloat64()
+		}
 		// Drawn first where version 2's weakest teams are picked out.
 		owns, assigns := make([]float64, m.teams), make([]int, m.teams)
 		unevaluated := map[int]bool{}
@@ -199,7 +212,7 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 				}
 				score := level + own + m.trend(r) + m.noise[version-1]*noise
 				if version == 2 && !before {
-					score += m.effect
+					score += effect
 				}
 				if m.ceiling > 0 {
 					score = min(score, m.ceiling)
@@ -241,7 +254,9 @@ func TestNoFalseVerdicts(t *testing.T) {
 					if scored == FailsMore {
 						failsMore, scored = true, c.ScoresVerdict
 					}
-					said = said || scored == Better || scored == Worse
+					// Where the effect varies between executions, each execution's is real:
+					// only a verdict said to hold beyond them is false.
+					said = said || (scored == Better || scored == Worse) && (m.effectSD == 0 || c.Scope == ScopeBeyond)
 				}
 				if said {
 					wrong++
@@ -272,16 +287,19 @@ func TestPowerToFindAnEffect(t *testing.T) {
 	for _, noise := range []float64{3, 4, 5} {
 		m := model{name: "effect +8", executions: 4, teams: 16, rounds: 4, execSD: 10, teamSD: 8, noise: [3]float64{noise, noise, noise}, trend: flat, versions: 2, effect: 8}
 		for _, order := range []events.ScoreOrder{events.Desc, events.Asc} {
-			better := 0
+			better, beyond := 0, 0
 			for seed := range uint64(runs) {
 				prompts, rounds := m.play(seed, order)
 				rep := Analyze(prompts, rounds, Options{})
 				if c := rep.Comparisons[0]; c.Version == 2 && c.Verdict == Better {
 					better++
+					if c.Scope == ScopeBeyond {
+						beyond++
+					}
 				}
 			}
 			power := float64(better) / runs
-			t.Logf("effect +8, noise sd %.0f, %s: called better in %.1f%%", noise, order, 100*power)
+			t.Logf("effect +8, noise sd %.0f, %s: called better in %.1f%%, said to hold for executions like these in %.1f%%", noise, order, 100*power, 100*float64(beyond)/runs)
 			if power < 0.80 {
 				t.Errorf("effect +8, noise sd %.0f, %s: called better in %.1f%% of tournaments, want at least 80%%", noise, order, 100*power)
 			}
