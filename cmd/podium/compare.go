@@ -95,9 +95,6 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		if rep.Unattributed > 0 {
-			fmt.Fprintf(e.out, "%d failed request(s) of teams the template never served a prompt to: their version is not known, and they are in no figure\n", rep.Unattributed)
-		}
 		for _, c := range rep.Comparisons {
 			fmt.Fprintf(e.out, "version %d against %d: %s: %s\n", c.Version, c.Baseline, c.Verdict, c.Reason)
 		}

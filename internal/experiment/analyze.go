@@ -44,7 +44,9 @@ const (
 	// beyond them: how much the effect varies between executions is estimated from their own
 	// differences (MinExecutions-1 degrees of freedom).
 	MinExecutions = 4
-	// Alpha is the level of every comparison together (Holm over the comparisons made).
+	// Alpha is the level of each family of claims together: the verdicts on scores (Holm over
+	// the comparisons made), failing more (Bonferroni over them), and attrition (each block's
+	// versions compared): three families, each at Alpha, not one.
 	Alpha = 0.05
 )
 
@@ -168,10 +170,6 @@ type Report struct {
 	Baseline    int          `json:"baseline"`
 	Versions    []Figures    `json:"versions"`
 	Comparisons []Comparison `json:"comparisons"`
-	// Unattributed counts the failed requests (prompt.failed) of teams the template never served
-	// a prompt to: prompt.failed names no template, so their version is not known, and they are
-	// in no version's figures.
-	Unattributed int `json:"unattributed_failures"`
 }
 
 // team is one (execution, team) pair and what it was served.
@@ -305,12 +303,9 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			t.unscored[p.Version]++
 		}
 	}
-	unattributed := 0
 	for _, p := range failures {
 		if t := teams[key{p.ExecutionID, p.TeamID}]; t != nil {
 			t.failed[t.versionAt(p.Round)]++
-		} else {
-			unattributed++ // a team the template never served: its version is not known
 		}
 	}
 	for k, t := range teams {
@@ -326,7 +321,7 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			}
 		}
 	}
-	rep := Report{Order: string(events.Desc), Unattributed: unattributed}
+	rep := Report{Order: string(events.Desc)}
 	if len(orders) > 1 {
 		rep.Order = "mixed"
 	} else if orders[events.Asc] {
@@ -561,9 +556,9 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	// same mean before it was assigned where every team of the block has rounds before (teams
 	// with and without are not measured alike: a block of both is read unadjusted). The
 	// adjustment is CUPED's: y - theta*(x - the block's mean x), theta the slope of outcomes on
-	// their before within blocks, pooled over both versions (which randomization makes as good as
-	// either's): where rounds before say little about rounds after, theta is small and the
-	// adjustment adds little noise, unlike the plain difference y - x.
+	// their before within each version of each block, pooled: where rounds before say little about
+	// rounds after, theta is small and the adjustment adds little noise, unlike the plain
+	// difference y - x.
 	type unit struct {
 		arm  int
 		y, x float64
@@ -577,20 +572,24 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 			adjust = adjust && len(m.t.relPre) > 0
 		}
 		adjusted[k] = adjust
-		var xs, ys []float64
+		var xs, ys [2][]float64 // by arm
 		for _, m := range members[k] {
 			u := unit{arm: m.arm, y: mean(m.t.rel)}
 			if adjust {
 				u.x = mean(m.t.relPre)
-				xs, ys = append(xs, u.x), append(ys, u.y)
+				xs[m.arm], ys[m.arm] = append(xs[m.arm], u.x), append(ys[m.arm], u.y)
 			}
 			units[k] = append(units[k], u)
 		}
-		if adjust && len(xs) > 1 {
-			mx, my := mean(xs), mean(ys)
-			for i := range xs {
-				sxy += (xs[i] - mx) * (ys[i] - my)
-				sxx += (xs[i] - mx) * (xs[i] - mx)
+		// The slope within each version of the block: around the block's mean alone, a chance
+		// imbalance of befores between the versions would take part of the effect into theta.
+		for arm := range xs {
+			if len(xs[arm]) > 1 {
+				mx, my := mean(xs[arm]), mean(ys[arm])
+				for i := range xs[arm] {
+					sxy += (xs[arm][i] - mx) * (ys[arm][i] - my)
+					sxx += (xs[arm][i] - mx) * (xs[arm][i] - mx)
+				}
 			}
 		}
 	}
@@ -648,18 +647,24 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	// rates (an outcome missing more often under one version is a difference in itself, and
 	// leaves teams that are no longer comparable).
 	var left, stayed, never [2]int
+	strata := make([][4]int, 0, len(both)) // per block: left and stayed of v, left and stayed of base
 	for _, k := range both {
+		var st [4]int
 		for _, m := range members[k] {
 			if m.t.lastTime < ends[k.exec] {
 				left[m.arm]++
+				st[2*m.arm]++
 			} else {
 				stayed[m.arm]++
+				st[2*m.arm+1]++
 			}
 		}
 		for _, m := range unscored[k] {
 			never[m.arm]++
 			left[m.arm]++
+			st[2*m.arm]++
 		}
+		strata = append(strata, st)
 	}
 	if left[0]+left[1] > 0 {
 		c.attrition = fmt.Sprintf("; teams that left before their execution's last round: %d of %d of version %d, %d of %d of version %d",
@@ -667,16 +672,16 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 		if never[0]+never[1] > 0 {
 			c.attrition += fmt.Sprintf(" (never evaluated: %d and %d)", never[0], never[1])
 		}
-		if p := fisher(left[0], stayed[0], left[1], stayed[1]); p < Alpha {
+		if p := leftAlike(strata); p < Alpha {
 			c.Verdict = AttritionDiffers
-			c.Reason = fmt.Sprintf("version %d's teams left before their execution's last round (or were never evaluated) at another rate than version %d's (%d of %d against %d of %d, Fisher's exact p = %.3g): the teams that stayed are not comparable, and which version keeps teams is itself a difference",
+			c.Reason = fmt.Sprintf("version %d's teams left before their execution's last round (or were never evaluated) at another rate than version %d's (%d of %d against %d of %d, p = %.3g within blocks): the teams that stayed are not comparable, and which version keeps teams is itself a difference",
 				v, base, left[0], n[0]+never[0], left[1], n[1]+never[1], p)
 			return c
 		}
 	}
 	if n[0] < MinTeams || n[1] < MinTeams {
 		c.Verdict = NotEnoughData
-		c.Reason = fmt.Sprintf("%d teams of version %d and %d of version %d were randomized between them in the same executions; a verdict needs %d of each", n[0], v, n[1], base, MinTeams)
+		c.Reason = fmt.Sprintf("%d teams of version %d and %d of version %d were randomized between them in the same executions; a verdict needs %d of each", n[0], v, n[1], base, MinTeams) + c.attrition
 		return c
 	}
 	if thetaFit {
@@ -684,7 +689,7 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	}
 	if dof < MinDF || variance <= 0 {
 		c.Verdict = NotEnoughData
-		c.Reason = fmt.Sprintf("the teams' spread within executions stands on %.1f degrees of freedom; a verdict needs %d", dof, MinDF)
+		c.Reason = fmt.Sprintf("the teams' spread within executions stands on %.1f degrees of freedom; a verdict needs %d", dof, MinDF) + c.attrition
 		return c
 	}
 	se := math.Sqrt(variance)
@@ -865,9 +870,9 @@ func clusteredInterval(byExec map[string][]float64, m float64, n int) *Interval 
 		return nil
 	}
 	ss := 0.0
-	for _, ys := range byExec {
+	for _, e := range slices.Sorted(maps.Keys(byExec)) { // in order: the same figures, bit for bit
 		sum := 0.0
-		for _, y := range ys {
+		for _, y := range byExec[e] {
 			sum += y - m
 		}
 		ss += sum * sum
@@ -875,6 +880,41 @@ func clusteredInterval(byExec map[string][]float64, m float64, n int) *Interval 
 	se := math.Sqrt(float64(g)/float64(g-1)*ss) / float64(n)
 	half := tQuantile(0.975, float64(g-1)) * se
 	return &Interval{m - half, m + half}
+}
+
+// leftAlike is the two-sided p-value of the test that the versions lost teams at the same rate,
+// within blocks (each [left of v, stayed of v, left of base, stayed of base]): blocks may differ
+// in when their teams came and with what weights, so a rate that differs only between blocks is
+// not a difference between versions. One block: Fisher's exact test; several: Cochran, Mantel
+// and Haenszel's, with the continuity correction, on one degree of freedom. 1 when no block says
+// anything (every team left, or none).
+func leftAlike(strata [][4]int) float64 {
+	var informative [][4]int
+	for _, st := range strata {
+		if l, s := st[0]+st[2], st[1]+st[3]; l > 0 && s > 0 && st[0]+st[1] > 0 && st[2]+st[3] > 0 {
+			informative = append(informative, st)
+		}
+	}
+	switch len(informative) {
+	case 0:
+		return 1
+	case 1:
+		st := informative[0]
+		return fisher(st[0], st[1], st[2], st[3])
+	}
+	var dev, variance float64
+	for _, st := range informative {
+		a, b, c, d := float64(st[0]), float64(st[1]), float64(st[2]), float64(st[3])
+		n := a + b + c + d
+		row, col := a+b, a+c
+		dev += a - row*col/n
+		variance += row * (c + d) * col * (b + d) / (n * n * (n - 1))
+	}
+	if variance <= 0 {
+		return 1
+	}
+	x := math.Max(math.Abs(dev)-0.5, 0)
+	return distuv.ChiSquared{K: 1}.Survival(x * x / variance)
 }
 
 // fisher is the two-sided p-value of Fisher's exact test of the 2x2 table [[a, b], [c, d]]: the

@@ -272,8 +272,9 @@ type TemplateRef struct {
 	// which version the team was served (a compatible addition).
 	Label string `json:"label,omitempty"`
 	// Split is the label's versions and weights when it split between versions ("5=50,6=50"), as
-	// they stood when this request was assigned its version (a compatible addition): teams first
-	// served under different weights are compared only with their own (docs/templates.md).
+	// they stood when this request was served (a compatible addition): a team's first record says
+	// the weights that assigned it, and teams first served under different weights are compared
+	// only with their own (docs/templates.md).
 	Split string `json:"split,omitempty"`
 }
 
