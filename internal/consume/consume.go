@@ -137,6 +137,9 @@ type Runtime struct {
 	passes atomic.Uint64
 	pass   atomic.Pointer[time.Time]
 
+	// lookups shares the consumer lookups of Delivering.
+	lookups lookups
+
 	floorMu     sync.Mutex
 	floor       uint64    // the consumer's last ack floor the runtime saw
 	floorStream time.Time // on the stream created then
@@ -184,7 +187,7 @@ func (rt *Runtime) Pass() (created time.Time, started bool) {
 // Only a definite answer is false: the consumer or its stream not found, or another creation
 // time. A lookup that fails otherwise (the JetStream API busy, a leader moving) is tried again
 // with the shared backoff for up to a third of the consumer's AckWait (the stage keeps the batch
-// in progress meanwhile), then taken as false.
+// in progress meanwhile), then taken as false. Batches that ask at once share a lookup (lookups).
 func (rt *Runtime) Delivering(ctx context.Context, msgs []jetstream.Msg) bool {
 	if len(msgs) == 0 {
 		return true
@@ -195,12 +198,10 @@ func (rt *Runtime) Delivering(ctx context.Context, msgs []jetstream.Msg) bool {
 	}
 	deadline := time.Now().Add(max(rt.Source.Consumer.AckWait/3, time.Second))
 	for attempt := uint64(1); ; attempt++ {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		cons, err := rt.Source.JS.Consumer(lctx, rt.Source.Stream, rt.Source.Consumer.Durable)
-		cancel()
+		created, err := rt.lookups.created(ctx, rt.lookupConsumer)
 		switch {
 		case err == nil:
-			return cons.CachedInfo().Created.Equal(was)
+			return created.Equal(was)
 		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 			return false
 		case ctx.Err() != nil || time.Now().After(deadline):
@@ -210,6 +211,71 @@ func (rt *Runtime) Delivering(ctx context.Context, msgs []jetstream.Msg) bool {
 		if retry.Sleep(ctx, retry.Redelivery().Backoff(attempt)) != nil {
 			return false
 		}
+	}
+}
+
+// lookupConsumer looks the consumer up by name: its creation time.
+func (rt *Runtime) lookupConsumer() (time.Time, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cons, err := rt.Source.JS.Consumer(ctx, rt.Source.Stream, rt.Source.Consumer.Durable)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return cons.CachedInfo().Created, nil
+}
+
+// lookups shares consumer lookups between the batches that ask at once (a composer's workers
+// settle one request each): a caller waits for the first lookup that starts after it asked, whose
+// answer is then as fresh as one of its own, so at most one lookup is in flight and one waits to
+// start, whatever the number of callers.
+type lookups struct {
+	mu       sync.Mutex
+	inFlight bool
+	next     *lookup // the lookup that starts once the one in flight has answered
+}
+
+// lookup is one lookup's answer, ready once done is closed.
+type lookup struct {
+	done    chan struct{}
+	created time.Time
+	err     error
+}
+
+// created is the consumer's creation time by a lookup (look) that started after the call.
+func (l *lookups) created(ctx context.Context, look func() (time.Time, error)) (time.Time, error) {
+	l.mu.Lock()
+	if l.next == nil {
+		l.next = &lookup{done: make(chan struct{})}
+	}
+	mine := l.next
+	if !l.inFlight {
+		l.inFlight = true
+		go l.run(look)
+	}
+	l.mu.Unlock()
+	select {
+	case <-mine.done:
+		return mine.created, mine.err
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
+// run makes the waiting lookups one after another until none waits.
+func (l *lookups) run(look func() (time.Time, error)) {
+	for {
+		l.mu.Lock()
+		cur := l.next
+		l.next = nil
+		if cur == nil {
+			l.inFlight = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		cur.created, cur.err = look()
+		close(cur.done)
 	}
 }
 

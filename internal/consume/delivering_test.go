@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,5 +143,49 @@ func TestAcksAreNotSentAgainToAConsumerMadeAgain(t *testing.T) {
 	}
 	if info.NumAckPending != 1 {
 		t.Fatalf("the new consumer has %d messages pending after the old batch's acks, want 1: an ack sent again settled the new message", info.NumAckPending)
+	}
+}
+
+// TestLookupsAreSharedAndFresh: callers that ask at once share lookups, never more than one in
+// flight, and each gets the answer of a lookup that started after it asked (as fresh as its own).
+func TestLookupsAreSharedAndFresh(t *testing.T) {
+	var l lookups
+	var mu sync.Mutex
+	started, inFlight, most := 0, 0, 0
+	look := func() (time.Time, error) {
+		mu.Lock()
+		started++
+		n := started
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // a round trip, during which more callers come
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return time.Unix(int64(n), 0), nil
+	}
+	const callers = 200
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mu.Lock()
+			before := started // lookups that had started when this caller asked
+			mu.Unlock()
+			got, err := l.created(t.Context(), look)
+			if err != nil || got.Unix() <= int64(before) {
+				t.Errorf("answered by lookup %d (%v), asked once %d had started: want a later one", got.Unix(), err, before)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d callers, %d lookups", callers, started)
+	if most != 1 {
+		t.Errorf("%d lookups were in flight at once, want 1", most)
+	}
+	if started > callers {
+		t.Errorf("%d lookups for %d callers", started, callers)
 	}
 }
