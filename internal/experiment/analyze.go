@@ -12,6 +12,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
 
@@ -33,6 +34,9 @@ type Prompt struct {
 	Failed       bool
 	// Order is the request's score_order: which scores are better.
 	Order events.ScoreOrder
+	// MaxRounds is the request's max_rounds (0: not sent): an execution is finished once a team
+	// of it was served its last round.
+	MaxRounds int
 }
 
 // The minimums below which a comparison says "not enough data": teams of each version in the
@@ -75,6 +79,11 @@ const (
 	Inconclusive  = "inconclusive"
 	NotEnoughData = "not enough data"
 	NotRandomized = "not randomized"
+	// Interim: an execution the comparison stands on is not finished (no team was served its
+	// max_rounds yet). A verdict read after every round, each time at 5%, would be wrong far more
+	// often than 5% at one look or another; so better, worse and no difference wait for the end,
+	// and meanwhile the estimate and its interval are given as they stand.
+	Interim = "interim"
 	// FailsMore: the version's requests failed clearly more often than the baseline's (the
 	// teams' shares of failed requests, Welch within executions, Bonferroni over the
 	// comparisons): a request that failed got no prompt, whatever the scores of the others say.
@@ -266,7 +275,8 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 		k := ekey{exec, round}
 		return s - roundSum[k]/float64(roundN[k])
 	}
-	ends := map[string]int{} // each execution's last round served the template
+	ends := map[string]int{}    // each execution's last round served the template
+	planned := map[string]int{} // each execution's max_rounds, as its requests said (0: not sent)
 	teams := map[key]*team{}
 	orders := map[events.ScoreOrder]bool{}
 	var failures []Prompt
@@ -294,6 +304,7 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 		t.firstTime = min(t.firstTime, p.Round)
 		t.lastTime = max(t.lastTime, p.Round)
 		ends[p.ExecutionID] = max(ends[p.ExecutionID], p.Round)
+		planned[p.ExecutionID] = max(planned[p.ExecutionID], p.MaxRounds)
 		t.served[p.Round] = p.Version
 		t.prompts[p.Version]++
 		if s, ok := score[rkey{p.ExecutionID, p.TeamID, p.Round}]; ok {
@@ -448,10 +459,38 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 				c.Executions, c.Teams, level, ci, reach, beyond, p, len(tested))
 		}
 		c.scope(share, sign, opt.Margin)
+		c.interim(ends, planned)
 		c.Reason += c.attrition
 	}
 	failuresSaid(rep.Comparisons)
 	return rep
+}
+
+// interim holds a better, worse or no difference verdict back while an execution it stands on is
+// not finished: one whose requests said max_rounds and none of whose teams was served that round
+// yet. Executions whose requests said none are taken as finished, and the reason says so.
+func (c *Comparison) interim(ends, planned map[string]int) {
+	if c.Verdict != Better && c.Verdict != Worse && c.Verdict != NoDifference {
+		return
+	}
+	var running, unknown []string
+	for _, e := range c.ByExecution {
+		switch p := planned[e.Execution]; {
+		case p == 0:
+			unknown = append(unknown, e.Execution)
+		case ends[e.Execution] < p:
+			running = append(running, fmt.Sprintf("%s at round %d of %d", e.Execution, ends[e.Execution], p))
+		}
+	}
+	if len(running) > 0 {
+		c.Reason = fmt.Sprintf("not finished: %s; as they stand: %s: %s (a verdict read after every round would be wrong more often than its level at one look or another: it waits for the end)",
+			strings.Join(running, ", "), c.Verdict, c.Reason)
+		c.Verdict, c.Scope = Interim, ""
+		return
+	}
+	if len(unknown) > 0 {
+		c.Reason += fmt.Sprintf("; the requests of %s said no max_rounds, so compare cannot tell whether they are finished: read it once they are", strings.Join(unknown, ", "))
+	}
 }
 
 // scope says what a better, worse or no difference verdict covers: the same finding from the

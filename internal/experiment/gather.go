@@ -49,7 +49,7 @@ func Gather(ctx context.Context, src audit.Source, scores Scores, name string, e
 			}
 			p := Prompt{ExecutionID: exec, TeamID: k.team, Round: k.round, Version: r.Data.Template.Version, Label: r.Data.Template.Label, Split: r.Data.Template.Split}
 			if r.Data.Request != nil {
-				p.Order = r.Data.Request.Data.ScoreOrder
+				p.Order, p.MaxRounds = r.Data.Request.Data.ScoreOrder, r.Data.Request.Data.MaxRounds
 			}
 			latest[k] = p
 			teams[k.team] = true

@@ -218,7 +218,7 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 					score = min(score, m.ceiling)
 				}
 				if !before && m.fail != nil && m.fail(rng, version, score) {
-					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Failed: true, Order: order})
+					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Failed: true, Order: order, MaxRounds: m.rounds})
 					continue
 				}
 				if !before {
@@ -228,7 +228,7 @@ func (m model) play(seed uint64, order events.ScoreOrder) ([]Prompt, map[string]
 					if m.weights != nil {
 						_, recorded = m.weights(r)
 					}
-					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Split: recorded, Order: order})
+					prompts = append(prompts, Prompt{ExecutionID: exec, TeamID: id, Round: r, Version: version, Label: label, Split: recorded, Order: order, MaxRounds: m.rounds})
 				}
 				if !unevaluated[k] {
 					rounds[exec] = append(rounds[exec], rank.RoundScore{TeamID: id, Round: r, Score: sign * score})
@@ -506,5 +506,53 @@ func TestAttritionIsComparedWithinBlocks(t *testing.T) {
 	t.Logf("attrition by start time alone: \"attrition differs\" in %.2f%% (95%% up to %.2f%%)", 100*rate, 100*upper)
 	if upper >= 0.07 {
 		t.Errorf("attrition that depends on the start time alone was called a difference between versions in %.2f%% of tournaments", 100*rate)
+	}
+}
+
+// TestSafeToReadAfterEveryRound: an author reads compare after each of 8 rounds (A/A, 4x16x8). Each
+// look at 5% makes a false better or worse at one look or another far likelier; verdicts wait for
+// the executions to finish (interim before), so any look is wrong at most as often as the last
+// one. Read as if the requests said no max_rounds (every look a verdict), the rate is what an
+// author reading after every round used to get.
+func TestSafeToReadAfterEveryRound(t *testing.T) {
+	m := model{executions: 4, teams: 16, rounds: 8, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2}
+	anyLook := func(planned bool) float64 {
+		wrong := 0
+		for seed := range uint64(runs) {
+			prompts, rounds := m.play(seed, events.Desc)
+			said := false
+			for look := 1; look <= m.rounds && !said; look++ {
+				var seen []Prompt
+				for _, p := range prompts {
+					if p.Round <= look {
+						if !planned {
+							p.MaxRounds = 0
+						}
+						seen = append(seen, p)
+					}
+				}
+				scored := map[string][]rank.RoundScore{}
+				for e, rs := range rounds {
+					for _, r := range rs {
+						if r.Round <= look {
+							scored[e] = append(scored[e], r)
+						}
+					}
+				}
+				for _, c := range Analyze(seen, scored, Options{}).Comparisons {
+					said = said || c.Verdict == Better || c.Verdict == Worse
+				}
+			}
+			if said {
+				wrong++
+			}
+		}
+		return float64(wrong) / runs
+	}
+	before, now := anyLook(false), anyLook(true)
+	upper := now + 1.96*math.Sqrt(now*(1-now)/runs)
+	t.Logf("read after each of 8 rounds, a false better or worse at any look: %.2f%% (95%% up to %.2f%%); every look a verdict: %.2f%%", 100*now, 100*upper, 100*before)
+	if upper >= 0.07 {
+		t.Errorf("read after every round: a false verdict at some look in %.2f%% of tournaments (95%% up to %.2f%%)", 100*now, 100*upper)
 	}
 }
