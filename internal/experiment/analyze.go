@@ -544,6 +544,8 @@ func failuresSaid(comparisons []Comparison) {
 		}
 		rates := fmt.Sprintf("%.1f%% of version %d's requests failed, %.1f%% of version %d's", 100*f.Rate, c.Version, 100*f.BaselineRate, c.Baseline)
 		switch {
+		case c.Verdict == Interim:
+			c.Reason += "; as they stand, " + rates // failing more, like the scores' verdict, waits for the end
 		case f.PValue != nil && *f.PValue < Alpha/float64(m) && f.Difference > 0:
 			c.Reason = fmt.Sprintf("version %d's requests failed more often than version %d's: %s (p = %.3g, Bonferroni over %d): a failed request got no prompt; as for the scores: %s: %s",
 				c.Version, c.Baseline, rates, *f.PValue, m, c.Verdict, c.Reason)
