@@ -157,17 +157,14 @@ func (rt *Runtime) Consumes(created time.Time) bool {
 	return p != nil && p.Equal(created)
 }
 
-// Pass is the identity (creation time) of the stream the running pass reads, zero between two
-// passes, and whether any pass has started. Read before a count of what the passes handed over
+// Pass is the identity (creation time) of the stream the running pass reads, zero before the
+// first pass and between two. Read before a count of what the passes handed over
 // (Stage.InHand): a pass's batches are all counted before it ends.
-func (rt *Runtime) Pass() (created time.Time, started bool) {
-	if rt.passes.Load() == 0 {
-		return time.Time{}, false
-	}
+func (rt *Runtime) Pass() time.Time {
 	if p := rt.pass.Load(); p != nil {
-		return *p, true
+		return *p
 	}
-	return time.Time{}, true
+	return time.Time{}
 }
 
 // Delivering reports whether the consumer that delivered msgs is the one there is now, looked up

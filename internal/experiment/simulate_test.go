@@ -315,38 +315,31 @@ func TestPowerToFindAnEffect(t *testing.T) {
 	// differ little, the rounds before say little of the rounds after, and CUPED's estimated
 	// coefficient keeps the power the plain difference (coefficient 1) halved; where they differ
 	// much, it uses the rounds before as the difference did.
+	// And teams that leave: a third of each version's after round 3, scores rising 3 a round.
 	for _, m := range []model{
 		{name: "effect +4, served from round 3, teams alike", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 1, noise: [3]float64{6, 6, 6}, trend: rising, versions: 2, from: 3, effect: 4},
 		{name: "effect +4, served from round 3, teams differ", executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 10, noise: [3]float64{3, 3, 3}, trend: rising, versions: 2, from: 3, effect: 4},
+		{name: "effect +8, a third of each version leaving after round 3, scores rising", executions: 4, teams: 16, rounds: 6, execSD: 10, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: rising, versions: 2, effect: 8,
+			last: leave(1.0/3, 1.0/3)},
 	} {
-		better := 0
-		for seed := range uint64(runs) {
-			prompts, rounds := m.play(seed, events.Desc)
-			if c := Analyze(prompts, rounds, Options{}).Comparisons[0]; c.Version == 2 && c.Verdict == Better {
-				better++
-			}
-		}
-		power := float64(better) / runs
+		power := m.share(Options{}, func(c Comparison) bool { return c.Version == 2 && c.Verdict == Better })
 		t.Logf("%s: called better in %.1f%%", m.name, 100*power)
 		if power < 0.80 {
 			t.Errorf("%s: called better in %.1f%% of tournaments, want at least 80%%", m.name, 100*power)
 		}
 	}
-	// Teams that leave: a third of each version's after round 3, scores rising 3 a round.
-	m := model{name: "effect +8, a third leave", executions: 4, teams: 16, rounds: 6, execSD: 10, teamSD: 8, noise: [3]float64{4, 4, 4}, trend: rising, versions: 2, effect: 8,
-		last: leave(1.0/3, 1.0/3)}
-	better := 0
+}
+
+// share is the share of m's tournaments (desc) in which some comparison holds.
+func (m model) share(opt Options, holds func(Comparison) bool) float64 {
+	n := 0
 	for seed := range uint64(runs) {
 		prompts, rounds := m.play(seed, events.Desc)
-		if c := Analyze(prompts, rounds, Options{}).Comparisons[0]; c.Version == 2 && c.Verdict == Better {
-			better++
+		if slices.ContainsFunc(Analyze(prompts, rounds, opt).Comparisons, holds) {
+			n++
 		}
 	}
-	power := float64(better) / runs
-	t.Logf("effect +8, a third of each version leaving after round 3, scores rising: called better in %.1f%%", 100*power)
-	if power < 0.80 {
-		t.Errorf("effect +8 with teams leaving: called better in %.1f%% of tournaments, want at least 80%%", 100*power)
-	}
+	return float64(n) / runs
 }
 
 // TestAnalyzeCountsEveryServedTeam: a version's figures count its failed requests and its prompts
@@ -463,15 +456,7 @@ func TestNoDifferenceOnlyWithinTheMargin(t *testing.T) {
 func TestFailuresAreCompared(t *testing.T) {
 	m := model{executions: 4, teams: 16, rounds: 6, execSD: 5, teamSD: 5, noise: [3]float64{4, 4, 4}, trend: flat, versions: 2,
 		fail: func(rng *rand.Rand, v int, _ float64) bool { return rng.Float64() < []float64{0.02, 0.10}[v-1] }}
-	said := 0
-	for seed := range uint64(runs) {
-		prompts, rounds := m.play(seed, events.Desc)
-		rep := Analyze(prompts, rounds, Options{})
-		if len(rep.Comparisons) == 1 && rep.Comparisons[0].Verdict == FailsMore {
-			said++
-		}
-	}
-	share := float64(said) / runs
+	share := m.share(Options{}, func(c Comparison) bool { return c.Verdict == FailsMore })
 	t.Logf("version 2 failing 10%% of requests against 2%%: \"fails more\" in %.1f%%", 100*share)
 	if share < 0.8 {
 		t.Errorf("a version failing five times as often was said to fail more in %.1f%% of tournaments, want at least 80%%", 100*share)
@@ -492,16 +477,7 @@ func TestAttritionIsComparedWithinBlocks(t *testing.T) {
 			}
 			return math.MaxInt
 		}}
-	refused := 0
-	for seed := range uint64(runs) {
-		prompts, rounds := m.play(seed, events.Desc)
-		for _, c := range Analyze(prompts, rounds, Options{}).Comparisons {
-			if c.Verdict == AttritionDiffers {
-				refused++
-			}
-		}
-	}
-	rate := float64(refused) / runs
+	rate := m.share(Options{}, func(c Comparison) bool { return c.Verdict == AttritionDiffers })
 	upper := rate + 1.96*math.Sqrt(rate*(1-rate)/runs)
 	t.Logf("attrition by start time alone: \"attrition differs\" in %.2f%% (95%% up to %.2f%%)", 100*rate, 100*upper)
 	if upper >= 0.07 {

@@ -254,10 +254,7 @@ func (r *ranker) passNow() events.RankerPass {
 	}
 	var created time.Time
 	if r.passOf != nil {
-		var started bool
-		created, started = r.passOf()
-		n.Started = started
-		if !created.IsZero() {
+		if created = r.passOf(); !created.IsZero() {
 			n.Stream = chstore.StreamID(created)
 		}
 	}

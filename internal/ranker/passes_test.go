@@ -26,7 +26,7 @@ func (f *lineageFixture) withPasses(t *testing.T) (other *ranker, pass *time.Tim
 	a.passes = newPasses(kv, f.js, a.log, a.passNow, a.refillStale, a.m)
 	b := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: f.js, store: a.store, m: newMetrics(prometheus.NewRegistry()), now: time.Now}
 	pass = new(time.Time)
-	b.passOf = func() (time.Time, bool) { return *pass, true }
+	b.passOf = func() time.Time { return *pass }
 	b.passes = newPasses(kv, f.js, b.log, b.passNow, b.refillStale, b.m)
 	return b, pass
 }

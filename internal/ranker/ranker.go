@@ -98,7 +98,7 @@ type ranker struct {
 	// batches handed to the stage and not yet settled, by stream (consume.Stage.InHand),
 	// stopped set once every batch is settled at a stop.
 	passes *passes
-	passOf func() (created time.Time, started bool)
+	passOf func() (created time.Time)
 	// delivering says whether a batch's consumer is still the one its pass saw
 	// (consume.Runtime.Delivering; nil in some tests).
 	delivering func(ctx context.Context, msgs []jetstream.Msg) bool

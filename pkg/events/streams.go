@@ -375,11 +375,10 @@ func RankerPassesBucketConfig(replicas int) jetstream.KeyValueConfig {
 
 // RankerPass is the value of a BucketRankerPasses key.
 type RankerPass struct {
-	// Started: the ranker's consumer has begun a pass. Stream is the identity (the creation time,
-	// as the store's lineage writes it) of the stream the running pass reads; empty between two
-	// passes (a consumer lost with its stream, not yet made again).
-	Started bool   `json:"started"`
-	Stream  string `json:"stream,omitempty"`
+	// Stream is the identity (the creation time, as the store's lineage writes it) of the stream
+	// the running pass reads; empty before the first pass and between two (a consumer lost with
+	// its stream, not yet made again).
+	Stream string `json:"stream,omitempty"`
 	// InHand counts the batches handed over by the consumer's passes and not yet settled.
 	InHand int64 `json:"in_hand"`
 	// FencedBy names the ranker that found this one's notes standing still and took it for gone:
