@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +112,159 @@ func TestTemplatesCompareAcrossAWeightChange(t *testing.T) {
 	}
 	if c := rep.Comparisons[0]; c.Verdict != "better" || c.Teams < early {
 		t.Errorf("st: version 2, 8 better, across a weight change: %+v", c)
+	}
+}
+
+// TestTemplatesCompareAVersionThatFailsMore plays, through the pipeline, a split whose version 2
+// cannot fit a long task in its budget (max_prompt_tokens 40): its requests with a long user prompt
+// fail with budget_exceeded, version 1's never. Four teams of each execution always send a long
+// one, so those assigned version 2 only ever fail. Every prompt.failed names the version the
+// request was assigned, and compare counts from it: version 2 `fails more`, its failed requests
+// and its teams that only failed counted as the test itself counts them from the answers it got.
+func TestTemplatesCompareAVersionThatFailsMore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ranker := e.start("ranker")
+	composer := e.start("composer")
+	e.start("archiver")
+	const teams, rounds, alwaysLong = 16, 3, 4
+	for v, files := range []map[string]string{
+		{"prompt.mustache": "fm version 1, round {{round_number}} for {{team.name}}.\n"},
+		{"prompt.mustache": "fm version 2, round {{round_number}} for {{team.name}}: {{user_prompt}}\n", "manifest.json": `{"limits": {"max_prompt_tokens": 40}}`},
+	} {
+		dir := filepath.Join(t.TempDir(), "fm")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, text := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 {
+			t.Fatalf("push fm v%d: exit %d\n%s", v+1, code, out)
+		}
+	}
+	if out, code := e.podium(t, nil, "templates", "label", "fm", "1=50", "2=50", "production"); code != 0 {
+		t.Fatalf("label fm: exit %d\n%s", code, out)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the composer serves the split of fm", func() (bool, string) {
+		status, body := composer.render(t, map[string]any{"execution_id": "probe", "team_id": "p", "team_name": "P", "round_number": 1, "user_prompt": "Go.", "template": "fm"})
+		return status == http.StatusOK && strings.Contains(string(body), `"split":"1=50,2=50"`), fmt.Sprintf("%d %.200s", status, body)
+	})
+	rng := rand.New(rand.NewPCG(35, 7))
+	long := func(r int) string { // about 200 tokens, different every time
+		var b strings.Builder
+		for i := range 60 {
+			fmt.Fprintf(&b, "step %d of round %d: %x. ", i, r, rng.Uint32())
+		}
+		return b.String()
+	}
+	// The oracle: what the test saw answered, by version.
+	type teamKey struct{ exec, team string }
+	failed, composed := map[int]int{}, map[int]int{}
+	served := map[teamKey]int{}       // the version each team's answers named
+	everyFailed := map[teamKey]bool{} // no answer of the team composed
+	evaluated := map[string]int{}     // by execution
+	execs := []string{"fm-1", "fm-2"}
+	for r := 1; r <= rounds; r++ {
+		for _, exec := range execs {
+			for k := range teams {
+				prompt := "Go."
+				if k < alwaysLong || rng.Float64() < 0.4 {
+					prompt = long(r)
+				}
+				team := fmt.Sprintf("team-%d", k)
+				e.requestRound(fmt.Sprintf("req-%s-%s-%d", exec, team, r), events.RoundRequested{ExecutionID: exec, TeamID: team,
+					TeamName: "Team " + team, RoundNumber: r, UserPrompt: prompt, MaxRounds: rounds, Template: "fm"}, t0.Add(time.Duration(r)*time.Hour))
+			}
+		}
+		for _, exec := range execs {
+			got := e.answers("prompt.*."+exec+".*", teams*r, 30*time.Second)
+			for k := range teams {
+				team := fmt.Sprintf("team-%d", k)
+				id := teamKey{exec, team}
+				a := got[fmt.Sprintf("req-%s-%s-%d", exec, team, r)]
+				version := a.composed.Template.Version
+				if !a.ok() {
+					if a.failed.Code != events.CodeBudgetExceeded || a.failed.Template == nil || a.failed.Template.Name != "fm" || a.failed.Template.Split != "1=50,2=50" {
+						t.Fatalf("%s round %d: %s %+v", id, r, a.subject, a.failed)
+					}
+					version = a.failed.Template.Version
+					failed[version]++
+				} else {
+					composed[version]++
+				}
+				if v, ok := served[id]; ok && v != version {
+					t.Fatalf("%v was served version %d, then %d", id, v, version)
+				}
+				served[id] = version
+				if r == 1 {
+					everyFailed[id] = true
+				}
+				if !a.ok() {
+					continue
+				}
+				everyFailed[id] = false
+				e.publishEvaluation(fmt.Sprintf("ev-%s-%s-%d", exec, team, r),
+					evaluation(exec, team, "Team "+team, r, 50+10*rng.Float64(), fmt.Sprintf("answer %d", r), t0.Add(time.Duration(r)*time.Hour+time.Minute)))
+				evaluated[exec]++
+			}
+		}
+	}
+	teamsOf, onlyFailed := map[int]int{}, map[int]int{}
+	for id, v := range served {
+		teamsOf[v]++
+		if everyFailed[id] {
+			onlyFailed[v]++
+		}
+	}
+	if failed[1] != 0 || failed[2] == 0 || onlyFailed[2] == 0 {
+		t.Fatalf("the play did not make version 2 fail more: failed %v, teams that only failed %v", failed, onlyFailed)
+	}
+	for _, exec := range execs {
+		waitRanked(t, ranker, exec, evaluated[exec])
+	}
+	out, code := e.podium(t, nil, "templates", "compare", "fm", "--json")
+	t.Logf("$ podium templates compare fm --json\n%s", out)
+	var rep struct {
+		Versions []struct {
+			Version, Teams, Prompts, Failed int
+			OnlyFailed                      int `json:"teams_only_failed"`
+		} `json:"versions"`
+		Comparisons []struct {
+			Verdict, Reason string
+			ScoresVerdict   string `json:"scores_verdict"`
+			Failures        *struct {
+				Rate         float64 `json:"rate"`
+				BaselineRate float64 `json:"baseline_rate"`
+			} `json:"failures"`
+		} `json:"comparisons"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Versions) != 2 || len(rep.Comparisons) != 1 {
+		t.Fatalf("compare fm: exit %d\n%s", code, out)
+	}
+	for _, v := range rep.Versions {
+		if v.Teams != teamsOf[v.Version] || v.Prompts != composed[v.Version] || v.Failed != failed[v.Version] || v.OnlyFailed != onlyFailed[v.Version] {
+			t.Errorf("version %d: %+v, want %d teams, %d prompts, %d failed, %d teams that only failed", v.Version, v, teamsOf[v.Version], composed[v.Version], failed[v.Version], onlyFailed[v.Version])
+		}
+	}
+	c := rep.Comparisons[0]
+	if c.Verdict != "fails more" || c.ScoresVerdict == "" || c.Failures == nil || c.Failures.BaselineRate != 0 ||
+		c.Failures.Rate != float64(failed[2])/float64(failed[2]+composed[2]) || !strings.Contains(c.Reason, "failed more often") {
+		t.Errorf("fm: version 2 fails %d of %d requests, version 1 none: %+v", failed[2], failed[2]+composed[2], c)
+	}
+	out, code = e.podium(t, nil, "templates", "compare", "fm")
+	t.Logf("$ podium templates compare fm\n%s", out)
+	if code != 0 || !strings.Contains(out, "ONLY FAILED") || !strings.Contains(out, "version 2 against 1: fails more") {
+		t.Errorf("compare fm: exit %d\n%s", code, out)
+	}
+	// The console's page of the template says the same.
+	console := e.start("console")
+	page, err := httpGet("http://" + console.addr + "/templates/fm")
+	for _, want := range []string{`data-verdict="fails more"`, fmt.Sprintf(`data-teams-only-failed="%d"`, onlyFailed[2]), "version 2 against 1: fails more"} {
+		if err != nil || !strings.Contains(page, want) {
+			t.Errorf("the template page lacks %s (%v)\n%s", want, err, page)
+		}
 	}
 }

@@ -88,9 +88,9 @@ func templatesCompare(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		fmt.Fprintf(e.out, "template %s over %d execution(s), score_order %s; each version against version %d\n", name, len(execs), rep.Order, rep.Baseline)
 		tw := tabwriter.NewWriter(e.out, 1, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "VERSION\tTEAMS\tNEVER EVALUATED\tEXECUTIONS\tPROMPTS\tFAILED\tUNEVALUATED\tMEAN SCORE (95%)")
+		fmt.Fprintln(tw, "VERSION\tTEAMS\tNEVER EVALUATED\tONLY FAILED\tEXECUTIONS\tPROMPTS\tFAILED\tUNEVALUATED\tMEAN SCORE (95%)")
 		for _, v := range rep.Versions {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", v.Version, v.Teams, v.TeamsUnevaluated, v.Executions, v.Prompts, v.Failed, v.Unevaluated, v.Mean())
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", v.Version, v.Teams, v.TeamsUnevaluated, v.TeamsOnlyFailed, v.Executions, v.Prompts, v.Failed, v.Unevaluated, v.Mean())
 		}
 		if err := tw.Flush(); err != nil {
 			return err

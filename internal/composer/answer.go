@@ -46,14 +46,16 @@ func (c *composer) publishComposed(ctx context.Context, out events.PromptCompose
 // one message whatever the request held (an invalid one may list many problems).
 const maxFailureMessage = 4096
 
-func (c *composer) publishFailed(ctx context.Context, requestID, exec, team string, round int, f *events.Failure) (*jetstream.PubAck, error) {
+// publishFailed answers a request with its failure; assigned is the template version the request
+// was assigned when it failed after that (nil before).
+func (c *composer) publishFailed(ctx context.Context, requestID, exec, team string, round int, f *events.Failure, assigned *events.TemplateRef) (*jetstream.PubAck, error) {
 	id := events.PromptEventID(requestID)
 	msg := f.Message
 	if len(msg) > maxFailureMessage {
 		msg = strings.ToValidUTF8(msg[:maxFailureMessage-len("…")], "") + "…"
 	}
 	data := events.PromptFailed{RequestID: requestID, ExecutionID: exec, TeamID: team, RoundNumber: round,
-		Code: f.Code, Message: msg, Retryable: f.Retryable}
+		Code: f.Code, Message: msg, Retryable: f.Retryable, Template: assigned}
 	tc := c.trace.Inject(ctx)
 	body, err := events.MarshalTraced(id, c.source, events.TypePromptFailed, c.now(), data, tc)
 	if err != nil {

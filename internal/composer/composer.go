@@ -106,8 +106,12 @@ func (c *composer) answer(ctx context.Context, md *jetstream.MsgMetadata, req ev
 		// consumer allows a few more, for a composer that dies holding it: run.go).
 		return settle.RetryLater(err)
 	}
+	var assigned *events.TemplateRef // what compose had resolved when it failed, if it had
+	if out.Template.Name != "" {
+		assigned = &out.Template
+	}
 	if err := c.store(ctx, answerID, func(ctx context.Context) (*jetstream.PubAck, error) {
-		return c.publishFailed(ctx, req.ID, req.Data.ExecutionID, req.Data.TeamID, req.Data.RoundNumber, f)
+		return c.publishFailed(ctx, req.ID, req.Data.ExecutionID, req.Data.TeamID, req.Data.RoundNumber, f, assigned)
 	}); err != nil {
 		return settle.RetryLater(err)
 	}
@@ -139,7 +143,7 @@ func (c *composer) reject(ctx context.Context, msg jetstream.Msg, md *jetstream.
 		}
 		f := &events.Failure{Code: events.CodeInvalidRequest, Message: cause.Error()}
 		if err := c.store(ctx, events.PromptEventID(requestID), func(ctx context.Context) (*jetstream.PubAck, error) {
-			return c.publishFailed(ctx, requestID, addr.ExecutionID, addr.TeamID, req.Data.RoundNumber, f)
+			return c.publishFailed(ctx, requestID, addr.ExecutionID, addr.TeamID, req.Data.RoundNumber, f, nil)
 		}); err != nil {
 			return settle.RetryLater(err)
 		}
@@ -171,9 +175,12 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 		}
 		return events.PromptComposed{}, err
 	}
+	// From here on a failure names the version the request was assigned (prompt.failed's
+	// template): compare counts it against that version, even for a team that only ever failed.
+	assigned := events.PromptComposed{Template: events.TemplateRef{Name: t.Name, Version: t.Version, SHA256: t.SHA256, Label: label, Split: split}}
 	in, err := render.Inputs(ctx, t, c.inputs.Reader(), requestID, req, at, pos)
 	if err != nil {
-		return events.PromptComposed{}, storeError(ctx, err)
+		return assigned, storeError(ctx, err)
 	}
 	renderStart := time.Now()
 	sctx, span := c.trace.Start(ctx, "composer.render")
@@ -194,10 +201,10 @@ func (c *composer) compose(ctx context.Context, requestID string, req events.Rou
 	}
 	tracing.End(span, err)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		return events.PromptComposed{}, events.Failf(events.CodeBudgetExceeded, "rendering took longer than COMPOSER_RENDER_TIMEOUT (%s)", c.renderTimeout)
+		return assigned, events.Failf(events.CodeBudgetExceeded, "rendering took longer than COMPOSER_RENDER_TIMEOUT (%s)", c.renderTimeout)
 	}
 	if err != nil {
-		return events.PromptComposed{}, err
+		return assigned, err
 	}
 	// The record names what was asked (the request as it came), and the label, the split that
 	// assigned the version, and the version that answered it.

@@ -21,8 +21,9 @@ import (
 )
 
 // Prompt is one answer the template's requests got: a prompt a version served (composed), or a
-// request of a team that failed (Failed: prompt.failed names no template, so it is counted against
-// the version the team was assigned in its execution, when it was assigned one).
+// request that failed (Failed): counted against the version its prompt.failed names (with the
+// label and split that assigned it), or, when it names none (it failed before a version was
+// chosen, or was recorded before prompt.failed said), against the version the team was served.
 type Prompt struct {
 	ExecutionID, TeamID string
 	Round, Version      int
@@ -109,8 +110,11 @@ type Figures struct {
 	Failed      int `json:"failed"`      // prompt.failed of its teams
 	Unevaluated int `json:"unevaluated"` // composed, and no evaluation of that round yet
 	// TeamsUnevaluated are its teams with no evaluation of any round it served them: in no
-	// estimate, and counted as teams that left in a comparison.
+	// estimate, and counted as teams that left in a comparison. TeamsOnlyFailed are those of
+	// them whose every request failed (each prompt.failed naming this version): in Teams, and in
+	// the failures compared.
 	TeamsUnevaluated int `json:"teams_unevaluated"`
+	TeamsOnlyFailed  int `json:"teams_only_failed"`
 	// Estimate is the mean over its evaluated teams served this version alone of each team's mean
 	// score over its rounds (not adjusted for where it stood before, unlike a comparison's
 	// outcome), CI its 95% interval clustered by execution (nil below two executions):
@@ -201,6 +205,9 @@ type team struct {
 	rel, relPre []float64
 	lastTime    int     // the last round it was served the template
 	sign        float64 // +1: higher is better; -1: lower
+	// onlyFailed: every request of the team that named this template failed (prompt.failed
+	// saying the version it was assigned); it was served nothing.
+	onlyFailed bool
 }
 
 // version is the team's one version, label its one label; ok false when it was served several
@@ -315,9 +322,31 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 		}
 	}
 	for _, p := range failures {
-		if t := teams[key{p.ExecutionID, p.TeamID}]; t != nil {
-			t.failed[t.versionAt(p.Round)]++
+		t := teams[key{p.ExecutionID, p.TeamID}]
+		switch {
+		case t == nil && p.Version == 0:
+			continue // not this template's, as far as anyone can tell
+		case t == nil:
+			// Every request of the team failed: it was assigned p.Version all the same, and is
+			// one of its teams (never evaluated: counted as one that left, and in the failures).
+			t = &team{exec: p.ExecutionID, id: p.TeamID, versions: map[int]bool{p.Version: true}, labels: map[string]bool{p.Label: true},
+				firstTime: p.Round, lastTime: p.Round, split: p.Split, sign: 1, onlyFailed: true,
+				served: map[int]int{}, prompts: map[int]int{}, failed: map[int]int{}, unscored: map[int]int{}}
+			teams[key{p.ExecutionID, p.TeamID}] = t
+		case t.onlyFailed && p.Version == 0:
+			continue // served nothing, so no version to count it against
+		case t.onlyFailed:
+			if p.Round < t.firstTime {
+				t.firstTime, t.split = p.Round, p.Split
+			}
+			t.lastTime = max(t.lastTime, p.Round)
+			t.versions[p.Version], t.labels[p.Label] = true, true
 		}
+		v := p.Version
+		if v == 0 || !t.versions[v] {
+			v = t.versionAt(p.Round) // a failure that names no version is the one served then
+		}
+		t.failed[v]++
 	}
 	for k, t := range teams {
 		for _, r := range rounds[k.exec] {
@@ -372,6 +401,9 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			f.Unevaluated += t.unscored[v]
 			if len(t.post) == 0 {
 				f.TeamsUnevaluated++
+			}
+			if t.onlyFailed {
+				f.TeamsOnlyFailed++
 			}
 			if len(t.versions) == 1 && len(t.post) > 0 {
 				y := sign * mean(t.post)

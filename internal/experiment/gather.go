@@ -15,8 +15,8 @@ type Scores interface {
 
 // Gather reads what Analyze needs of a template over executions: the prompts of name recorded at a
 // time keep accepts (nil: any), each team's round once with its latest record (a request answered
-// again keeps the record its submission answered last), the failed requests of those teams, and
-// each execution's counted evaluations. The CLI and the console compare through it.
+// again keeps the record its submission answered last), the failed requests assigned a version of
+// name and those of teams it served, and each execution's counted evaluations. The CLI and the console compare through it.
 func Gather(ctx context.Context, src audit.Source, scores Scores, name string, execs []string, keep func(time.Time) bool) ([]Prompt, map[string][]rank.RoundScore, error) {
 	var prompts []Prompt
 	for _, exec := range execs {
@@ -36,8 +36,15 @@ func Gather(ctx context.Context, src audit.Source, scores Scores, name string, e
 			if keep != nil && !keep(r.Stored) {
 				continue
 			}
-			if r.Failed != nil {
-				failed = append(failed, Prompt{ExecutionID: exec, TeamID: r.Failed.TeamID, Round: r.Failed.RoundNumber, Failed: true})
+			if f := r.Failed; f != nil {
+				p := Prompt{ExecutionID: exec, TeamID: f.TeamID, Round: f.RoundNumber, Failed: true}
+				if a := f.Template; a != nil { // the version it was assigned: this template's, or another's
+					if a.Name != name {
+						continue
+					}
+					p.Version, p.Label, p.Split = a.Version, a.Label, a.Split
+				}
+				failed = append(failed, p)
 				continue
 			}
 			if r.Data.Template.Name != name {
@@ -58,7 +65,11 @@ func Gather(ctx context.Context, src audit.Source, scores Scores, name string, e
 			prompts = append(prompts, latest[k])
 		}
 		for _, f := range failed {
-			if teams[f.TeamID] { // a team the template served: its failures are its version's
+			// A failure that names its version is that version's, whether the team was ever
+			// served or not; one that does not (it failed before a template was resolved, or
+			// was recorded before prompt.failed named it) is counted only for a team the
+			// template served, against the version it was served.
+			if f.Version != 0 || teams[f.TeamID] {
 				prompts = append(prompts, f)
 			}
 		}

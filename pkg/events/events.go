@@ -307,6 +307,12 @@ type PromptFailed struct {
 	Code        FailureCode `json:"code"`
 	Message     string      `json:"message"`
 	Retryable   bool        `json:"retryable"`
+	// Template is the template version the request was assigned (name, version, sha256, and the
+	// label and split that assigned it) when it failed after one was (a compatible addition):
+	// `templates compare` counts the failure against that version, and a team whose every request
+	// failed is still one of its teams. Nil when the request failed before (unknown_template,
+	// invalid_request, or the registry did not answer).
+	Template *TemplateRef `json:"template,omitempty"`
 }
 
 // LeaderboardUpdated is the data of leaderboard.updated.

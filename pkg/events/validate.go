@@ -443,17 +443,7 @@ func (c *checker) promptComposed(m map[string]any, p string) (exec, team string)
 		c.add(join(p, "prompt_sha256"), "must be 64 lowercase hex digits")
 	}
 	if t := c.object(m, p, "template", true); t != nil {
-		tp := join(p, "template")
-		c.nonEmpty(t, tp, "name")
-		c.integer(t, tp, "version", true, 1, math.MaxInt32)
-		if v, ok := c.str(t, tp, "sha256", true); ok && !isHex64(v) {
-			c.add(join(tp, "sha256"), "must be 64 lowercase hex digits")
-		}
-		c.str(t, tp, "variant", false)
-		c.boolean(t, tp, "fallback", true)
-		if v, ok := c.str(t, tp, "label", false); ok && !ValidIdentifier(v) {
-			c.add(join(tp, "label"), "must be an identifier")
-		}
+		c.templateRef(t, join(p, "template"))
 	}
 	if b := c.object(m, p, "builder", false); b != nil {
 		bp := join(p, "builder")
@@ -511,7 +501,25 @@ func (c *checker) promptFailed(m map[string]any, p string) (exec, team string) {
 	}
 	c.nonEmpty(m, p, "message")
 	c.boolean(m, p, "retryable", true)
+	if t := c.object(m, p, "template", false); t != nil {
+		c.templateRef(t, join(p, "template"))
+	}
 	return exec, team
+}
+
+// templateRef checks a TemplateRef: the template of prompt.composed, and of prompt.failed when
+// the request was assigned one.
+func (c *checker) templateRef(t map[string]any, tp string) {
+	c.nonEmpty(t, tp, "name")
+	c.integer(t, tp, "version", true, 1, math.MaxInt32)
+	if v, ok := c.str(t, tp, "sha256", true); ok && !isHex64(v) {
+		c.add(join(tp, "sha256"), "must be 64 lowercase hex digits")
+	}
+	c.str(t, tp, "variant", false)
+	c.boolean(t, tp, "fallback", true)
+	if v, ok := c.str(t, tp, "label", false); ok && !ValidIdentifier(v) {
+		c.add(join(tp, "label"), "must be an identifier")
+	}
 }
 
 func (c *checker) leaderboardUpdated(m map[string]any, p string) string {
