@@ -128,38 +128,9 @@ func TestTemplatesCompareAVersionThatFailsMore(t *testing.T) {
 	composer := e.start("composer")
 	e.start("archiver")
 	const teams, rounds, alwaysLong = 16, 3, 4
-	for v, files := range []map[string]string{
-		{"prompt.mustache": "fm version 1, round {{round_number}} for {{team.name}}.\n"},
-		{"prompt.mustache": "fm version 2, round {{round_number}} for {{team.name}}: {{user_prompt}}\n", "manifest.json": `{"limits": {"max_prompt_tokens": 40}}`},
-	} {
-		dir := filepath.Join(t.TempDir(), "fm")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for name, text := range files {
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 {
-			t.Fatalf("push fm v%d: exit %d\n%s", v+1, code, out)
-		}
-	}
-	if out, code := e.podium(t, nil, "templates", "label", "fm", "1=50", "2=50", "production"); code != 0 {
-		t.Fatalf("label fm: exit %d\n%s", code, out)
-	}
-	testenv.WaitFor(t, 10*time.Second, "the composer serves the split of fm", func() (bool, string) {
-		status, body := composer.render(t, map[string]any{"execution_id": "probe", "team_id": "p", "team_name": "P", "round_number": 1, "user_prompt": "Go.", "template": "fm"})
-		return status == http.StatusOK && strings.Contains(string(body), `"split":"1=50,2=50"`), fmt.Sprintf("%d %.200s", status, body)
-	})
+	pushFailingVersion(t, e, composer, "fm", "1=50", "2=50")
 	rng := rand.New(rand.NewPCG(35, 7))
-	long := func(r int) string { // about 200 tokens, different every time
-		var b strings.Builder
-		for i := range 60 {
-			fmt.Fprintf(&b, "step %d of round %d: %x. ", i, r, rng.Uint32())
-		}
-		return b.String()
-	}
+	long := func(r int) string { return longTask(rng, r) }
 	// The oracle: what the test saw answered, by version.
 	type teamKey struct{ exec, team string }
 	failed, composed := map[int]int{}, map[int]int{}
@@ -267,4 +238,107 @@ func TestTemplatesCompareAVersionThatFailsMore(t *testing.T) {
 			t.Errorf("the template page lacks %s (%v)\n%s", want, err, page)
 		}
 	}
+}
+
+// pushFailingVersion pushes two versions of name, the second unable to fit a long task in its
+// budget (max_prompt_tokens 40: such a request fails with budget_exceeded), and splits the
+// production label between them with weights, waiting until the composer serves the split.
+func pushFailingVersion(t *testing.T, e *env, composer *proc, name string, weights ...string) {
+	t.Helper()
+	for v, files := range []map[string]string{
+		{"prompt.mustache": name + " version 1, round {{round_number}} for {{team.name}}.\n"},
+		{"prompt.mustache": name + " version 2, round {{round_number}} for {{team.name}}: {{user_prompt}}\n", "manifest.json": `{"limits": {"max_prompt_tokens": 40}}`},
+	} {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for file, text := range files {
+			if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, code := e.podium(t, nil, "templates", "push", dir); code != 0 {
+			t.Fatalf("push %s v%d: exit %d\n%s", name, v+1, code, out)
+		}
+	}
+	relabel(t, e, composer, name, weights...)
+}
+
+// relabel splits name's production label with weights, and waits until the composer serves it.
+func relabel(t *testing.T, e *env, composer *proc, name string, weights ...string) {
+	t.Helper()
+	if out, code := e.podium(t, nil, append(append([]string{"templates", "label", name}, weights...), "production")...); code != 0 {
+		t.Fatalf("label %s %v: exit %d\n%s", name, weights, code, out)
+	}
+	want := `"split":"` + strings.Join(weights, ",") + `"`
+	testenv.WaitFor(t, 10*time.Second, "the composer serves the split "+want, func() (bool, string) {
+		status, body := composer.render(t, map[string]any{"execution_id": "probe", "team_id": fmt.Sprint(time.Now().UnixNano()), "team_name": "P", "round_number": 1, "user_prompt": "Go.", "template": name})
+		return status == http.StatusOK && strings.Contains(string(body), want), fmt.Sprintf("%d %.300s", status, body)
+	})
+}
+
+// longTask is a user prompt of about 800 tokens, different every time.
+func longTask(rng *rand.Rand, round int) string {
+	var b strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&b, "step %d of round %d: %x. ", i, round, rng.Uint32())
+	}
+	return b.String()
+}
+
+// TestAFailedRequestKeepsItsTeamsVersion: a team whose first request failed after the split gave
+// it a version (prompt.failed names it) keeps that version when the weights change after, as a
+// team whose first request was composed does: its failures and its later prompts are one
+// version's.
+func TestAFailedRequestKeepsItsTeamsVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	composer := e.start("composer")
+	const teams = 24
+	pushFailingVersion(t, e, composer, "fk", "1=50", "2=50")
+	rng := rand.New(rand.NewPCG(8, 1))
+	first := map[string]int{} // each team's version in round 1
+	for r, prompt := range []func() string{func() string { return longTask(rng, 1) }, func() string { return "Go." }} {
+		round := r + 1
+		if round == 2 {
+			relabel(t, e, composer, "fk", "1=90", "2=10") // a team assigned afresh would mostly get version 1
+		}
+		for k := range teams {
+			team := fmt.Sprintf("team-%d", k)
+			e.requestRound(fmt.Sprintf("req-%s-%d", team, round), events.RoundRequested{ExecutionID: "fk-1", TeamID: team,
+				TeamName: "Team " + team, RoundNumber: round, UserPrompt: prompt(), MaxRounds: 2, Template: "fk"}, t0.Add(time.Duration(round)*time.Hour))
+		}
+		got := e.answers("prompt.*.fk-1.*", teams*round, 30*time.Second)
+		for k := range teams {
+			team := fmt.Sprintf("team-%d", k)
+			a := got[fmt.Sprintf("req-%s-%d", team, round)]
+			version := a.composed.Template.Version
+			if !a.ok() {
+				if a.failed.Template == nil {
+					t.Fatalf("%s round %d failed naming no version: %+v", team, round, a.failed)
+				}
+				version = a.failed.Template.Version
+			}
+			if round == 1 {
+				if a.ok() != (version == 1) {
+					t.Fatalf("%s round 1 (a long task): version %d, composed %v", team, version, a.ok())
+				}
+				first[team] = version
+			} else if !a.ok() || version != first[team] {
+				t.Errorf("%s: version %d in round 1, %d in round 2 (%s)", team, first[team], version, a.subject)
+			}
+		}
+	}
+	twos := 0
+	for _, v := range first {
+		if v == 2 {
+			twos++
+		}
+	}
+	if twos == 0 {
+		t.Fatal("no team was given version 2 in round 1: the test shows nothing")
+	}
+	t.Logf("%d of %d teams failed round 1 on version 2 and kept it", twos, teams)
 }

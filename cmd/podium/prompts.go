@@ -341,7 +341,7 @@ func promptsTail(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		enough := errors.New("enough records")
 		seen := 0
-		err = streamscan.Follow(ctx, js, events.StreamPrompts, "prompt.*."+*execution+"."+*team, after, time.Second, func(msg jetstream.Msg) error {
+		err = streamscan.Follow(ctx, js, events.StreamPrompts, events.PromptAnswerSubject(*execution, *team), after, time.Second, func(msg jetstream.Msg) error {
 			seen++
 			printTailLine(e.out, msg)
 			if *count > 0 && seen >= *count {

@@ -270,7 +270,8 @@ func recordOf(body []byte) (chstore.ArchivedPrompt, error) {
 		return chstore.ArchivedPrompt{}, fmt.Errorf("%s %s names no execution, team and round", rec.EventType, rec.EventID)
 	}
 	if rec.EventType == events.TypePromptFailed {
-		// Its data has no template and no inputs: whatever else it carries is not indexed.
+		// Its data has no inputs, and a template only when its request was assigned one (which
+		// compare reads from the body, by execution): the record is indexed as a failure, no more.
 		rec.TemplateName, rec.TemplateVersion, rec.EvaluationsSeq, rec.PromptSHA256 = "", 0, 0, ""
 	}
 	return rec, nil

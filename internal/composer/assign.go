@@ -48,14 +48,16 @@ func (c *composer) resolve(ctx context.Context, lib *compose.Library, req events
 	return t, label, splitOf, err
 }
 
-// previous is the version the team was served under name and label earlier in this execution: the
-// first of its records in PROMPTS that resolved through that label (0 when none).
+// previous is the version the team was assigned under name and label earlier in this execution:
+// the first of its records in PROMPTS that resolved through that label (0 when none). A
+// prompt.failed that names the version its request was assigned counts as a prompt.composed does:
+// a team whose first request failed keeps its version when the weights change after.
 func (c *composer) previous(ctx context.Context, exec, team, name, label string) (int, error) {
 	st, err := c.js.Stream(ctx, events.StreamPrompts)
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
 	}
-	subject := events.PromptComposedSubject(exec, team)
+	subject := events.PromptAnswerSubject(exec, team)
 	seq := uint64(1)
 	for range maxPrevious {
 		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
@@ -65,8 +67,17 @@ func (c *composer) previous(ctx context.Context, exec, team, name, label string)
 		if err != nil {
 			return 0, fmt.Errorf("read %s: %w", events.StreamPrompts, err)
 		}
-		if r, err := audit.Decode(msg.Subject, msg.Data); err == nil && r.Data.Template.Name == name && r.Data.Template.Label == label {
-			return r.Data.Template.Version, nil
+		if r, err := audit.Decode(msg.Subject, msg.Data); err == nil {
+			assigned := r.Data.Template
+			if r.Failed != nil {
+				assigned = events.TemplateRef{}
+				if r.Failed.Template != nil {
+					assigned = *r.Failed.Template
+				}
+			}
+			if assigned.Name == name && assigned.Label == label {
+				return assigned.Version, nil
+			}
 		}
 		seq = msg.Sequence + 1
 	}

@@ -343,8 +343,13 @@ func Analyze(prompts []Prompt, rounds map[string][]rank.RoundScore, opt Options)
 			t.versions[p.Version], t.labels[p.Label] = true, true
 		}
 		v := p.Version
-		if v == 0 || !t.versions[v] {
+		switch {
+		case v == 0:
 			v = t.versionAt(p.Round) // a failure that names no version is the one served then
+		case !t.versions[v]:
+			// Assigned another version than it was served (a label moved to a version that
+			// failed): the team had two, and is one of each's teams, in neither's comparison.
+			t.versions[v], t.labels[p.Label] = true, true
 		}
 		t.failed[v]++
 	}
@@ -604,7 +609,8 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	// members are the teams of each block with an outcome, unscored those with none (served, and
 	// never evaluated): they count as teams that left, and in the failures.
 	members, unscored := map[blockKey][]member{}, map[blockKey][]member{}
-	var keys []blockKey
+	var keys, all []blockKey       // blocks with teams evaluated; blocks with any team
+	arms := map[blockKey]*[2]int{} // teams of each arm, evaluated or not
 	for _, t := range teams {
 		version, label, ok := t.assigned()
 		if !ok || version != v && version != base {
@@ -615,6 +621,11 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 		if version == base {
 			arm = 1
 		}
+		if arms[k] == nil {
+			arms[k] = &[2]int{}
+			all = append(all, k)
+		}
+		arms[k][arm]++
 		if len(t.rel) == 0 {
 			unscored[k] = append(unscored[k], member{arm, t})
 			continue
@@ -623,6 +634,15 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 			keys = append(keys, k)
 		}
 		members[k] = append(members[k], member{arm, t})
+	}
+	// The blocks that randomized teams between the two, evaluated or not: where failures and
+	// attrition are compared (a version whose every team only failed was randomized all the
+	// same; its failures are the difference).
+	var randomized []blockKey
+	for _, k := range all {
+		if arms[k][0] > 0 && arms[k][1] > 0 {
+			randomized = append(randomized, k)
+		}
 	}
 	// A team's outcome is its mean, over the rounds it was served its version, of its score less
 	// its execution-round's mean (so that how long it stayed does not matter), adjusted for the
@@ -702,26 +722,19 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 		execs[k.exec] = true
 	}
 	c.Executions, c.Teams = len(execs), n[0]+n[1]
-	if len(both) == 0 {
+	if len(randomized) == 0 {
 		c.Verdict = NotRandomized
 		c.Reason = fmt.Sprintf("no execution had teams randomized between versions %d and %d by a split label (served in other executions or at other times, by an explicit version, or a team moved between them): the figures describe, they do not compare", v, base)
 		return c
 	}
-	bs := make([]*[2][]float64, 0, len(both))
-	for _, k := range both {
-		bs = append(bs, blocks[k])
-	}
-	diff, variance, dof := blockedWelch(bs)
-	c.Difference = &diff
-	c.ByExecution, c.re = byExecution(both, blocks)
-	c.Failures = failuresOf(both, members, unscored, v, base)
+	c.Failures = failuresOf(randomized, members, unscored, v, base)
 	// Teams that left before their execution's last round, or were never evaluated, by version:
 	// said whenever any did, and no verdict when the versions lost them at clearly different
 	// rates (an outcome missing more often under one version is a difference in itself, and
 	// leaves teams that are no longer comparable).
 	var left, stayed, never [2]int
-	strata := make([][4]int, 0, len(both)) // per block: left and stayed of v, left and stayed of base
-	for _, k := range both {
+	strata := make([][4]int, 0, len(randomized)) // per block: left and stayed of v, left and stayed of base
+	for _, k := range randomized {
 		var st [4]int
 		for _, m := range members[k] {
 			if m.t.lastTime < ends[k.exec] {
@@ -741,17 +754,29 @@ func compare(teams []*team, v, base int, ends map[string]int) Comparison {
 	}
 	if left[0]+left[1] > 0 {
 		c.attrition = fmt.Sprintf("; teams that left before their execution's last round: %d of %d of version %d, %d of %d of version %d",
-			left[0], n[0]+never[0], v, left[1], n[1]+never[1], base)
+			left[0], left[0]+stayed[0], v, left[1], left[1]+stayed[1], base)
 		if never[0]+never[1] > 0 {
 			c.attrition += fmt.Sprintf(" (never evaluated: %d and %d)", never[0], never[1])
 		}
 		if p := leftAlike(strata); p < Alpha {
 			c.Verdict = AttritionDiffers
 			c.Reason = fmt.Sprintf("version %d's teams left before their execution's last round (or were never evaluated) at another rate than version %d's (%d of %d against %d of %d, p = %.3g within blocks): the teams that stayed are not comparable, and which version keeps teams is itself a difference",
-				v, base, left[0], n[0]+never[0], left[1], n[1]+never[1], p)
+				v, base, left[0], left[0]+stayed[0], left[1], left[1]+stayed[1], p)
 			return c
 		}
 	}
+	if len(both) == 0 {
+		c.Verdict = NotEnoughData
+		c.Reason = fmt.Sprintf("no execution that randomized teams between versions %d and %d has evaluated teams of both", v, base) + c.attrition
+		return c
+	}
+	bs := make([]*[2][]float64, 0, len(both))
+	for _, k := range both {
+		bs = append(bs, blocks[k])
+	}
+	diff, variance, dof := blockedWelch(bs)
+	c.Difference = &diff
+	c.ByExecution, c.re = byExecution(both, blocks)
 	if n[0] < MinTeams || n[1] < MinTeams {
 		c.Verdict = NotEnoughData
 		c.Reason = fmt.Sprintf("%d teams of version %d and %d of version %d were randomized between them in the same executions; a verdict needs %d of each", n[0], v, n[1], base, MinTeams) + c.attrition
@@ -799,7 +824,7 @@ type Failures struct {
 // failuresOf compares the shares of failed requests of the teams of the blocks in both, those
 // never evaluated included; nil when no request of either failed.
 func failuresOf(both []blockKey, members, unscored map[blockKey][]member, v, base int) *Failures {
-	var failed, asked [2]int
+	var failed, asked, teams [2]int
 	bs := make([]*[2][]float64, 0, len(both))
 	for _, k := range both {
 		b := &[2][]float64{}
@@ -818,6 +843,7 @@ func failuresOf(both []blockKey, members, unscored map[blockKey][]member, v, bas
 		}
 		if len(b[0]) > 0 && len(b[1]) > 0 {
 			bs = append(bs, b)
+			teams[0], teams[1] = teams[0]+len(b[0]), teams[1]+len(b[1])
 		}
 	}
 	if failed[0]+failed[1] == 0 || asked[0] == 0 || asked[1] == 0 {
@@ -826,8 +852,14 @@ func failuresOf(both []blockKey, members, unscored map[blockKey][]member, v, bas
 	out := &Failures{Rate: float64(failed[0]) / float64(asked[0]), BaselineRate: float64(failed[1]) / float64(asked[1])}
 	diff, variance, dof := blockedWelch(bs)
 	out.Difference = diff
-	if variance > 0 && dof >= MinDF {
+	switch {
+	case variance > 0 && dof >= MinDF:
 		p := 2 * distuv.StudentsT{Mu: 0, Sigma: 1, Nu: dof}.Survival(math.Abs(diff)/math.Sqrt(variance))
+		out.PValue = &p
+	case variance == 0 && diff != 0 && teams[0] >= MinTeams && teams[1] >= MinTeams:
+		// Within each block every team of a version failed alike (all of one version's
+		// requests, none of the other's): the difference is no estimate but a count.
+		p := 0.0
 		out.PValue = &p
 	}
 	return out

@@ -431,6 +431,62 @@ func TestATeamWhoseEveryRequestFailedIsCounted(t *testing.T) {
 	}
 }
 
+// TestAVersionThatAlwaysFailsFailsMore: a version every request of which fails has teams that
+// were randomized all the same: its failures are compared (fails more), not taken for teams
+// served elsewhere (not randomized), and a version failing in one execution only is compared
+// with its failures counted.
+func TestAVersionThatAlwaysFailsFailsMore(t *testing.T) {
+	play := func(fails func(exec int) bool) Report {
+		var prompts []Prompt
+		rounds := map[string][]rank.RoundScore{}
+		for x := range 4 {
+			exec := fmt.Sprintf("e%d", x)
+			for k := range 16 {
+				team, v := fmt.Sprintf("t%d", k), 1+k%2
+				for r := 1; r <= 4; r++ {
+					p := Prompt{ExecutionID: exec, TeamID: team, Round: r, Version: v, Label: "production", Split: "1=50,2=50", MaxRounds: 4}
+					if v == 2 && fails(x) {
+						p.Failed = true
+						prompts = append(prompts, p)
+						continue
+					}
+					prompts = append(prompts, p)
+					rounds[exec] = append(rounds[exec], rank.RoundScore{TeamID: team, Round: r, Score: 50 + float64((k*7+r*3)%11)})
+				}
+			}
+		}
+		return Analyze(prompts, rounds, Options{})
+	}
+	c := play(func(int) bool { return true }).Comparisons[0]
+	if c.Verdict != FailsMore || c.Failures == nil || c.Failures.Rate != 1 || !strings.Contains(c.Reason, "32 of 32 against 0 of 32") {
+		t.Errorf("every request of version 2 failed: %+v", c)
+	}
+	c = play(func(x int) bool { return x == 1 }).Comparisons[0]
+	if c.Failures == nil || c.Failures.Rate != 0.25 || c.Verdict != FailsMore || !strings.Contains(c.Reason, "8 of 32 against 0 of 32") {
+		t.Errorf("version 2 failed every request in one execution of four: %+v", c)
+	}
+}
+
+// TestAFailureCountsAgainstTheVersionItNames: a team served version 1, then assigned version 2
+// (the label moved) whose requests failed, had both: each version's figures count it, the
+// failures against version 2, and it takes part in no comparison.
+func TestAFailureCountsAgainstTheVersionItNames(t *testing.T) {
+	prompts := []Prompt{
+		{ExecutionID: "e", TeamID: "a", Round: 1, Version: 1, Label: "production"},
+		{ExecutionID: "e", TeamID: "a", Round: 2, Version: 1, Label: "production"},
+		{ExecutionID: "e", TeamID: "a", Round: 3, Version: 2, Label: "production", Failed: true},
+		{ExecutionID: "e", TeamID: "a", Round: 4, Version: 2, Label: "production", Failed: true},
+	}
+	rounds := map[string][]rank.RoundScore{"e": {{TeamID: "a", Round: 1, Score: 1}, {TeamID: "a", Round: 2, Score: 2}}}
+	rep := Analyze(prompts, rounds, Options{})
+	if len(rep.Versions) != 2 || rep.Versions[0].Failed != 0 || rep.Versions[1].Failed != 2 || rep.Versions[0].Teams != 1 || rep.Versions[1].Teams != 1 {
+		t.Errorf("figures: %+v", rep.Versions)
+	}
+	if c := rep.Comparisons[0]; c.Verdict != NotRandomized {
+		t.Errorf("a team of two versions compared: %+v", c)
+	}
+}
+
 // TestVersionIntervalsCover: a version's interval is clustered by execution, so with executions
 // of different levels it still holds the version's mean over executions (50 here) about 95 times
 // in 100 (before, over teams alone, 58-82).

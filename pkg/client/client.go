@@ -124,7 +124,7 @@ func (c *Client) RequestPrompt(ctx context.Context, id string, at time.Time, req
 		return events.PromptComposed{}, fmt.Errorf("client: stream %s: %w", events.StreamPrompts, err)
 	}
 	cons, err := c.js.OrderedConsumer(ctx, events.StreamPrompts, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"prompt.*." + req.ExecutionID + "." + req.TeamID},
+		FilterSubjects: []string{events.PromptAnswerSubject(req.ExecutionID, req.TeamID)},
 		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: stream.CachedInfo().State.LastSeq + 1})
 	if err != nil {
 		return events.PromptComposed{}, fmt.Errorf("client: follow %s: %w", events.StreamPrompts, err)

@@ -310,8 +310,9 @@ type PromptFailed struct {
 	// Template is the template version the request was assigned (name, version, sha256, and the
 	// label and split that assigned it) when it failed after one was (a compatible addition):
 	// `templates compare` counts the failure against that version, and a team whose every request
-	// failed is still one of its teams. Nil when the request failed before (unknown_template,
-	// invalid_request, or the registry did not answer).
+	// failed is still one of its teams. Nil when the request failed before one was: invalid_request,
+	// unknown_template, inputs_not_ready (the wait comes first), or store_unavailable while the
+	// version was being chosen.
 	Template *TemplateRef `json:"template,omitempty"`
 }
 

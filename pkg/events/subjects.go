@@ -46,6 +46,12 @@ func PromptFailedSubject(executionID, teamID string) string {
 	return TypePromptFailed + "." + executionID + "." + teamID
 }
 
+// PromptAnswerSubject is prompt.*.<execution_id>.<team_id>: the team's answers of either kind,
+// prompt.composed and prompt.failed.
+func PromptAnswerSubject(executionID, teamID string) string {
+	return "prompt.*." + executionID + "." + teamID
+}
+
 // LeaderboardSubject is leaderboard.updated.<execution_id>.
 func LeaderboardSubject(executionID string) string {
 	return TypeLeaderboardUpdated + "." + executionID

@@ -520,7 +520,13 @@ func (c *checker) templateRef(t map[string]any, tp string) {
 	if v, ok := c.str(t, tp, "label", false); ok && !ValidIdentifier(v) {
 		c.add(join(tp, "label"), "must be an identifier")
 	}
+	if v, ok := c.str(t, tp, "split", false); ok && !splitPattern.MatchString(v) {
+		c.add(join(tp, "split"), fmt.Sprintf("%s must be versions and weights, as 5=50,6=50", Quote(v)))
+	}
 }
+
+// splitPattern is a label's split as a record keeps it (events.TemplateRef.Split).
+var splitPattern = regexp.MustCompile(`^[0-9]+=[0-9]+(,[0-9]+=[0-9]+)*$`)
 
 func (c *checker) leaderboardUpdated(m map[string]any, p string) string {
 	exec := c.ident(m, p, "execution_id")
