@@ -14,16 +14,18 @@ help: ## list the targets
 build: ## build archiver, composer, console, demo, podium and ranker into bin/
 	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/...
 
-builders: ## build the example prompt builders into bin/: Go (GOOS=wasip1) and C (Debian's clang and wasi-libc: make clickhouse installs them)
-	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -o $(BIN)/phi4mini.wasm ./builders/phi4mini
+builders: ## build the example prompt builders into bin/: Go as a reactor and as a command (GOOS=wasip1), C (Debian's clang and wasi-libc) and Rust (Debian's rustc): make clickhouse installs them
+	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -o $(BIN)/phi4mini.wasm ./builders/phi4mini
+	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -o $(BIN)/phi4mini-command.wasm ./builders/phi4mini
 	builders/phi4mini-c/build.sh $(BIN)/phi4mini-c.wasm
+	builders/phi4mini-rs/build.sh $(BIN)/phi4mini-rs.wasm
 
 clickhouse-server: ## install the ClickHouse server when missing (Debian), all the demo needs besides Go
 	@command -v clickhouse-server >/dev/null 2>&1 || command -v clickhouse >/dev/null 2>&1 || { \
 		echo "installing Debian's clickhouse-server clickhouse-client"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clickhouse-server clickhouse-client; }
 
-clickhouse: clickhouse-server ## install what the tests run for real when missing: ClickHouse, ZooKeeper, Jinja2, Chromium, Node, clang with wasi-libc (Debian); ajv, nats.js and chDB (npm, locked)
+clickhouse: clickhouse-server ## install what the tests run for real when missing: ClickHouse, ZooKeeper, Jinja2, Chromium, Node, clang with wasi-libc, rustc with its wasm32 library (Debian); ajv, nats.js and chDB (npm, locked)
 	@missing=""; \
 	[ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1 || missing="$$missing zookeeper"; \
 	/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1 || missing="$$missing python3-jinja2"; \
@@ -31,6 +33,7 @@ clickhouse: clickhouse-server ## install what the tests run for real when missin
 	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	{ command -v clang >/dev/null 2>&1 && command -v wasm-ld >/dev/null 2>&1 && [ -d /usr/include/wasm32-wasi ] && \
 	  ls /usr/lib/llvm-*/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1; } || missing="$$missing clang lld wasi-libc libclang-rt-14-dev-wasm32"; \
+	{ [ -x /usr/bin/rustc ] && [ -d /usr/lib/rustlib/wasm32-wasi ]; } || missing="$$missing rustc libstd-rust-dev-wasm32"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian's$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,11 +12,16 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// BenchmarkBuilderVersusTemplate composes the same prompts three times through one composer: with
-// the Go example builder (builders/phi4mini, labelled production for its model), with the same
-// builder in C (builders/phi4mini-c, for another model) and with the team-round template (a model
-// no builder serves), and reports the composer's CPU per prompt of each and their ratios. The executions hold distinct texts (coldText), so no read or render is a repeat.
-// BENCH_PROMPTS sets the prompts of each path (default 200).
+// BenchmarkBuilderVersusTemplate composes the same prompts through one composer along each path:
+// the example builder as a Go reactor (builders/phi4mini, -buildmode=c-shared: its runtime started
+// once), the same Go builder as a command (its runtime started in every call), the same builder in
+// C (builders/phi4mini-c) and in Rust (builders/phi4mini-rs), each labelled production for a model
+// of its own, and the team-round
+// template (a model no builder serves). It reports the composer's CPU per prompt of each and each
+// builder's ratio to the template. The executions hold distinct texts (coldText), so no read or
+// render is a repeat. BENCH_PROMPTS sets the prompts of each path (default 200);
+// BENCH_BUILDER_PROFILE=FILE saves two seconds of the composer's CPU profile while the path
+// BENCH_BUILDER_PROFILE_OF names (default go-reactor) composes.
 func BenchmarkBuilderVersusTemplate(b *testing.B) {
 	prompts := 200
 	if s := os.Getenv("BENCH_PROMPTS"); s != "" {
@@ -30,22 +34,34 @@ func BenchmarkBuilderVersusTemplate(b *testing.B) {
 	e := newEnv(b)
 	e.start("ranker")
 	composer := e.start("composer", "PPROF=true")
-	module := writeModule(b, "phi4mini", testenv.BuildWasm(b, "../builders/phi4mini"))
-	moduleC := writeModule(b, "phi4mini-c", testenv.BuildC(b, "../builders/phi4mini-c"))
-	for _, args := range [][]string{{"builders", "push", module, "--name", "phi4mini", "--models", "bench-phi*"}, {"builders", "label", "phi4mini", "1", "production"},
-		{"builders", "push", moduleC, "--name", "phi4mini-c", "--models", "bench-c-phi*"}, {"builders", "label", "phi4mini-c", "1", "production"}} {
-		if out, code := e.podium(b, nil, args...); code != 0 {
-			b.Fatalf("podium %v: exit %d\n%s", args, code, out)
-		}
+	paths := []struct {
+		name   string
+		module []byte // nil: the template
+	}{
+		{"go-reactor", testenv.BuildWasmReactor(b, "../builders/phi4mini")},
+		{"go-command", testenv.BuildWasm(b, "../builders/phi4mini")},
+		{"c", testenv.BuildC(b, "../builders/phi4mini-c")},
+		{"rust", testenv.BuildRust(b, "../builders/phi4mini-rs")},
+		{"template", nil},
 	}
-	testenv.WaitFor(b, 10*time.Second, "the composer serving both builders", func() (bool, string) {
-		return composer.metric(b, `composer_builders_served{name="phi4mini",version="1"}`) == 1 &&
-			composer.metric(b, `composer_builders_served{name="phi4mini-c",version="1"}`) == 1, ""
-	})
+	for _, p := range paths {
+		if p.module == nil {
+			continue
+		}
+		name := "phi4mini-" + p.name
+		for _, args := range [][]string{{"builders", "push", writeModule(b, name, p.module), "--name", name, "--models", "bench-" + p.name + "*"}, {"builders", "label", name, "1", "production"}} {
+			if out, code := e.podium(b, nil, args...); code != 0 {
+				b.Fatalf("podium %v: exit %d\n%s", args, code, out)
+			}
+		}
+		testenv.WaitFor(b, 10*time.Second, "the composer serving "+name, func() (bool, string) {
+			return composer.metric(b, `composer_builders_served{name="`+name+`",version="1"}`) == 1, ""
+		})
+	}
 	const teams, rounds = 10, 4
-	// Two executions with the same evaluations: one composed through the builder, one through the
-	// template.
-	for _, exec := range []string{"bench-builder", "bench-c-builder", "bench-template"} {
+	// One execution per path, with the same evaluations.
+	for _, p := range paths {
+		exec := "bench-" + p.name
 		for team := range teams {
 			for round := 1; round <= rounds; round++ {
 				id := fmt.Sprintf("%s-%d-%d", exec, team, round)
@@ -57,35 +73,37 @@ func BenchmarkBuilderVersusTemplate(b *testing.B) {
 	pid := composer.cmd.Process.Pid
 	b.ResetTimer()
 	perPrompt := map[string]float64{}
-	for _, path := range []struct{ exec, model string }{{"bench-builder", "bench-phi-4-mini"}, {"bench-c-builder", "bench-c-phi-4-mini"}, {"bench-template", "bench-plain"}} {
+	for _, p := range paths {
+		exec, model := "bench-"+p.name, "bench-"+p.name+"-phi-4-mini"
 		cpu := cpuSince(pid)
-		// Two seconds of the composer building (BENCH_BUILDER_PROFILE_OF=bench-c-builder: the C one).
-		if out := os.Getenv("BENCH_BUILDER_PROFILE"); out != "" && path.exec == cmp.Or(os.Getenv("BENCH_BUILDER_PROFILE_OF"), "bench-builder") {
+		if out := os.Getenv("BENCH_BUILDER_PROFILE"); out != "" && p.name == cmp.Or(os.Getenv("BENCH_BUILDER_PROFILE_OF"), "go-reactor") {
 			go saveProfile(b, composer, out)
 		}
 		for i := range prompts {
 			team := i % teams
-			e.requestRound(fmt.Sprintf("%s-req-%d", path.exec, i), events.RoundRequested{ExecutionID: path.exec, TeamID: fmt.Sprintf("t%02d", team),
+			e.requestRound(fmt.Sprintf("%s-req-%d", exec, i), events.RoundRequested{ExecutionID: exec, TeamID: fmt.Sprintf("t%02d", team),
 				TeamName: fmt.Sprintf("Team %02d", team), RoundNumber: rounds + 1 + i/teams, UserPrompt: "Write the best possible design document for a rate limiter.",
-				Model: path.model}, t0.Add(time.Duration(i)*time.Second))
+				Model: model}, t0.Add(time.Duration(i)*time.Second))
 		}
-		answers := e.answers("prompt.*."+path.exec+".*", prompts, 5*time.Minute)
+		answers := e.answers("prompt.*."+exec+".*", prompts, 5*time.Minute)
 		used := cpu()[0]
 		for id, a := range answers {
 			built := a.ok() && a.composed.Builder != nil && !a.composed.Builder.Fallback
-			if !a.ok() || built != strings.Contains(path.model, "phi") {
+			if !a.ok() || built != (p.module != nil) {
 				b.Fatalf("%s: answered %s, built %v", id, a.subject, built)
 			}
 		}
-		perPrompt[path.exec] = used / float64(prompts) * 1e6
+		perPrompt[p.name] = used / float64(prompts) * 1e6
 	}
 	b.StopTimer()
-	b.ReportMetric(perPrompt["bench-builder"], "builder-cpu-us/prompt")
-	b.ReportMetric(perPrompt["bench-c-builder"], "c-builder-cpu-us/prompt")
-	b.ReportMetric(perPrompt["bench-template"], "template-cpu-us/prompt")
-	b.ReportMetric(perPrompt["bench-builder"]/perPrompt["bench-template"], "builder/template")
-	b.ReportMetric(perPrompt["bench-c-builder"]/perPrompt["bench-template"], "c-builder/template")
-	b.Logf("composer CPU per prompt: Go builder %.0f us (x%.2f the template), C builder %.0f us (x%.2f), template %.0f us; %d prompts each",
-		perPrompt["bench-builder"], perPrompt["bench-builder"]/perPrompt["bench-template"], perPrompt["bench-c-builder"],
-		perPrompt["bench-c-builder"]/perPrompt["bench-template"], perPrompt["bench-template"], prompts)
+	line := ""
+	for _, p := range paths {
+		b.ReportMetric(perPrompt[p.name], p.name+"-cpu-us/prompt")
+		if p.module != nil {
+			ratio := perPrompt[p.name] / perPrompt["template"]
+			b.ReportMetric(ratio, p.name+"/template")
+			line += fmt.Sprintf("%s %.0f us (x%.2f the template), ", p.name, perPrompt[p.name], ratio)
+		}
+	}
+	b.Logf("composer CPU per prompt: %stemplate %.0f us; %d prompts each", line, perPrompt["template"], prompts)
 }

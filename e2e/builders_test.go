@@ -68,7 +68,7 @@ func TestPromptBuilders(t *testing.T) {
 		return e.composedFor(t, execution, team)
 	}
 
-	phi := writeModule(t, "phi4mini", testenv.BuildWasm(t, "../builders/phi4mini"))
+	phi := writeModule(t, "phi4mini", testenv.BuildWasmReactor(t, "../builders/phi4mini"))
 	out, code := e.podium(t, nil, "builders", "push", phi, "--name", "phi4mini", "--models", "phi-4*", "--models", "microsoft/phi-4*", "--priority", "10")
 	t.Logf("$ podium builders push phi4mini.wasm ...\n%s", out)
 	if code != 0 || !strings.Contains(out, "pushed builder phi4mini@1") || !strings.Contains(out, "serves nothing until labelled production") {
@@ -124,7 +124,8 @@ func TestPromptBuilders(t *testing.T) {
 	}
 
 	// The same builder in C (builders/phi4mini-c) as version 2: labelled production, it builds
-	// the next request, which verifies; the record of version 1 still verifies with version 1.
+	// the next request, which verifies; the record of version 1 (the Go reactor) still verifies
+	// with version 1.
 	phiC := writeModule(t, "phi4mini-c", testenv.BuildC(t, "../builders/phi4mini-c"))
 	if out, code := e.podium(t, nil, "builders", "push", phiC, "--name", "phi4mini", "--models", "phi-4*", "--models", "microsoft/phi-4*", "--priority", "10"); code != 0 || !strings.Contains(out, "pushed builder phi4mini@2") {
 		t.Fatalf("push of the C builder: exit %d\n%s", code, out)
@@ -144,7 +145,25 @@ func TestPromptBuilders(t *testing.T) {
 			t.Fatalf("the C builder's prompt lacks %q:\n%s", want, inC.Prompt)
 		}
 	}
-	for _, team := range []string{"t2", "t4"} {
+	// And in Rust (builders/phi4mini-rs) as version 3, the same way.
+	phiRust := writeModule(t, "phi4mini-rs", testenv.BuildRust(t, "../builders/phi4mini-rs"))
+	if out, code := e.podium(t, nil, "builders", "push", phiRust, "--name", "phi4mini", "--models", "phi-4*", "--models", "microsoft/phi-4*", "--priority", "10"); code != 0 || !strings.Contains(out, "pushed builder phi4mini@3") {
+		t.Fatalf("push of the Rust builder: exit %d\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "builders", "label", "phi4mini", "3", "production"); code != 0 {
+		t.Fatalf("label the Rust builder: exit %d\n%s", code, out)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the composer serving the Rust builder", func() (bool, string) {
+		return composer.metric(t, `composer_builders_served{name="phi4mini",version="3"}`) == 1, ""
+	})
+	inRust := request("t5", "Five", "phi-4-mini", map[string]any{"tools": tools})
+	if inRust.Builder == nil || inRust.Builder.Fallback || inRust.Builder.Version != 3 {
+		t.Fatalf("not built by the Rust builder, phi4mini@3: %+v", inRust.Builder)
+	}
+	if want := strings.Replace(inC.Prompt, "You are Four (team id t4)", "You are Five (team id t5)", 1); inRust.Prompt != want {
+		t.Fatalf("the Rust builder's prompt is not the C builder's for the same request:\n%s\nwant\n%s", inRust.Prompt, want)
+	}
+	for _, team := range []string{"t2", "t4", "t5"} {
 		if out, code := e.podium(t, nil, "prompts", "verify", execution, team, "2"); code != 0 {
 			t.Fatalf("verify of %s's prompt: exit %d\n%s", team, code, out)
 		}
@@ -281,12 +300,12 @@ func TestPromptBuilders(t *testing.T) {
 		t.Fatalf("after the hostile builders: %+v", again.Builder)
 	}
 
-	// The execution's bundle carries the builders' modules (Go and C): its records verify with no
-	// server.
+	// The execution's bundle carries the builders' modules (the Go reactor, C and Rust): its
+	// records verify with no server.
 	bundle := filepath.Join(t.TempDir(), "builders.podium.json.gz")
 	out, code = e.podium(t, nil, "export", "--execution", execution, "--out", bundle)
 	t.Logf("$ podium export --execution %s\n%s", execution, out)
-	if code != 0 || !strings.Contains(out, "2 builder versions") {
+	if code != 0 || !strings.Contains(out, "3 builder versions") {
 		t.Fatalf("export: exit %d\n%s", code, out)
 	}
 	cmd := exec.Command(filepath.Join(bins.dir, "podium"), "prompts", "verify", "--bundle", bundle)

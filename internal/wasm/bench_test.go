@@ -7,8 +7,9 @@ import (
 	"github.com/podium-llm/podium/internal/testenv"
 )
 
-// BenchmarkRunExampleBuilder: one build by each shipped example builder, a fresh instance per
-// call, as composers run it: the Go module (its runtime starts in every instance) and the C one.
+// BenchmarkRunExampleBuilder: one build by each shipped example builder, as composers run it: the
+// Go one as a reactor (its runtime started once, each call set back to the snapshot) and as a
+// command (its runtime starts in every fresh instance), and the C and Rust ones (commands).
 //
 // `go test -run '^$' -bench RunExampleBuilder -benchmem ./internal/wasm`
 func BenchmarkRunExampleBuilder(b *testing.B) {
@@ -17,8 +18,10 @@ func BenchmarkRunExampleBuilder(b *testing.B) {
 		build func(testing.TB, string) []byte
 		dir   string
 	}{
-		{"go", testenv.BuildWasm, "../../builders/phi4mini"},
+		{"go-reactor", testenv.BuildWasmReactor, "../../builders/phi4mini"},
+		{"go-command", testenv.BuildWasm, "../../builders/phi4mini"},
 		{"c", testenv.BuildC, "../../builders/phi4mini-c"},
+		{"rust", testenv.BuildRust, "../../builders/phi4mini-rs"},
 	} {
 		b.Run(example.name, func(b *testing.B) {
 			e, err := wasmEngine(b)

@@ -263,18 +263,7 @@ func (b Budget) boundTables(wasm []byte, decls []tableDecl, at, end int) ([]byte
 		body = append(body, d.ref, 1)
 		body = AppendU32(AppendU32(body, d.min), max)
 	}
-	// at is just past the section's size; the section starts one id byte and the size before.
-	start := at - 1
-	for start > 0 && wasm[start-1]&0x80 != 0 {
-		start--
-	}
-	start-- // the id
-	out := make([]byte, 0, len(wasm)+16)
-	out = append(out, wasm[:start]...)
-	out = append(out, 4)
-	out = AppendU32(out, uint32(len(body)))
-	out = append(out, body...)
-	return append(out, wasm[end:]...), nil
+	return splice(wasm, 4, at, end, body), nil
 }
 
 // appendU32 appends an unsigned LEB128 number.

@@ -23,6 +23,16 @@ type compiled struct {
 	used    uint64 // Engine.clock at its last load or call: the least recent goes first
 	calls   int    // calls running on it
 	evicted bool   // out of the cache: freed when calls reaches 0
+	kind    string
+	reactor *reactor // a reactor's snapshot and instances; nil for a command
+}
+
+// free frees the module: a reactor's instances first, then its compiled code.
+func (c *compiled) free(ctx context.Context) {
+	if c.reactor != nil {
+		c.reactor.close(ctx)
+	}
+	_ = c.c.Close(ctx)
 }
 
 // Keep names the modules served now (the sha256 of every version a production label names): they
@@ -100,7 +110,7 @@ func (e *Engine) evictLocked(ctx context.Context) {
 		delete(e.compiled, oldest.sha)
 		oldest.evicted = true
 		if oldest.calls == 0 {
-			_ = oldest.c.Close(ctx)
+			oldest.free(ctx)
 		}
 	}
 }
@@ -124,6 +134,6 @@ func (e *Engine) release(ctx context.Context, c *compiled) {
 	defer e.mu.Unlock()
 	c.calls--
 	if c.evicted && c.calls == 0 {
-		_ = c.c.Close(context.WithoutCancel(ctx))
+		c.free(context.WithoutCancel(ctx))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/internal/wasm"
 )
 
 // exampleInputs are requests both examples must answer alike: the shapes of a build (first round,
@@ -24,29 +25,38 @@ var exampleInputs = []string{
 	`{"op":"parse","model":"phi-4-mini","output":"<|tool_call|>[{\"name\":\"a\"},{\"name\":\"b\",\"arguments\":[1,2]}]<|/tool_call|><|tool_call|>unclosed"}`,
 }
 
-// TestExampleBuildersAgree: the C example builder answers every input with the very bytes of the
-// Go one (so either may serve production, and a record of one verifies with the other's rules).
+// TestExampleBuildersAgree: the example builder as a Go reactor, in C and in Rust, answers every
+// input with the very bytes of the Go command (so any of them may serve production, and a record of one
+// verifies with another's rules), the reactor called on each input in turn from one snapshot.
 func TestExampleBuildersAgree(t *testing.T) {
 	e := engine(t)
 	goModule := load(t, e, testenv.BuildWasm(t, "../../builders/phi4mini"))
-	cModule := load(t, e, testenv.BuildC(t, "../../builders/phi4mini-c"))
+	others := map[string]*wasm.Module{
+		"the Go reactor": load(t, e, testenv.BuildWasmReactor(t, "../../builders/phi4mini")),
+		"the C builder":  load(t, e, testenv.BuildC(t, "../../builders/phi4mini-c")),
+		"the Rust one":   load(t, e, testenv.BuildRust(t, "../../builders/phi4mini-rs")),
+	}
 	total := 0
 	for i, in := range exampleInputs {
 		want, err := goModule.Run(context.Background(), []byte(in), requestTime)
 		if err != nil {
-			t.Fatalf("input %d, the Go builder: %v", i, err)
+			t.Fatalf("input %d, the Go command: %v", i, err)
 		}
-		got, err := cModule.Run(context.Background(), []byte(in), requestTime)
-		if err != nil {
-			t.Fatalf("input %d, the C builder: %v", i, err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("input %d: the C builder answers\n%s\nthe Go builder\n%s", i, got, want)
+		for name, m := range others {
+			got, err := m.Run(context.Background(), []byte(in), requestTime)
+			if err != nil {
+				t.Fatalf("input %d, %s: %v", i, name, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("input %d: %s answers\n%s\nthe Go command\n%s", i, name, got, want)
+			}
 		}
 		total += len(want)
 	}
-	t.Logf("%d inputs: the same %d bytes of answers from both", len(exampleInputs), total)
-	if _, err := cModule.Run(context.Background(), []byte(`{"op":"nothing"}`), requestTime); err == nil || !strings.Contains(err.Error(), "unknown op") {
-		t.Errorf("an unknown op: %v", err)
+	t.Logf("%d inputs: the same %d bytes of answers from all four; the reactor's snapshot: %d bytes", len(exampleInputs), total, others["the Go reactor"].SnapshotBytes())
+	for name, m := range others {
+		if _, err := m.Run(context.Background(), []byte(`{"op":"nothing"}`), requestTime); err == nil || !strings.Contains(err.Error(), "unknown op") {
+			t.Errorf("%s, an unknown op: %v", name, err)
+		}
 	}
 }

@@ -56,6 +56,21 @@ func (ms *mappings) freeAll() {
 	ms.made = nil
 }
 
+// zero gives the bytes [from, to) of the instance's memory back to the kernel, which reads them
+// as zero again (a reactor's memory past its snapshot, which its last call grew into), without
+// writing them; false when the memory is not one mapping of this run.
+func (ms *mappings) zero(from, to int) bool {
+	if len(ms.made) != 1 {
+		return false
+	}
+	r := ms.made[0]
+	page := syscall.Getpagesize()
+	if r.mem == nil || from%page != 0 || to > r.open || from > to {
+		return false
+	}
+	return syscall.Madvise(r.mem[from:roundUp(to, page)], syscall.MADV_DONTNEED) == nil
+}
+
 // Reallocate opens the memory up to size bytes; nil when the kernel refuses (the module's grow
 // fails, as past its limit).
 func (r *reserved) Reallocate(size uint64) []byte {

@@ -16,3 +16,5 @@ func newMappings(*atomic.Int64) *mappings { return &mappings{} }
 func (*mappings) allocator() experimental.MemoryAllocator { return nil }
 
 func (*mappings) freeAll() {}
+
+func (*mappings) zero(int, int) bool { return false }

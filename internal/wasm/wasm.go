@@ -18,7 +18,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -47,6 +46,9 @@ type Limits struct {
 	// (Engine.Keep), by count and by their modules' bytes (0: 8 modules, 128 MiB; cache.go).
 	CacheModules int
 	CacheBytes   int64
+	// Start bounds how long a reactor's _initialize and warm-up calls may take when it is loaded
+	// (0: 10 s; reactor.go).
+	Start time.Duration
 }
 
 // Reasons a call fails, recorded with a fallback.
@@ -96,6 +98,9 @@ func NewEngine(ctx context.Context, limits Limits) (*Engine, error) {
 	if limits.CacheBytes <= 0 {
 		limits.CacheBytes = defaultCacheBytes
 	}
+	if limits.Start <= 0 {
+		limits.Start = 10 * time.Second
+	}
 	cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(limits.MemoryPages).WithCloseOnContextDone(true)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
@@ -137,18 +142,30 @@ func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	if err != nil {
 		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
 	}
+	kind, bounded, globals, err := kindOf(bounded)
+	if err != nil {
+		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
+	}
 	c, err := e.rt.CompileModule(ctx, bounded)
 	if err != nil {
 		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
 	}
-	if _, ok := c.ExportedFunctions()["_start"]; !ok {
-		_ = c.Close(ctx)
-		return nil, &Failure{Reason: ReasonLoad, Detail: "the module exports no _start: it is not a WASI command (build Go with GOOS=wasip1 GOARCH=wasm)"}
+	entry := &compiled{sha: sum, c: c, wasm: wasm, kind: kind}
+	if kind == KindReactor {
+		// Its runtime starts here, once per module: each call starts from what it left
+		// (reactor.go).
+		if entry.reactor, err = e.newReactor(ctx, c, globals); err != nil {
+			_ = c.Close(ctx)
+			return nil, err
+		}
 	}
-	entry := &compiled{sha: sum, c: c, wasm: wasm}
 	e.addLocked(ctx, entry)
 	return &Module{e: e, c: entry, SHA256: sum}, nil
 }
+
+// Kind is the module's kind: KindCommand (a WASI command, whose runtime starts in every call) or
+// KindReactor (whose runtime started once, at load: reactor.go).
+func (m *Module) Kind() string { return m.c.kind }
 
 // Run runs the module once: input on stdin, now as its wall clock. It returns stdout, or a
 // *Failure.
@@ -170,37 +187,20 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 	case <-ctx.Done():
 		return nil, &Failure{Reason: ReasonTimeout, Detail: fmt.Sprintf("every one of the %d builder runs at once was taken until the deadline", cap(m.e.slots))}
 	}
-	stdout := &capped{limit: m.e.limits.OutputBytes}
-	stderr := &capped{limit: m.e.limits.StderrBytes}
-	var ticks int64
-	var readClock bool
-	var err error
-	// Every call starts from the same random source, so a module that asks for randomness (Go's
-	// runtime does, for map order) gives the same bytes each time.
-	seed := sha256.Sum256([]byte("podium prompt builder"))
-	cfg := wazero.NewModuleConfig().
-		WithName(""). // anonymous: calls run side by side
-		WithArgs("builder").
-		WithStdin(bytes.NewReader(input)).
-		WithStdout(stdout).
-		WithStderr(stderr).
-		WithRandSource(rand.NewChaCha8(seed)).
-		// The wall clock reads the request's time, and a module that reads it fails: its answer
-		// must follow from its input alone (the request's time is context.current_datetime).
-		WithWalltime(func() (int64, int32) {
-			readClock = true
-			return now.Unix(), int32(now.Nanosecond())
-		}, sys.ClockResolution(1)).
-		// A counter, not a clock: runtimes that loop on it until time passes (Go's sleep) still
-		// end, and the same run reads the same values.
-		WithNanotime(func() int64 { ticks += int64(time.Microsecond); return ticks }, sys.ClockResolution(1))
+	if c.reactor != nil {
+		return c.reactor.run(ctx, input, now)
+	}
+	// A command: a fresh instance runs _start on the input.
+	s := &callState{}
+	s.reset(input, now, 0, m.e.limits)
 	maps := newMappings(&m.e.mapped)
 	defer maps.freeAll() // also what an instance that failed while being made did not give back
 	var mod api.Module
+	var err error
 	// wazero panics on an allocator's failure it does not expect: this call's failure, not the
 	// composer's.
 	if p := panics.Catch(func() {
-		mod, err = m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, maps.allocator()), c.c, cfg)
+		mod, err = m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, maps.allocator()), c.c, config(s, true))
 	}); p != nil {
 		return nil, &Failure{Reason: ReasonMemory, Detail: fmt.Sprintf("the instance could not be made: %v", p.Value)}
 	}
@@ -208,14 +208,14 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 		_ = mod.Close(context.WithoutCancel(ctx))
 	}
 	switch {
-	case stdout.over: // whatever the module did when its writes were refused
+	case s.stdout.over: // whatever the module did when its writes were refused
 		return nil, &Failure{Reason: ReasonTooLarge, Detail: fmt.Sprintf("the answer is over %d bytes", m.e.limits.OutputBytes)}
 	case err != nil:
-		return nil, failureOf(ctx, err, stderr)
-	case readClock:
+		return nil, failureOf(ctx, err, s.stderr)
+	case s.readClock:
 		return nil, &Failure{Reason: ReasonClock, Detail: "the builder read the wall clock; the request's time is context.current_datetime"}
 	}
-	return stdout.buf.Bytes(), nil
+	return s.stdout.buf.Bytes(), nil
 }
 
 // failureOf names why a run failed, with the first lines of what the module said on stderr.

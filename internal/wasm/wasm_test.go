@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,8 @@ import (
 	"github.com/podium-llm/podium/pkg/builder"
 )
 
-var limits = wasm.Limits{MemoryPages: 512, OutputBytes: 1 << 20, StderrBytes: 2048}
+// Start: a warm-up that never ends (testdata/loop) holds a load that long.
+var limits = wasm.Limits{MemoryPages: 512, OutputBytes: 1 << 20, StderrBytes: 2048, Start: 2 * time.Second}
 
 func engine(t *testing.T) *wasm.Engine {
 	t.Helper()
@@ -52,8 +54,21 @@ const buildInput = `{"op":"build","model":"phi-4-mini","context":{"team":{"id":"
 // TestExampleBuilder: the shipped Phi-4-mini builder builds the model's turns with the tools
 // block, the same bytes on every run and from runs side by side, and parses tool calls.
 func TestExampleBuilder(t *testing.T) {
+	for kind, build := range builds {
+		t.Run(kind, func(t *testing.T) { exampleBuilder(t, build) })
+	}
+}
+
+// builds are the two ways a Go builder is built: a command, whose runtime starts in every call,
+// and a reactor, whose runtime started once, at load.
+var builds = map[string]func(testing.TB, string) []byte{
+	wasm.KindCommand: testenv.BuildWasm,
+	wasm.KindReactor: testenv.BuildWasmReactor,
+}
+
+func exampleBuilder(t *testing.T, build func(testing.TB, string) []byte) {
 	e := engine(t)
-	m := load(t, e, testenv.BuildWasm(t, "../../builders/phi4mini"))
+	m := load(t, e, build(t, "../../builders/phi4mini"))
 	first, err := m.Run(context.Background(), []byte(buildInput), requestTime)
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +120,21 @@ func deref(s *string) string {
 	return *s
 }
 
+// trapReactor is a reactor whose _initialize does nothing and whose podium_run executes
+// unreachable: a trap at every call (and at the warm-up, which then keeps the state _initialize
+// left).
+var trapReactor = []byte{
+	0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
+	0x01, 0x08, 0x02, 0x60, 0x00, 0x00, 0x60, 0x00, 0x01, 0x7f, // types: () -> (), () -> i32
+	0x03, 0x03, 0x02, 0x00, 0x01, // functions: one of each type
+	0x05, 0x03, 0x01, 0x00, 0x01, // a memory of one page
+	0x07, 0x25, 0x03, // exports: _initialize, podium_run, memory
+	0x0b, '_', 'i', 'n', 'i', 't', 'i', 'a', 'l', 'i', 'z', 'e', 0x00, 0x00,
+	0x0a, 'p', 'o', 'd', 'i', 'u', 'm', '_', 'r', 'u', 'n', 0x00, 0x01,
+	0x06, 'm', 'e', 'm', 'o', 'r', 'y', 0x02, 0x00,
+	0x0a, 0x08, 0x02, 0x02, 0x00, 0x0b, 0x03, 0x00, 0x00, 0x0b, // code: nothing; unreachable
+}
+
 // trapModule is a WASI command whose _start executes unreachable: a trap, in 38 bytes.
 var trapModule = []byte{
 	0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
@@ -117,52 +147,108 @@ var trapModule = []byte{
 // TestHostileBuilders: each way a builder can misbehave ends as a Failure naming it, within the
 // deadline, and the engine goes on serving.
 func TestHostileBuilders(t *testing.T) {
+	for kind, build := range builds {
+		t.Run(kind, func(t *testing.T) {
+			trap := trapModule
+			if kind == wasm.KindReactor {
+				trap = trapReactor
+			}
+			hostileBuilders(t, kind, build, trap)
+		})
+	}
+}
+
+func hostileBuilders(t *testing.T, kind string, build func(testing.TB, string) []byte, trap []byte) {
 	e := engine(t)
-	good := load(t, e, testenv.BuildWasm(t, "../../builders/phi4mini"))
+	good := load(t, e, build(t, "../../builders/phi4mini"))
 	cases := []struct {
 		name, reason, detail string
 		module               []byte
 	}{
-		{"trap", wasm.ReasonTrap, "unreachable", trapModule},
-		{"loop", wasm.ReasonTimeout, "deadline", testenv.BuildWasm(t, "./testdata/loop")},
-		{"alloc", wasm.ReasonMemory, "out of memory", testenv.BuildWasm(t, "./testdata/alloc")},
-		{"clock", wasm.ReasonClock, "wall clock", testenv.BuildWasm(t, "./testdata/clock")},
-		{"file", wasm.ReasonExit, "cannot read /etc/passwd", testenv.BuildWasm(t, "./testdata/file")},
-		{"flood", wasm.ReasonTooLarge, "over 1048576 bytes", testenv.BuildWasm(t, "./testdata/flood")},
+		{"trap", wasm.ReasonTrap, "unreachable", trap},
+		{"loop", wasm.ReasonTimeout, "deadline", build(t, "./testdata/loop")},
+		{"alloc", wasm.ReasonMemory, "out of memory", build(t, "./testdata/alloc")},
+		{"clock", wasm.ReasonClock, "wall clock", build(t, "./testdata/clock")},
+		{"file", wasm.ReasonExit, "cannot read /etc/passwd", build(t, "./testdata/file")},
+		{"flood", wasm.ReasonTooLarge, "over 1048576 bytes", build(t, "./testdata/flood")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m := load(t, e, c.module)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			out, err := m.Run(ctx, []byte(buildInput), requestTime)
-			var f *wasm.Failure
-			if !errors.As(err, &f) {
-				t.Fatalf("want a Failure, got %v (answer %.200q)", err, out)
+			if m.Kind() != kind {
+				t.Fatalf("loaded as a %s", m.Kind())
 			}
-			if f.Reason != c.reason || !strings.Contains(f.Error(), c.detail) {
-				t.Fatalf("failure %q, want reason %s mentioning %q", f.Error(), c.reason, c.detail)
-			}
-			if _, err := good.Run(context.Background(), []byte(buildInput), requestTime); err != nil {
-				t.Fatalf("the engine no longer serves a good builder: %v", err)
+			for call := range 2 { // a reactor's second call starts from the snapshot as its first did
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				out, err := m.Run(ctx, []byte(buildInput), requestTime)
+				cancel()
+				var f *wasm.Failure
+				if !errors.As(err, &f) {
+					t.Fatalf("call %d: want a Failure, got %v (answer %.200q)", call, err, out)
+				}
+				if f.Reason != c.reason || !strings.Contains(f.Error(), c.detail) {
+					t.Fatalf("call %d: failure %q, want reason %s mentioning %q", call, f.Error(), c.reason, c.detail)
+				}
+				if _, err := good.Run(context.Background(), []byte(buildInput), requestTime); err != nil {
+					t.Fatalf("the engine no longer serves a good builder: %v", err)
+				}
 			}
 		})
 	}
 	// An answer that is not the ABI's is the caller's to refuse.
-	out, err := load(t, e, testenv.BuildWasm(t, "./testdata/badjson")).Run(context.Background(), []byte(buildInput), requestTime)
+	out, err := load(t, e, build(t, "./testdata/badjson")).Run(context.Background(), []byte(buildInput), requestTime)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := builder.DecodeBuilt(out); err == nil {
 		t.Fatalf("%q decoded as an answer", out)
 	}
-	// Not a WASI command: refused at load.
+	// Neither kind, or not a module: refused at load.
 	if _, err := e.Load(context.Background(), trapModule[:len(trapModule)-7]); err == nil {
 		t.Fatal("a module without code loaded")
+	}
+	noRun := bytes.Replace(trapReactor, []byte("podium_run"), []byte("podium_xyz"), 1)
+	if _, err := e.Load(context.Background(), noRun); err == nil || !strings.Contains(err.Error(), "exports neither _start") {
+		t.Fatalf("a module with neither _start nor podium_run: %v", err)
 	}
 	if _, err := e.Load(context.Background(), []byte("not wasm")); err == nil {
 		t.Fatal("garbage loaded")
 	}
+}
+
+// TestReactorCallsStartFromTheSnapshot: a reactor that keeps what it can between calls (a
+// counter, the inputs it read, a goroutine's work, a map, a file) answers every call alike, one
+// after another and side by side, whatever the calls before read: each starts from the state its
+// load left, never from another call's.
+func TestReactorCallsStartFromTheSnapshot(t *testing.T) {
+	e := engine(t)
+	m := load(t, e, testenv.BuildWasmReactor(t, "./testdata/state"))
+	first, err := m.Run(context.Background(), []byte(`{"op":"build"}`), requestTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The warm-up's two calls are the only ones it ever saw before.
+	if !strings.Contains(string(first), "calls 3, inputs seen 3") || !strings.Contains(string(first), "wrote false") {
+		t.Fatalf("the first call: %s", first)
+	}
+	for i := range 5 {
+		if _, err := m.Run(context.Background(), []byte(fmt.Sprintf(`{"op":"build","n":%d}`, i)), requestTime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	outs := make([][]byte, 6)
+	errs := make([]error, len(outs))
+	for i := range outs {
+		wg.Go(func() { outs[i], errs[i] = m.Run(context.Background(), []byte(`{"op":"build"}`), requestTime) })
+	}
+	wg.Wait()
+	for i, out := range outs {
+		if errs[i] != nil || !bytes.Equal(out, first) {
+			t.Fatalf("call %d: %v\n%s\nwant, as the first call:\n%s", i, errs[i], out, first)
+		}
+	}
+	t.Logf("every call: %s", first)
 }
 
 // TestInstancesGiveTheirMemoryBack: whatever ends a call (an answer, a timeout, memory run out,
@@ -196,5 +282,43 @@ func TestInstancesGiveTheirMemoryBack(t *testing.T) {
 		if n := e.Mapped(); n != 0 {
 			t.Fatalf("after 3 calls of %s, %d instances' mappings are still held", name, n)
 		}
+	}
+}
+
+// TestReactorInstancesGiveTheirMemoryBack: a reactor keeps at most one instance per call that may
+// run at once (here, one at a time: one) for the calls after; a call that failed gives its
+// instance's memory back, and a reactor freed from the cache gives back every instance it kept.
+func TestReactorInstancesGiveTheirMemoryBack(t *testing.T) {
+	e := engine(t)
+	// A reactor keeps at most one instance per call that may run at once (here one at a time: one)
+	// for the calls after; a call that failed gives its instance back.
+	reactors := map[string]*wasm.Module{
+		"reactor good":  load(t, e, testenv.BuildWasmReactor(t, "../../builders/phi4mini")),
+		"reactor loop":  load(t, e, testenv.BuildWasmReactor(t, "./testdata/loop")),
+		"reactor alloc": load(t, e, testenv.BuildWasmReactor(t, "./testdata/alloc")),
+		"reactor flood": load(t, e, testenv.BuildWasmReactor(t, "./testdata/flood")),
+		"reactor trap":  load(t, e, trapReactor),
+	}
+	kept := e.Mapped() // the instances the loads made and kept, one per reactor whose warm-up ended well
+	for name, m := range reactors {
+		for range 3 {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_, _ = m.Run(ctx, []byte(buildInput), requestTime)
+			cancel()
+		}
+		if n := e.Mapped(); n > kept+1 || name != "reactor good" && n > kept {
+			t.Fatalf("after 3 calls of %s, %d instances' mappings are held (%d before)", name, n, kept)
+		}
+		kept = e.Mapped()
+	}
+	if kept > 1 {
+		t.Fatalf("%d reactor instances kept, where only the good builder's calls end well", kept)
+	}
+	// The cache (8 modules) keeps them all: filling it with others frees the reactors.
+	for i := range 12 {
+		load(t, e, version(trapReactor, i))
+	}
+	if n := e.Mapped(); n != 0 {
+		t.Fatalf("the reactors freed, %d instances' mappings are still held", n)
 	}
 }

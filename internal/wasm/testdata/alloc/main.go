@@ -1,11 +1,16 @@
 //go:build wasip1
 
-// A builder that allocates without end.
+// A builder that allocates without end (a command, or a reactor: -buildmode=c-shared).
 package main
 
 import "fmt"
 
-func main() {
+func main() { run() }
+
+//go:wasmexport podium_run
+func podiumRun() int32 { return run() }
+
+func run() int32 {
 	var kept [][]byte
 	for {
 		b := make([]byte, 1<<20)

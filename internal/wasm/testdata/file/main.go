@@ -1,6 +1,6 @@
 //go:build wasip1
 
-// A builder that reads a file of the host.
+// A builder that reads a file of the host (a command, or a reactor: -buildmode=c-shared).
 package main
 
 import (
@@ -8,11 +8,17 @@ import (
 	"os"
 )
 
-func main() {
+func main() { os.Exit(int(run())) }
+
+//go:wasmexport podium_run
+func podiumRun() int32 { return run() }
+
+func run() int32 {
 	b, err := os.ReadFile("/etc/passwd")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cannot read /etc/passwd:", err)
-		os.Exit(3)
+		return 3
 	}
 	fmt.Printf(`{"messages":[{"role":"user","content":%q}]}`, b)
+	return 0
 }

@@ -1,6 +1,6 @@
 //go:build wasip1
 
-// A builder that prints without end.
+// A builder that prints without end (a command, or a reactor: -buildmode=c-shared).
 package main
 
 import (
@@ -8,11 +8,16 @@ import (
 	"strings"
 )
 
-func main() {
+func main() { os.Exit(int(run())) }
+
+//go:wasmexport podium_run
+func podiumRun() int32 { return run() }
+
+func run() int32 {
 	line := strings.Repeat("x", 4096)
 	for {
 		if _, err := os.Stdout.WriteString(line); err != nil {
-			os.Exit(4)
+			return 4
 		}
 	}
 }
