@@ -143,6 +143,10 @@ type Runtime struct {
 	floorMu     sync.Mutex
 	floor       uint64    // the consumer's last ack floor the runtime saw
 	floorStream time.Time // on the stream created then
+
+	// beforeEnsure, when set (tests), runs in recover between the start's reckoning and the
+	// consumer's creation or update: where an operator's deletion can fall.
+	beforeEnsure func()
 }
 
 // Consumes reports whether the runtime hands over no batch of another stream than the one created
@@ -545,11 +549,17 @@ func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
 		rt.mu.Lock()
 		cfg := rt.config()
 		start, err := rt.resumeAt(tctx)
+		if err == nil && start == 0 && rt.learnFloor(tctx) {
+			start, err = rt.resumeAt(tctx)
+		}
 		if start > 0 {
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 		}
 		var cons jetstream.Consumer
 		if err == nil {
+			if rt.beforeEnsure != nil {
+				rt.beforeEnsure()
+			}
 			cons, err = rt.Source.ensure(tctx, cfg)
 		}
 		rt.mu.Unlock()
@@ -577,6 +587,28 @@ func (rt *Runtime) recover(stop context.Context) (jetstream.Consumer, error) {
 			return nil, fmt.Errorf("consume: consumer %s on %s lost and not made again within %s: %w", rt.Source.Consumer.Durable, rt.Source.Stream, rt.RecoverFor, err)
 		}
 	}
+}
+
+// learnFloor notes what the consumer the server has now has handled, where the runtime saw no floor
+// yet (a service starting): should the consumer be lost while it is updated (deleted under the
+// update, or its files gone: brokenStore), it is made again past that, not from the stream's
+// first message. True when a floor was noted.
+func (rt *Runtime) learnFloor(ctx context.Context) bool {
+	have, err := rt.Source.JS.Consumer(ctx, rt.Source.Stream, rt.Source.Consumer.Durable)
+	if err != nil {
+		return false
+	}
+	info := have.CachedInfo()
+	floor := info.AckFloor.Stream
+	if c := info.Config; c.DeliverPolicy == jetstream.DeliverByStartSequencePolicy && c.OptStartSeq > floor+1 {
+		floor = c.OptStartSeq - 1 // made again past a floor, and nothing acknowledged since
+	}
+	st, err := rt.Source.JS.Stream(ctx, rt.Source.Stream)
+	if err != nil || floor == 0 {
+		return false
+	}
+	rt.noteFloor(st.CachedInfo().Created, floor)
+	return true
 }
 
 // brokenStore reports whether the server refused a consumer because its files are gone.
