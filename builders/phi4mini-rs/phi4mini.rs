@@ -16,6 +16,7 @@ use std::process;
 
 // ---- JSON values ----
 
+#[derive(Clone)]
 enum Value {
     Null,
     Bool(bool),
@@ -27,13 +28,53 @@ enum Value {
 }
 
 impl Value {
-    // get is an object's value of key (the last one, as encoding/json keeps); None when absent.
+    // get is an object's value of key (the last one, as encoding/json keeps in a map); None when
+    // absent.
     fn get(&self, key: &str) -> Option<&Value> {
         match self {
             Value::Obj(fields) => fields.iter().rev().find(|(k, _)| k.as_slice() == key.as_bytes()).map(|(_, v)| v),
             _ => None,
         }
     }
+
+    // field is every value of an object's key as encoding/json matches a struct's field: the key
+    // itself or any other case of it (ASCII), in order.
+    fn field(&self, key: &str) -> Vec<&Value> {
+        match self {
+            Value::Obj(fields) => fields.iter().filter(|(k, _)| k.eq_ignore_ascii_case(key.as_bytes())).map(|(_, v)| v).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+// A struct field as encoding/json decodes it from its keys: each in turn, a null leaving the field
+// as it was, a value of another type failing the whole decoding (Err).
+
+// string_field is a string field: the last string among its keys ("" for none).
+fn string_field<'a>(values: &[&'a Value]) -> Result<&'a [u8], ()> {
+    let mut out: &[u8] = b"";
+    for v in values {
+        match v {
+            Value::Str(s) => out = s,
+            Value::Null => {}
+            _ => return Err(()),
+        }
+    }
+    Ok(out)
+}
+
+// object_field is a map field: every key of its objects, one after another (decoding into the
+// same map merges them: get finds the last).
+fn object_field(values: &[&Value]) -> Result<Option<Value>, ()> {
+    let mut merged: Option<Vec<(Vec<u8>, Value)>> = None;
+    for v in values {
+        match v {
+            Value::Obj(fields) => merged.get_or_insert_with(Vec::new).extend(fields.iter().map(|(k, v)| (k.clone(), v.clone()))),
+            Value::Null => {}
+            _ => return Err(()),
+        }
+    }
+    Ok(merged.map(Value::Obj))
 }
 
 // get reads a key of an optional value, as a chain of lookups on objects that may be absent.
@@ -173,7 +214,13 @@ impl<'a> Parser<'a> {
                 return None;
             }
         }
-        std::str::from_utf8(&self.s[start..self.p]).ok()?.parse().ok()
+        // a number past float64's range is an error to encoding/json, not an infinity
+        let x: f64 = std::str::from_utf8(&self.s[start..self.p]).ok()?.parse().ok()?;
+        if x.is_finite() {
+            Some(x)
+        } else {
+            None
+        }
     }
 
     fn value(&mut self) -> Option<Value> {
@@ -422,8 +469,8 @@ fn list(v: Option<&Value>) -> &[Value] {
 
 // ---- the builder ----
 
-fn build(req: &Value) -> Vec<u8> {
-    let c = req.get("context");
+fn build(context: Option<&Value>, vars: Option<&Value>) -> Vec<u8> {
+    let c = context;
     let team = get(c, "team");
     let mut system = b"You are ".to_vec();
     str(&mut system, get(team, "name"));
@@ -483,7 +530,7 @@ fn build(req: &Value) -> Vec<u8> {
         str(&mut user, get(c, "round_number"));
         user.extend_from_slice(b".\n");
     }
-    if let Some(tools) = get(req.get("vars"), "tools") {
+    if let Some(tools) = get(vars, "tools") {
         if !list(Some(tools)).is_empty() {
             system.extend_from_slice(b"<|tool|>");
             marshal(&mut system, tools, true); // json.Marshal, as the Go builder's toolBlock
@@ -515,9 +562,16 @@ fn find(s: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
     s[from..].windows(needle.len()).position(|w| w == needle).map(|i| from + i)
 }
 
-// calls reads a <|tool_call|> block as the Go builder does: a JSON list of objects, each with a
-// string "name" that is not empty (and any "arguments"); None when it is not one.
-fn calls(s: &[u8]) -> Option<Vec<Value>> {
+// A tool call as the Go builder decodes it: its name, and its arguments (None: absent, null).
+struct Call {
+    name: Vec<u8>,
+    arguments: Option<Value>,
+}
+
+// calls reads a <|tool_call|> block as the Go builder does (json.Unmarshal into a list of
+// builder.ToolRequest): null (no call), or a list of objects, each with a string "name" that is
+// not empty and any "arguments"; None when it is not one.
+fn calls(s: &[u8]) -> Option<Vec<Call>> {
     let mut p = Parser { s, p: 0, depth: 0 };
     let v = p.value()?;
     p.ws();
@@ -526,18 +580,21 @@ fn calls(s: &[u8]) -> Option<Vec<Value>> {
     }
     let items = match v {
         Value::Arr(items) => items,
+        Value::Null => return Some(Vec::new()),
         _ => return None,
     };
+    let mut out = Vec::new();
     for c in &items {
         if !matches!(c, Value::Obj(_)) {
             return None;
         }
-        match c.get("name") {
-            Some(Value::Str(name)) if !name.is_empty() => {}
-            _ => return None,
+        let name = string_field(&c.field("name")).ok()?;
+        if name.is_empty() {
+            return None;
         }
+        out.push(Call { name: name.to_vec(), arguments: c.field("arguments").last().map(|v| (*v).clone()) });
     }
-    Some(items)
+    Some(out)
 }
 
 // trim drops white space at both ends, as strings.TrimSpace does: Unicode's, in valid UTF-8 only.
@@ -565,11 +622,7 @@ fn trim(s: &[u8]) -> &[u8] {
     &s[start..end]
 }
 
-fn parse(req: &Value) -> Vec<u8> {
-    let s: &[u8] = match req.get("output") {
-        Some(Value::Str(s)) => s,
-        _ => b"",
-    };
+fn parse(s: &[u8]) -> Vec<u8> {
     let (open, end) = (&b"<|tool_call|>"[..], &b"<|/tool_call|>"[..]);
     let mut answer = Vec::new();
     let mut reqs = Vec::new();
@@ -591,11 +644,9 @@ fn parse(req: &Value) -> Vec<u8> {
                     }
                     count += 1;
                     reqs.extend_from_slice(b"{\"name\":");
-                    if let Some(Value::Str(name)) = call.get("name") {
-                        json_str(&mut reqs, name, false);
-                    }
+                    json_str(&mut reqs, &call.name, false);
                     reqs.extend_from_slice(b",\"arguments\":");
-                    match call.get("arguments") {
+                    match &call.arguments {
                         // as the Go builder's answer holds it: decoded, written again
                         Some(args) => marshal(&mut reqs, args, false),
                         None => reqs.extend_from_slice(b"null"),
@@ -630,13 +681,24 @@ fn main() {
     if io::stdin().read_to_end(&mut input).is_err() {
         fail("reading stdin failed");
     }
-    let req = match (Parser { s: &input, p: 0, depth: 0 }).value() {
+    let mut p = Parser { s: &input, p: 0, depth: 0 };
+    let req = match p.value() {
         Some(v @ Value::Obj(_)) => v,
         _ => fail("the input is not a JSON object"),
     };
-    let out = match req.get("op") {
-        Some(Value::Str(op)) if op.as_slice() == b"build" => build(&req),
-        Some(Value::Str(op)) if op.as_slice() == b"parse" => parse(&req),
+    p.ws();
+    // The fields of the Go builder's request, as encoding/json decodes them into its struct.
+    let fields = (|| {
+        string_field(&req.field("model"))?;
+        Ok::<_, ()>((string_field(&req.field("op"))?, object_field(&req.field("context"))?, object_field(&req.field("vars"))?, string_field(&req.field("output"))?))
+    })();
+    let (op, context, vars, output) = match fields {
+        Ok(f) if p.p == input.len() => f,
+        _ => fail("the input is not the ABI's JSON"),
+    };
+    let out = match op {
+        b"build" => build(context.as_ref(), vars.as_ref()),
+        b"parse" => parse(output),
         _ => fail("unknown op"),
     };
     if io::stdout().write_all(&out).is_err() {

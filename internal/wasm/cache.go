@@ -27,6 +27,16 @@ type compiled struct {
 	reactor *reactor // a reactor's snapshot and instances; nil for a command
 }
 
+// bytes is what the cache's bound counts of a module: its bytes, and a reactor's snapshot (each
+// instance a reactor keeps holds as much again, at most Limits.Concurrent of them).
+func (c *compiled) bytes() int64 {
+	n := int64(len(c.wasm))
+	if c.reactor != nil {
+		n += int64(len(c.reactor.memory))
+	}
+	return n
+}
+
 // free frees the module: a reactor's instances first, then its compiled code.
 func (c *compiled) free(ctx context.Context) {
 	if c.reactor != nil {
@@ -99,7 +109,7 @@ func (e *Engine) evictLocked(ctx context.Context) {
 				continue
 			}
 			n++
-			bytes += int64(len(c.wasm))
+			bytes += c.bytes()
 			if oldest == nil || c.used < oldest.used {
 				oldest = c
 			}

@@ -60,3 +60,35 @@ func TestExampleBuildersAgree(t *testing.T) {
 		}
 	}
 }
+
+// edgeInputs are inputs where encoding/json's rules are easy to miss: numbers past float64,
+// a null block of tool calls, fields matched in any case, a name of another type, a context given
+// twice, and inputs the Go builder refuses.
+var edgeInputs = []string{
+	`{"op":"parse","output":"a <|tool_call|>[{\"name\":\"a\",\"arguments\":{\"x\":1e400}}]<|/tool_call|> b"}`,
+	`{"op":"parse","output":"a <|tool_call|>null<|/tool_call|> b"}`,
+	`{"op":"parse","output":"<|tool_call|>[{\"Name\":\"a\",\"ARGUMENTS\":{\"k\":1}}]<|/tool_call|>"}`,
+	`{"op":"parse","output":"<|tool_call|>[{\"name\":5,\"name\":\"a\"}]<|/tool_call|>"}`,
+	`{"op":"parse","output":"<|tool_call|>[{\"name\":\"a\",\"name\":null}]<|/tool_call|>"}`,
+	`{"OP":"build","Context":{"team":{"id":"t","name":"T"},"round_number":1,"is_first_round":true}}`,
+	`{"op":"build","context":{"team":{"id":"t","name":"T"}},"context":{"round_number":3}}`,
+	`{"op":"build","model":1,"context":{}}`,
+	`{"op":"build","context":{}} trailing`,
+	`{"op":"build","context":{"round_number":1e400}}`,
+	`{"op":"build","context":"s"}`,
+}
+
+// TestRustBuilderFollowsEncodingJSON: on the edge inputs, the Rust example answers the very bytes
+// of the Go one, or fails where it fails.
+func TestRustBuilderFollowsEncodingJSON(t *testing.T) {
+	e := engine(t)
+	goModule := load(t, e, testenv.BuildWasm(t, "../../builders/phi4mini"))
+	rust := load(t, e, testenv.BuildRust(t, "../../builders/phi4mini-rs"))
+	for i, in := range edgeInputs {
+		want, wantErr := goModule.Run(context.Background(), []byte(in), requestTime)
+		got, err := rust.Run(context.Background(), []byte(in), requestTime)
+		if (err == nil) != (wantErr == nil) || !bytes.Equal(got, want) {
+			t.Errorf("input %d %s:\nRust %s (%v)\nGo   %s (%v)", i, in, got, err, want, wantErr)
+		}
+	}
+}

@@ -149,11 +149,17 @@ var warmUp = []string{
 }
 
 // newReactor makes the snapshot of a compiled reactor: one instance, _initialize run on it, then
-// the warm-up calls, within Limits.Start. A warm-up that fails (the builder refuses its input, or
-// traps) leaves the snapshot as _initialize left it; an _initialize that fails refuses the module.
+// the warm-up calls, all within Limits.Start. A warm-up call that fails (a trap, an answer other
+// than 0: the builder refuses its input) leaves the snapshot as _initialize left it, as does one
+// that reads the wall clock; an _initialize that fails, and a start not finished within
+// Limits.Start, refuse the module: how far it got would depend on the machine, and so would the
+// snapshot.
 func (e *Engine) newReactor(ctx context.Context, c wazero.CompiledModule, globals []string) (*reactor, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.limits.Start)
 	defer cancel()
+	late := func() error {
+		return &Failure{Reason: ReasonLoad, Detail: fmt.Sprintf("its _initialize and warm-up did not finish within %s", e.limits.Start)}
+	}
 	r := &reactor{e: e, c: c, globals: globals}
 	in, err := r.instantiate(ctx)
 	if err != nil {
@@ -167,6 +173,9 @@ func (e *Engine) newReactor(ctx context.Context, c wazero.CompiledModule, global
 	}()
 	in.call.reset(nil, time.Time{}, 0, e.limits)
 	if _, err := in.mod.ExportedFunction(exportInitialize).Call(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, late()
+		}
 		return nil, &Failure{Reason: ReasonLoad, Detail: "_initialize failed: " + failureOf(ctx, err, in.call.stderr).Detail}
 	}
 	if in.call.readClock {
@@ -177,9 +186,11 @@ func (e *Engine) newReactor(ctx context.Context, c wazero.CompiledModule, global
 	}
 	for _, input := range warmUp {
 		in.call.reset([]byte(input), time.Time{}, in.call.ticks, e.limits)
-		_, err := in.run.Call(ctx)
-		// A warm-up that read the wall clock read a time no request has: not kept either.
-		if err != nil || in.call.stdout.over || in.call.readClock {
+		res, err := in.run.Call(ctx)
+		if ctx.Err() != nil {
+			return nil, late()
+		}
+		if err != nil || len(res) != 1 || uint32(res[0]) != 0 || in.call.stdout.over || in.call.readClock {
 			return r, nil // the state _initialize left
 		}
 	}
@@ -248,6 +259,20 @@ func (r *reactor) restore(in *instance) bool {
 	}
 	for i, name := range r.globals {
 		in.mod.ExportedGlobal(name).(api.MutableGlobal).Set(r.values[i])
+	}
+	return true
+}
+
+// release gives back to the kernel what the call grew the memory into past the snapshot (an idle
+// instance holds the snapshot's size, not what its last call needed), as restore would before the
+// next call; false when the memory grew past keepBelow: the instance is not kept.
+func (r *reactor) release(in *instance) bool {
+	size, grown := uint32(len(r.memory)), in.mod.Memory().Size()
+	if grown > r.keepBelow() {
+		return false
+	}
+	if grown > size {
+		in.maps.zero(int(size), int(grown)) // where it cannot, restore writes the zeros
 	}
 	return true
 }
@@ -324,7 +349,9 @@ func (r *reactor) run(ctx context.Context, input []byte, now time.Time) ([]byte,
 	if p := panics.Catch(func() { res, err = in.run.Call(ctx) }); p != nil {
 		err = fmt.Errorf("the call panicked in the host: %v", p.Value)
 	}
-	kept := err == nil && !s.stdout.over && in.mod.Memory().Size() <= r.keepBelow()
+	// Kept only after an answer: a call that failed, even by its status alone, may have left its
+	// instance in any state; and wazero may have closed it at the deadline as the call returned.
+	kept := err == nil && len(res) == 1 && uint32(res[0]) == 0 && !s.stdout.over && !in.mod.IsClosed() && r.release(in)
 	if kept {
 		r.give(ctx, in)
 	} else {
@@ -360,7 +387,8 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 	}
 	r := &reader{b: wasm, pos: 8}
 	importedGlobals := 0
-	var mutable []int // indices, in the global index space, of the mutable globals defined
+	var mutable []int    // indices, in the global index space, of the mutable globals defined
+	var globalsErr error // what the global section says against a reactor (a command's is the compiler's)
 	exports := map[string]bool{}
 	exportsAt, exportsEnd := -1, -1
 	for r.pos < len(wasm) {
@@ -377,13 +405,11 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 		case 2:
 			n, err := importedGlobalsOf(r)
 			if err != nil {
-				return "", nil, nil, err
+				globalsErr = err
 			}
 			importedGlobals = n
 		case 6:
-			if mutable, err = mutableGlobals(r, importedGlobals); err != nil {
-				return "", nil, nil, err
-			}
+			mutable, globalsErr = mutableGlobals(r, importedGlobals)
 		case 7:
 			exportsAt, exportsEnd = r.pos, end
 			n, err := r.u32()
@@ -414,6 +440,12 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 		return "", nil, nil, fmt.Errorf("the module exports %s but no %s: a reactor (Go: -buildmode=c-shared) exports both", exportRun, exportInitialize)
 	default:
 		return "", nil, nil, fmt.Errorf("the module exports neither _start (a WASI command: Go's GOOS=wasip1 GOARCH=wasm) nor %s and %s (a reactor: Go's -buildmode=c-shared with //go:wasmexport %s)", exportInitialize, exportRun, exportRun)
+	}
+	if globalsErr != nil {
+		return "", nil, nil, fmt.Errorf("a reactor's globals: %w", globalsErr)
+	}
+	if err := refuseStatefulCode(wasm); err != nil {
+		return "", nil, nil, fmt.Errorf("a reactor may not use it (code.go; build it as a command): %w", err)
 	}
 	// Every mutable global exported under a name of ours, appended to the export section.
 	var body []byte
@@ -486,7 +518,8 @@ func mutableGlobals(r *reader, imported int) ([]int, error) {
 	}
 	var out []int
 	for i := range int(n) {
-		if _, err := r.byte(); err != nil { // its value type
+		typ, err := r.byte()
+		if err != nil {
 			return nil, err
 		}
 		mut, err := r.byte()
@@ -494,6 +527,9 @@ func mutableGlobals(r *reader, imported int) ([]int, error) {
 			return nil, err
 		}
 		if mut == 1 {
+			if typ == 0x7b { // wazero sets a global from 64 bits: a v128's high half would be lost
+				return nil, fmt.Errorf("global %d is a mutable v128, which its snapshot cannot set back", imported+i)
+			}
 			out = append(out, imported+i)
 		}
 		if err := r.skipConstExpr(); err != nil {

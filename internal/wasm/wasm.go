@@ -103,11 +103,30 @@ func NewEngine(ctx context.Context, limits Limits) (*Engine, error) {
 	}
 	cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(limits.MemoryPages).WithCloseOnContextDone(true)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+	if err := instantiateWASI(ctx, rt); err != nil {
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: WASI: %w", err)
 	}
 	return &Engine{rt: rt, limits: limits, compiled: map[string]*compiled{}, slots: make(chan struct{}, limits.Concurrent)}, nil
+}
+
+// errnoNotsup is WASI preview 1's ERRNO_NOTSUP.
+const errnoNotsup = 58
+
+// instantiateWASI makes WASI preview 1 as wazero implements it, less what would change an
+// instance's descriptors: fd_close and fd_renumber answer ERRNO_NOTSUP. A builder has stdin,
+// stdout and stderr alone (no directory is mounted), and a reactor's instance serves call after
+// call: one that closed its stdout would leave the next call none, a state its memory's snapshot
+// cannot set back.
+func instantiateWASI(ctx context.Context, rt wazero.Runtime) error {
+	b := rt.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
+	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
+	refuse := api.GoFunc(func(_ context.Context, stack []uint64) { stack[0] = errnoNotsup })
+	i32 := api.ValueTypeI32
+	b.NewFunctionBuilder().WithGoFunction(refuse, []api.ValueType{i32}, []api.ValueType{i32}).Export("fd_close")
+	b.NewFunctionBuilder().WithGoFunction(refuse, []api.ValueType{i32, i32}, []api.ValueType{i32}).Export("fd_renumber")
+	_, err := b.Instantiate(ctx)
+	return err
 }
 
 // Close frees every compiled module and the runtime.
@@ -128,16 +147,35 @@ type Module struct {
 }
 
 // Load compiles wasm, once per content while it stays compiled (cache.go): a module already
-// compiled is shared. A module that is not a WASI command (no _start) is refused here, not at its
-// first call.
+// compiled is shared. A module of neither kind (a WASI command exports _start; a reactor
+// _initialize and podium_run) is refused here, not at its first call, as is a reactor whose start
+// fails. The compilation and a reactor's start run outside the engine's lock: calls of other
+// modules go on meanwhile.
 func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	sum := SHA256(wasm)
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if c := e.cachedLocked(sum); c != nil {
+	c := e.cachedLocked(sum)
+	e.mu.Unlock()
+	if c != nil {
 		return &Module{e: e, c: c, SHA256: sum}, nil
 	}
-	// What the module declares is checked before anything is compiled (budget.go).
+	entry, err := e.compile(ctx, sum, wasm)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.cachedLocked(sum); c != nil { // another load of it finished first: its copy serves
+		entry.free(ctx)
+		return &Module{e: e, c: c, SHA256: sum}, nil
+	}
+	e.addLocked(ctx, entry)
+	return &Module{e: e, c: entry, SHA256: sum}, nil
+}
+
+// compile checks what a module declares (budget.go), reads its kind, compiles it and, for a
+// reactor, starts it once (reactor.go).
+func (e *Engine) compile(ctx context.Context, sum string, wasm []byte) (*compiled, error) {
 	bounded, err := DefaultBudget.Bound(wasm)
 	if err != nil {
 		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
@@ -152,15 +190,12 @@ func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	}
 	entry := &compiled{sha: sum, c: c, wasm: wasm, kind: kind}
 	if kind == KindReactor {
-		// Its runtime starts here, once per module: each call starts from what it left
-		// (reactor.go).
 		if entry.reactor, err = e.newReactor(ctx, c, globals); err != nil {
 			_ = c.Close(ctx)
 			return nil, err
 		}
 	}
-	e.addLocked(ctx, entry)
-	return &Module{e: e, c: entry, SHA256: sum}, nil
+	return entry, nil
 }
 
 // Kind is the module's kind: KindCommand (a WASI command, whose runtime starts in every call) or

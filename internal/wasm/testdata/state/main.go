@@ -1,8 +1,8 @@
 //go:build wasip1
 
 // A reactor (-buildmode=c-shared) that remembers what it can between calls: a counter, the inputs
-// it read, a goroutine's work and a file it wrote. Started from the same snapshot, every call
-// must answer alike.
+// it read, a goroutine's work and a file it wrote; asked to, it closes its stdin and stdout. Started
+// from the same snapshot, every call must answer alike.
 package main
 
 import (
@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 func main() {}
@@ -30,6 +31,10 @@ func podiumRun() int32 {
 	byKey[string(in)]++
 	go func() { ticks <- calls }()
 	wrote := os.WriteFile("/tmp/state", in, 0o644) == nil
+	if strings.Contains(string(in), "close") {
+		_ = syscall.Close(0) // refused (fd_close answers ERRNO_NOTSUP): the next call keeps them
+		_ = syscall.Close(1)
+	}
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
 		keys = append(keys, k)
