@@ -1,6 +1,7 @@
 package wasm_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"runtime"
@@ -112,6 +113,24 @@ func FuzzBound(f *testing.F) {
 		out, err := wasm.DefaultBudget.Bound(module)
 		if err == nil && len(out) == 0 && len(module) > 0 {
 			t.Errorf("Bound returned nothing for %d bytes", len(module))
+		}
+	})
+}
+
+// FuzzKindOf: reading a module's kind, and rewriting a reactor's exports, never panics whatever
+// the bytes, and a reactor's bytes compiled hold every export added.
+func FuzzKindOf(f *testing.F) {
+	f.Add(trapReactor)
+	f.Add(tableSetReactor)
+	f.Add(trapModule)
+	f.Fuzz(func(t *testing.T, module []byte) {
+		kind, out, globals, err := wasm.KindOf(module)
+		if err == nil && kind == wasm.KindReactor {
+			for _, g := range globals {
+				if !bytes.Contains(out, []byte(g)) {
+					t.Errorf("the export %s is not in the bytes compiled", g)
+				}
+			}
 		}
 	})
 }
