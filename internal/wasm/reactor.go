@@ -31,10 +31,13 @@ import (
 //     nothing one call wrote is seen by the next, and the same input gives the same bytes, as a
 //     command's fresh instance does;
 //   - an instance is kept for the next call (at most one per call that may run at once) unless
-//     its call failed (a trap, an exit, a deadline: wazero closed it or its state is unknown) or
-//     its memory grew past keepBelow (memory cannot shrink back to the snapshot's size: what a
-//     call grew is made zero again, see restore): those are closed, and the next call makes one
-//     anew from the snapshot, without _initialize.
+//     its call failed (a trap, an exit, a deadline, an answer other than 0: its state is
+//     unknown) or its memory grew past keepBelow (memory cannot shrink back to the snapshot's
+//     size: what a call grew into is made zero again, see release): those are closed, and the
+//     next call makes one anew from the snapshot, without _initialize;
+//   - what an instance holds besides memory and globals cannot be set back, so a reactor may not
+//     change it: its descriptors (fd_close and fd_renumber are refused: wasm.go) and its tables
+//     and segments (such code is refused at load: code.go).
 //
 // podium_run takes nothing and returns an i32: 0 when stdout holds the answer, anything else a
 // failure (the reason on stderr), as a command's exit status.
@@ -59,9 +62,9 @@ type reactor struct {
 	c       wazero.CompiledModule
 	globals []string // the exports of its mutable globals, in index order
 
-	memory []byte   // the snapshot: linear memory after _initialize
+	memory []byte   // the snapshot: linear memory after _initialize and the warm-up
 	values []uint64 // and each global of globals
-	ticks  int64    // the monotonic counter after _initialize: where every call's starts
+	ticks  int64    // the monotonic counter then: where every call's starts
 
 	mu   sync.Mutex
 	idle []*instance // ready for a call; at most Limits.Concurrent
@@ -101,7 +104,7 @@ func (w callStderr) Write(p []byte) (int, error) { return w.s.stderr.Write(p) }
 func (r callRandom) Read(p []byte) (int, error)  { return r.s.random.Read(p) }
 
 // seed is where every call's random source starts, command or reactor.
-var seed = sha256.Sum256([]byte("podium prompt builder"))
+func seed() [32]byte { return sha256.Sum256([]byte("podium prompt builder")) }
 
 // reset makes the state one call's: its input, the request's time, fresh output, and the clocks
 // and random source where every call's start.
@@ -109,7 +112,7 @@ func (s *callState) reset(input []byte, now time.Time, ticks int64, limits Limit
 	s.stdin.Reset(input)
 	s.stdout = &capped{limit: limits.OutputBytes}
 	s.stderr = &capped{limit: limits.StderrBytes}
-	s.random = rand.NewChaCha8(seed)
+	s.random = rand.NewChaCha8(seed())
 	s.ticks, s.now, s.readClock = ticks, now, false
 }
 
@@ -142,10 +145,12 @@ func config(s *callState, start bool) wazero.ModuleConfig {
 // heap grows to a call's size) is then done once per module, not in every call (measured on the
 // example: 1.9 ms a call from the state _initialize left, 0.7 ms from this one). The inputs are
 // fixed, so the snapshot follows from the module alone, and every call starts from the same state.
-var warmUp = []string{
-	`{"op":"build","model":"warm-up","context":{"team":{"id":"warm-up","name":"Warm-up"},"user_prompt":"Warm up.","round_number":2,"is_first_round":false,"current_datetime":"2000-01-01T00:00:00",` +
-		`"history":[{"round_number":1,"score":1,"score_text":"1","feedback":"Warm.","preview":"Warm."}],"leaderboard":[{"position":1,"rank":1,"team_name":"Warm-up","best_score":1,"best_score_text":"1","best_round":1,"is_self":true}]},"vars":{}}`,
-	`{"op":"parse","model":"warm-up","output":"Warm up."}`,
+func warmUp() []string {
+	return []string{
+		`{"op":"build","model":"warm-up","context":{"team":{"id":"warm-up","name":"Warm-up"},"user_prompt":"Warm up.","round_number":2,"is_first_round":false,"current_datetime":"2000-01-01T00:00:00",` +
+			`"history":[{"round_number":1,"score":1,"score_text":"1","feedback":"Warm.","preview":"Warm."}],"leaderboard":[{"position":1,"rank":1,"team_name":"Warm-up","best_score":1,"best_score_text":"1","best_round":1,"is_self":true}]},"vars":{}}`,
+		`{"op":"parse","model":"warm-up","output":"Warm up."}`,
+	}
 }
 
 // newReactor makes the snapshot of a compiled reactor: one instance, _initialize run on it, then
@@ -184,7 +189,7 @@ func (e *Engine) newReactor(ctx context.Context, c wazero.CompiledModule, global
 	if !r.snapshot(in) {
 		return nil, &Failure{Reason: ReasonLoad, Detail: "the memory after _initialize could not be read"}
 	}
-	for _, input := range warmUp {
+	for _, input := range warmUp() {
 		in.call.reset([]byte(input), time.Time{}, in.call.ticks, e.limits)
 		res, err := in.run.Call(ctx)
 		if ctx.Err() != nil {

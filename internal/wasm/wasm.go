@@ -1,6 +1,7 @@
 // Package wasm runs prompt builders (docs/builders.md) in-process with wazero, pure Go: each call
-// instantiates the module anew as a WASI preview 1 command, writes one input to its stdin and
-// reads its stdout. A module gets nothing else of the host: the wall clock is the request's time,
+// writes one input to a module's stdin and reads its stdout, on an instance made anew for a WASI
+// preview 1 command, or, for a reactor, on one set back to the state its start left (reactor.go).
+// A module gets nothing else of the host: the wall clock is the request's time,
 // the monotonic clock a counter, the random source a fixed seed, and it has no files, no
 // environment, no arguments but its name and no network (WASI preview 1 has no sockets). So the
 // same module and the same input give the same bytes, which is what lets `prompts verify` run a
