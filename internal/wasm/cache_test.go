@@ -40,11 +40,12 @@ func rss(t *testing.T) int64 {
 	return pages * int64(os.Getpagesize())
 }
 
-// TestLabellingVersionsInTurnDoesNotPileUp: 50 versions of the example builder labelled one after
-// another (each kept while it is served, run once): the engine holds the one served and its
-// bounded cache, not 50 compiled modules, and the process's memory comes back near where it was
-// with the first version; a module freed by the cache while a runner still holds it compiles
-// again on its next call.
+// TestLabellingVersionsInTurnDoesNotPileUp: 50 versions of the example builder, a reactor as
+// production serves it, labelled one after another (each kept while it is served, run once): the
+// engine holds the one served and its bounded cache, not 50 compiled modules with their snapshots
+// and instances, and the process's memory comes back near where it was with the first version; a
+// module freed by the cache while a runner still holds it compiles (and starts) again on its next
+// call.
 func TestLabellingVersionsInTurnDoesNotPileUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles 50 modules (about a minute and a half on two cores)")
@@ -55,7 +56,7 @@ func TestLabellingVersionsInTurnDoesNotPileUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close(ctx)
-	example := testenv.BuildWasm(t, "../../builders/phi4mini")
+	example := testenv.BuildWasmReactor(t, "../../builders/phi4mini")
 	serve := func(n int) *wasm.Module {
 		m, err := e.Load(ctx, version(example, n))
 		if err != nil {
