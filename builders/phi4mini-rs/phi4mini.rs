@@ -38,12 +38,39 @@ impl Value {
     }
 
     // field is every value of an object's key as encoding/json matches a struct's field: the key
-    // itself or any other case of it (ASCII), in order.
+    // itself or any other case of it, in order.
     fn field(&self, key: &str) -> Vec<&Value> {
         match self {
-            Value::Obj(fields) => fields.iter().filter(|(k, _)| k.eq_ignore_ascii_case(key.as_bytes())).map(|(_, v)| v).collect(),
+            Value::Obj(fields) => fields.iter().filter(|(k, _)| folds_to(k, key)).map(|(_, v)| v).collect(),
             _ => Vec::new(),
         }
+    }
+}
+
+// folds_to says whether a key is name (lower-case ASCII) in some case, as encoding/json folds a
+// field's name: ASCII letters in either case, and the two other letters that fold to ASCII ones,
+// the long s (U+017F) and the Kelvin sign (U+212A).
+fn folds_to(key: &[u8], name: &str) -> bool {
+    let key = match std::str::from_utf8(key) {
+        Ok(k) => k,
+        Err(_) => return false,
+    };
+    let folded = key.chars().map(|c| match c {
+        '\u{17F}' => 's',
+        '\u{212A}' => 'k',
+        c => c.to_ascii_lowercase(),
+    });
+    folded.eq(name.chars())
+}
+
+// finite says whether every number in v is a float64: encoding/json fails on one past its range
+// where it decodes the value (a map's, an interface's), not where it skips a key it has no field for.
+fn finite(v: &Value) -> bool {
+    match v {
+        Value::Num(x) => x.is_finite(),
+        Value::Arr(items) => items.iter().all(finite),
+        Value::Obj(fields) => fields.iter().all(|(_, v)| finite(v)),
+        _ => true,
     }
 }
 
@@ -65,12 +92,13 @@ fn string_field<'a>(values: &[&'a Value]) -> Result<&'a [u8], ()> {
 
 // object_field is a map field: every key of its objects, one after another (decoding into the
 // same map merges them: get finds the last).
+// (a null sets the map to nil: what came before is dropped; a number past float64 in it fails).
 fn object_field(values: &[&Value]) -> Result<Option<Value>, ()> {
     let mut merged: Option<Vec<(Vec<u8>, Value)>> = None;
     for v in values {
         match v {
-            Value::Obj(fields) => merged.get_or_insert_with(Vec::new).extend(fields.iter().map(|(k, v)| (k.clone(), v.clone()))),
-            Value::Null => {}
+            Value::Obj(fields) if finite(v) => merged.get_or_insert_with(Vec::new).extend(fields.iter().map(|(k, v)| (k.clone(), v.clone()))),
+            Value::Null => merged = None,
             _ => return Err(()),
         }
     }
@@ -214,13 +242,8 @@ impl<'a> Parser<'a> {
                 return None;
             }
         }
-        // a number past float64's range is an error to encoding/json, not an infinity
-        let x: f64 = std::str::from_utf8(&self.s[start..self.p]).ok()?.parse().ok()?;
-        if x.is_finite() {
-            Some(x)
-        } else {
-            None
-        }
+        // past float64's range: an infinity here, an error where a field decodes it (finite)
+        std::str::from_utf8(&self.s[start..self.p]).ok()?.parse().ok()
     }
 
     fn value(&mut self) -> Option<Value> {
@@ -592,7 +615,11 @@ fn calls(s: &[u8]) -> Option<Vec<Call>> {
         if name.is_empty() {
             return None;
         }
-        out.push(Call { name: name.to_vec(), arguments: c.field("arguments").last().map(|v| (*v).clone()) });
+        let arguments = c.field("arguments").last().map(|v| (*v).clone());
+        if !arguments.as_ref().map_or(true, finite) {
+            return None;
+        }
+        out.push(Call { name: name.to_vec(), arguments });
     }
     Some(out)
 }

@@ -604,7 +604,9 @@ func (rt *Runtime) learnFloor(ctx context.Context) bool {
 		floor = c.OptStartSeq - 1 // made again past a floor, and nothing acknowledged since
 	}
 	st, err := rt.Source.JS.Stream(ctx, rt.Source.Stream)
-	if err != nil || floor == 0 {
+	// A consumer older than the stream is of one deleted since (the lookups raced a remake): its
+	// floor says nothing of this one.
+	if err != nil || floor == 0 || info.Created.Before(st.CachedInfo().Created) {
 		return false
 	}
 	rt.noteFloor(st.CachedInfo().Created, floor)

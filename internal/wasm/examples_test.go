@@ -76,6 +76,10 @@ var edgeInputs = []string{
 	`{"op":"build","context":{}} trailing`,
 	`{"op":"build","context":{"round_number":1e400}}`,
 	`{"op":"build","context":"s"}`,
+	`{"op":"build","context":{"team":{"id":"t","name":"T"}},"context":null}`,
+	`{"op":"build","context":{},"extra":1e400}`,
+	`{"op":"parse","output":"<|tool_call|>[{\"name\":\"a\",\"x\":1e400}]<|/tool_call|>"}`,
+	`{"op":"parse","output":"<|tool_call|>[{\"name\":\"a\",\"argumentſ\":{\"k\":1}}]<|/tool_call|>"}`,
 }
 
 // TestRustBuilderFollowsEncodingJSON: on the edge inputs, the Rust example answers the very bytes

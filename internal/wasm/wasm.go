@@ -79,6 +79,7 @@ type Engine struct {
 
 	mu       sync.Mutex
 	compiled map[string]*compiled // by sha256 of the bytes: those kept and the cache (cache.go)
+	loading  map[string]*load     // by sha256: the loads running (Load)
 	kept     map[string]bool      // sha256 of the modules served now (Keep)
 	clock    uint64               // counts loads and calls: the cache's order of use
 	mapped   atomic.Int64         // instances' memory mappings not given back yet
@@ -108,23 +109,36 @@ func NewEngine(ctx context.Context, limits Limits) (*Engine, error) {
 		_ = rt.Close(ctx)
 		return nil, fmt.Errorf("wasm: WASI: %w", err)
 	}
-	return &Engine{rt: rt, limits: limits, compiled: map[string]*compiled{}, slots: make(chan struct{}, limits.Concurrent)}, nil
+	return &Engine{rt: rt, limits: limits, compiled: map[string]*compiled{}, loading: map[string]*load{}, slots: make(chan struct{}, limits.Concurrent)}, nil
 }
 
-// errnoNotsup is WASI preview 1's ERRNO_NOTSUP.
-const errnoNotsup = 58
+// WASI preview 1's errno values the host answers itself.
+const (
+	errnoSuccess = 0
+	errnoBadf    = 8
+	errnoNotsup  = 58
+)
 
 // instantiateWASI makes WASI preview 1 as wazero implements it, less what would change an
-// instance's descriptors: fd_close and fd_renumber answer ERRNO_NOTSUP. A builder has stdin,
-// stdout and stderr alone (no directory is mounted), and a reactor's instance serves call after
-// call: one that closed its stdout would leave the next call none, a state its memory's snapshot
-// cannot set back.
+// instance's descriptors. A builder has stdin, stdout and stderr alone (no directory is mounted),
+// and a reactor's instance serves call after call: one that closed its stdout would leave the next
+// call none, a state its memory's snapshot cannot set back. So fd_close of those three succeeds and
+// closes nothing (a program that checks what closing its stdout answered, as a C one calling
+// fclose may, goes on; the descriptors stay for the next call), of any other descriptor answers
+// ERRNO_BADF (there is none), and fd_renumber answers ERRNO_NOTSUP.
 func instantiateWASI(ctx context.Context, rt wazero.Runtime) error {
 	b := rt.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
 	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
-	refuse := api.GoFunc(func(_ context.Context, stack []uint64) { stack[0] = errnoNotsup })
 	i32 := api.ValueTypeI32
-	b.NewFunctionBuilder().WithGoFunction(refuse, []api.ValueType{i32}, []api.ValueType{i32}).Export("fd_close")
+	closeFD := api.GoFunc(func(_ context.Context, stack []uint64) {
+		if fd := uint32(stack[0]); fd <= 2 {
+			stack[0] = errnoSuccess
+		} else {
+			stack[0] = errnoBadf
+		}
+	})
+	b.NewFunctionBuilder().WithGoFunction(closeFD, []api.ValueType{i32}, []api.ValueType{i32}).Export("fd_close")
+	refuse := api.GoFunc(func(_ context.Context, stack []uint64) { stack[0] = errnoNotsup })
 	b.NewFunctionBuilder().WithGoFunction(refuse, []api.ValueType{i32, i32}, []api.ValueType{i32}).Export("fd_renumber")
 	_, err := b.Instantiate(ctx)
 	return err
@@ -155,23 +169,46 @@ type Module struct {
 func (e *Engine) Load(ctx context.Context, wasm []byte) (*Module, error) {
 	sum := SHA256(wasm)
 	e.mu.Lock()
-	c := e.cachedLocked(sum)
+	if c := e.cachedLocked(sum); c != nil {
+		e.mu.Unlock()
+		return &Module{e: e, c: c, SHA256: sum}, nil
+	}
+	// One load of a module at a time: the others wait for it (calls that found it freed by the
+	// cache reload it together), and each module's start runs once.
+	if l, ok := e.loading[sum]; ok {
+		e.mu.Unlock()
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, &Failure{Reason: ReasonTimeout, Detail: "the module was still loading when the deadline passed"}
+		}
+		if l.err != nil {
+			return nil, l.err
+		}
+		return &Module{e: e, c: l.c, SHA256: sum}, nil
+	}
+	l := &load{done: make(chan struct{})}
+	e.loading[sum] = l
 	e.mu.Unlock()
-	if c != nil {
-		return &Module{e: e, c: c, SHA256: sum}, nil
-	}
-	entry, err := e.compile(ctx, sum, wasm)
-	if err != nil {
-		return nil, err
-	}
+	l.c, l.err = e.compile(ctx, sum, wasm)
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if c := e.cachedLocked(sum); c != nil { // another load of it finished first: its copy serves
-		entry.free(ctx)
-		return &Module{e: e, c: c, SHA256: sum}, nil
+	delete(e.loading, sum)
+	if l.err == nil {
+		e.addLocked(ctx, l.c)
 	}
-	e.addLocked(ctx, entry)
-	return &Module{e: e, c: entry, SHA256: sum}, nil
+	e.mu.Unlock()
+	close(l.done)
+	if l.err != nil {
+		return nil, l.err
+	}
+	return &Module{e: e, c: l.c, SHA256: sum}, nil
+}
+
+// load is a module being compiled (and, a reactor, started): done is closed when c or err is set.
+type load struct {
+	done chan struct{}
+	c    *compiled
+	err  error
 }
 
 // compile checks what a module declares (budget.go), reads its kind, compiles it and, for a
