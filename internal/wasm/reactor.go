@@ -160,9 +160,13 @@ func warmUp() []string {
 // Limits.Start, refuse the module: how far it got would depend on the machine, and so would the
 // snapshot.
 func (e *Engine) newReactor(ctx context.Context, c wazero.CompiledModule, globals []string) (*reactor, error) {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, e.limits.Start)
 	defer cancel()
 	late := func() error {
+		if parent.Err() != nil { // the caller's deadline, not the module's
+			return &Failure{Reason: ReasonTimeout, Detail: "the deadline passed while the reactor was starting"}
+		}
 		return &Failure{Reason: ReasonLoad, Detail: fmt.Sprintf("its _initialize and warm-up did not finish within %s", e.limits.Start)}
 	}
 	r := &reactor{e: e, c: c, globals: globals}
