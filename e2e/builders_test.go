@@ -126,16 +126,21 @@ func TestPromptBuilders(t *testing.T) {
 	// The same builder in C (builders/phi4mini-c) as version 2: labelled production, it builds
 	// the next request, which verifies; the record of version 1 (the Go reactor) still verifies
 	// with version 1.
-	phiC := writeModule(t, "phi4mini-c", testenv.BuildC(t, "../builders/phi4mini-c"))
-	if out, code := e.podium(t, nil, "builders", "push", phiC, "--name", "phi4mini", "--models", "phi-4*", "--models", "microsoft/phi-4*", "--priority", "10"); code != 0 || !strings.Contains(out, "pushed builder phi4mini@2") {
-		t.Fatalf("push of the C builder: exit %d\n%s", code, out)
+	// serve pushes module as phi4mini's next version and labels it production.
+	serve := func(name string, module []byte, version int) {
+		t.Helper()
+		path := writeModule(t, "phi4mini-"+name, module)
+		if out, code := e.podium(t, nil, "builders", "push", path, "--name", "phi4mini", "--models", "phi-4*", "--models", "microsoft/phi-4*", "--priority", "10"); code != 0 || !strings.Contains(out, fmt.Sprintf("pushed builder phi4mini@%d", version)) {
+			t.Fatalf("push of the %s builder: exit %d\n%s", name, code, out)
+		}
+		if out, code := e.podium(t, nil, "builders", "label", "phi4mini", fmt.Sprint(version), "production"); code != 0 {
+			t.Fatalf("label the %s builder: exit %d\n%s", name, code, out)
+		}
+		testenv.WaitFor(t, 10*time.Second, "the composer serving the "+name+" builder", func() (bool, string) {
+			return composer.metric(t, fmt.Sprintf(`composer_builders_served{name="phi4mini",version="%d"}`, version)) == 1, ""
+		})
 	}
-	if out, code := e.podium(t, nil, "builders", "label", "phi4mini", "2", "production"); code != 0 {
-		t.Fatalf("label the C builder: exit %d\n%s", code, out)
-	}
-	testenv.WaitFor(t, 10*time.Second, "the composer serving the C builder", func() (bool, string) {
-		return composer.metric(t, `composer_builders_served{name="phi4mini",version="2"}`) == 1, ""
-	})
+	serve("c", testenv.BuildC(t, "../builders/phi4mini-c"), 2)
 	inC := request("t4", "Four", "phi-4-mini", map[string]any{"tools": tools})
 	if inC.Builder == nil || inC.Builder.Fallback || inC.Builder.Version != 2 {
 		t.Fatalf("not built by the C builder, phi4mini@2: %+v", inC.Builder)
@@ -146,16 +151,7 @@ func TestPromptBuilders(t *testing.T) {
 		}
 	}
 	// And in Rust (builders/phi4mini-rs) as version 3, the same way.
-	phiRust := writeModule(t, "phi4mini-rs", testenv.BuildRust(t, "../builders/phi4mini-rs"))
-	if out, code := e.podium(t, nil, "builders", "push", phiRust, "--name", "phi4mini", "--models", "phi-4*", "--models", "microsoft/phi-4*", "--priority", "10"); code != 0 || !strings.Contains(out, "pushed builder phi4mini@3") {
-		t.Fatalf("push of the Rust builder: exit %d\n%s", code, out)
-	}
-	if out, code := e.podium(t, nil, "builders", "label", "phi4mini", "3", "production"); code != 0 {
-		t.Fatalf("label the Rust builder: exit %d\n%s", code, out)
-	}
-	testenv.WaitFor(t, 10*time.Second, "the composer serving the Rust builder", func() (bool, string) {
-		return composer.metric(t, `composer_builders_served{name="phi4mini",version="3"}`) == 1, ""
-	})
+	serve("rs", testenv.BuildRust(t, "../builders/phi4mini-rs"), 3)
 	inRust := request("t5", "Five", "phi-4-mini", map[string]any{"tools": tools})
 	if inRust.Builder == nil || inRust.Builder.Fallback || inRust.Builder.Version != 3 {
 		t.Fatalf("not built by the Rust builder, phi4mini@3: %+v", inRust.Builder)

@@ -30,18 +30,7 @@ func TestTemplatesCompareAcrossAWeightChange(t *testing.T) {
 	e.start("archiver")
 	const early, late, rounds = 12, 12, 4
 	pushVersions(t, e, "st", 2)
-	split := func(weights ...string) {
-		t.Helper()
-		if out, code := e.podium(t, nil, append(append([]string{"templates", "label", "st"}, weights...), "production")...); code != 0 {
-			t.Fatalf("label st %v: exit %d\n%s", weights, code, out)
-		}
-		want := `"split":"` + strings.Join(weights, ",") + `"`
-		testenv.WaitFor(t, 10*time.Second, "the composer serves the split "+want, func() (bool, string) {
-			status, body := composer.render(t, map[string]any{"execution_id": "probe", "team_id": fmt.Sprint(time.Now().UnixNano()), "team_name": "P", "round_number": 1, "user_prompt": "Go.", "template": "st"})
-			return status == http.StatusOK && strings.Contains(string(body), want), fmt.Sprintf("%d %.300s", status, body)
-		})
-	}
-	split("1=50", "2=50")
+	relabel(t, e, composer, "st", "1=50", "2=50")
 	rng := rand.New(rand.NewPCG(21, 5))
 	level := map[string]float64{}
 	asked := map[string]int{} // answers so far, by execution
@@ -49,7 +38,7 @@ func TestTemplatesCompareAcrossAWeightChange(t *testing.T) {
 	splitOf := map[string]string{} // each team's first record's split, by execution/team
 	for r := 1; r <= rounds; r++ {
 		if r == 3 {
-			split("1=20", "2=80") // the weights change; the teams that start now are assigned under them
+			relabel(t, e, composer, "st", "1=20", "2=80") // the weights change; the teams that start now are assigned under them
 		}
 		teams := early
 		if r >= 3 {
