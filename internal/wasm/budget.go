@@ -58,11 +58,7 @@ type tableDecl struct {
 }
 
 func (b Budget) check(wasm []byte, decls *[]tableDecl, tablesAt, tablesEnd *int) error {
-	r := &reader{b: wasm}
-	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
-		return nil // not a module: the compiler says so
-	}
-	r.pos = 8
+	var r *reader // the section being read (its closures read through it)
 	var tableSlots uint64
 	tables := 0
 	table := func(where string, declared bool) error {
@@ -117,16 +113,9 @@ func (b Budget) check(wasm []byte, decls *[]tableDecl, tablesAt, tablesEnd *int)
 		}
 		return int(n), nil
 	}
-	for r.pos < len(wasm) {
-		id, err := r.byte()
-		if err != nil {
-			return nil
-		}
-		size, err := r.u32()
-		if err != nil || uint64(r.pos)+uint64(size) > uint64(len(wasm)) {
-			return nil // the compiler says what is wrong
-		}
-		end := r.pos + int(size)
+	return eachSection(wasm, func(id byte, sec *reader) error {
+		r = sec
+		end := len(sec.b)
 		switch id {
 		case 2: // imports
 			n, err := count("imports", b.Functions+b.Tables+b.Globals+1)
@@ -135,14 +124,14 @@ func (b Budget) check(wasm []byte, decls *[]tableDecl, tablesAt, tablesEnd *int)
 			}
 			for i := range n {
 				if err := r.skipName(); err != nil {
-					return nil
+					return errStop
 				}
 				if err := r.skipName(); err != nil {
-					return nil
+					return errStop
 				}
 				kind, err := r.byte()
 				if err != nil {
-					return nil
+					return errStop
 				}
 				switch kind {
 				case 0: // a function: its type
@@ -163,10 +152,10 @@ func (b Budget) check(wasm []byte, decls *[]tableDecl, tablesAt, tablesEnd *int)
 						_, err = r.byte()
 					}
 				default:
-					return nil // the compiler says what it is
+					return errStop // the compiler says what it is
 				}
 				if err != nil {
-					return nil
+					return errStop
 				}
 			}
 		case 3:
@@ -207,23 +196,23 @@ func (b Budget) check(wasm []byte, decls *[]tableDecl, tablesAt, tablesEnd *int)
 			for i := range n {
 				bodySize, err := r.u32()
 				if err != nil || uint64(r.pos)+uint64(bodySize) > uint64(end) {
-					return nil // a body past its section: the compiler says so
+					return errStop // a body past its section: the compiler says so
 				}
 				next := r.pos + int(bodySize)
 				body := &reader{b: wasm[:next], pos: r.pos} // its locals are read within the body only
 				groups, err := body.u32()
 				if err != nil {
-					return nil
+					return errStop
 				}
 				var locals uint64
 				for range groups {
 					k, err := body.u32()
 					if err != nil {
-						return nil
+						return errStop
 					}
 					t, err := body.byte()
 					if err != nil {
-						return nil
+						return errStop
 					}
 					if t == 0x63 || t == 0x64 { // a typed reference: a heap type follows, read otherwise
 						return fmt.Errorf("function %d declares a local of a typed reference, which a builder may not", i)
@@ -235,9 +224,8 @@ func (b Budget) check(wasm []byte, decls *[]tableDecl, tablesAt, tablesEnd *int)
 				r.pos = next
 			}
 		}
-		r.pos = end
-	}
-	return nil
+		return nil
+	})
 }
 
 // boundTables writes the table section again, every table that declared no maximum given the slots
@@ -278,11 +266,45 @@ func AppendU32(b []byte, v uint32) []byte {
 	}
 }
 
-// lenient keeps a budget's refusal and drops a reading error: a module whose bytes end early is
-// the compiler's to refuse.
+// errStop ends a walk of the sections (eachSection) without an error: what follows is left to
+// the compiler.
+var errStop = errors.New("wasm: stop reading")
+
+// eachSection calls fn with each section's id and a reader over its body (positions are the
+// module's; its bytes end where the section does), in order. A module's bytes that are not a
+// module, or a section whose size runs past them, end the walk without an error: the compiler
+// says what is wrong. fn's errStop ends it too; any other error is returned.
+func eachSection(wasm []byte, fn func(id byte, sec *reader) error) error {
+	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
+		return nil
+	}
+	r := &reader{b: wasm, pos: 8}
+	for r.pos < len(wasm) {
+		id, err := r.byte()
+		if err != nil {
+			return nil
+		}
+		size, err := r.u32()
+		if err != nil || uint64(r.pos)+uint64(size) > uint64(len(wasm)) {
+			return nil
+		}
+		end := r.pos + int(size)
+		if err := fn(id, &reader{b: wasm[:end], pos: r.pos}); err != nil {
+			if errors.Is(err, errStop) {
+				return nil
+			}
+			return err
+		}
+		r.pos = end
+	}
+	return nil
+}
+
+// lenient keeps a budget's refusal and turns a reading error into the walk's end: a module whose
+// bytes end early is the compiler's to refuse.
 func lenient(err error) error {
 	if errors.Is(err, errTruncated) {
-		return nil
+		return errStop
 	}
 	return err
 }

@@ -14,23 +14,15 @@ import "fmt"
 // refuseStatefulCode reads every function body of the code section of wasm and names the first
 // instruction a reactor may not use; nil when there is none.
 func refuseStatefulCode(wasm []byte) error {
-	r := &reader{b: wasm, pos: 8}
-	for r.pos < len(wasm) {
-		id, err := r.byte()
-		if err != nil {
-			return nil
-		}
-		size, err := r.u32()
-		if err != nil || uint64(r.pos)+uint64(size) > uint64(len(wasm)) {
-			return nil // the compiler says what is wrong
-		}
-		end := r.pos + int(size)
+	return eachSection(wasm, func(id byte, sec *reader) error {
 		if id == 10 {
-			return refuseInBodies(&reader{b: wasm[:end], pos: r.pos})
+			if err := refuseInBodies(sec); err != nil {
+				return err
+			}
+			return errStop
 		}
-		r.pos = end
-	}
-	return nil
+		return nil
+	})
 }
 
 func refuseInBodies(r *reader) error {

@@ -394,22 +394,12 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return KindCommand, wasm, nil, nil // not a module: the compiler says so
 	}
-	r := &reader{b: wasm, pos: 8}
 	importedGlobals := 0
 	var mutable []int    // indices, in the global index space, of the mutable globals defined
 	var globalsErr error // what the global section says against a reactor (a command's is the compiler's)
 	exports := map[string]bool{}
 	exportsAt, exportsEnd := -1, -1
-	for r.pos < len(wasm) {
-		id, err := r.byte()
-		if err != nil {
-			break
-		}
-		size, err := r.u32()
-		if err != nil || uint64(r.pos)+uint64(size) > uint64(len(wasm)) {
-			break
-		}
-		end := r.pos + int(size)
+	err = eachSection(wasm, func(id byte, r *reader) error {
 		switch id {
 		case 2:
 			n, err := importedGlobalsOf(r)
@@ -420,26 +410,29 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 		case 6:
 			mutable, globalsErr = mutableGlobals(r, importedGlobals)
 		case 7:
-			exportsAt, exportsEnd = r.pos, end
+			exportsAt, exportsEnd = r.pos, len(r.b)
 			n, err := r.u32()
 			if err != nil {
-				return "", nil, nil, fmt.Errorf("the export section: %w", err)
+				return fmt.Errorf("the export section: %w", err)
 			}
 			for range n {
 				name, err := r.name()
 				if err != nil {
-					return "", nil, nil, fmt.Errorf("the export section: %w", err)
+					return fmt.Errorf("the export section: %w", err)
 				}
 				exports[name] = true
 				if _, err := r.byte(); err != nil {
-					return "", nil, nil, err
+					return err
 				}
 				if _, err := r.u32(); err != nil {
-					return "", nil, nil, err
+					return err
 				}
 			}
 		}
-		r.pos = end
+		return nil
+	})
+	if err != nil {
+		return "", nil, nil, err
 	}
 	switch {
 	case exports[exportStart]:
