@@ -78,7 +78,7 @@ bench: clickhouse build ## benchmarks with their baselines (figures and how to r
 FUZZTIME ?= 30s
 FUZZ    := pkg/events:FuzzParseEvaluation pkg/events:FuzzParseRoundRequest pkg/events:FuzzParseRenderRequest \
            pkg/events:FuzzParseTeamSubject pkg/compose:FuzzLoad pkg/compose:FuzzRender pkg/bpe:FuzzCount pkg/bpe:FuzzPretokenize \
-           pkg/builder:FuzzDecodeBuilt internal/wasm:FuzzBound internal/wasm:FuzzKindOf
+           pkg/builder:FuzzDecodeBuilt internal/wasm:FuzzBound internal/wasm:FuzzKindOf internal/wasm:FuzzInterruptible
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each; failures are saved in testdata/fuzz
 	@set -e; for t in $(FUZZ); do \

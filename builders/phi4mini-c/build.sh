@@ -9,4 +9,5 @@ if ! command -v clang >/dev/null 2>&1; then
   echo "clang is missing: install Debian's clang lld wasi-libc libclang-rt-14-dev-wasm32 (make clickhouse does)" >&2
   exit 1
 fi
-exec clang --target=wasm32-wasi --sysroot=/usr -O2 -Wall -Wextra -Werror -o "$out" "$here/phi4mini.c"
+# A reactor (podium_run; docs/builders.md): its runtime starts once per module, not in every call.
+exec clang --target=wasm32-wasi --sysroot=/usr -O2 -mexec-model=reactor -Wall -Wextra -Werror -o "$out" "$here/phi4mini.c"

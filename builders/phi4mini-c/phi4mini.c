@@ -5,15 +5,21 @@
  * stdout, as encoding/json writes the Go builder's (keys in order, HTML left unescaped in the
  * answer, the tools block and tool arguments as json.Marshal writes them).
  *
- * Build it with Debian's clang and wasi-libc (make builders):
+ * Build it as a reactor, whose runtime starts once per module (the way to serve it: podium_run is
+ * each call), with Debian's clang and wasi-libc (build.sh, make builders):
  *
- *   clang --target=wasm32-wasi --sysroot=/usr -O2 -o phi4mini.wasm phi4mini.c
+ *   clang --target=wasm32-wasi --sysroot=/usr -O2 -mexec-model=reactor -o phi4mini.wasm phi4mini.c
+ *
+ * or as a command (main is each call) without -mexec-model. Either way it reads stdin and writes
+ * stdout with read and write, not stdio: a reactor's calls start from the memory its start left
+ * (docs/builders.md), where stdio's buffers and end-of-file flags would be a call's before.
  */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- output buffers ---- */
 
@@ -43,6 +49,16 @@ static void printf_(buf *o, const char *fmt, ...) {
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     put(o, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* emit writes the answer to stdout whole. */
+static void emit(buf *o) {
+    size_t done = 0;
+    while (done < o->n) {
+        ssize_t n = write(1, o->b + done, o->n - done);
+        if (n <= 0) { fputs("writing the answer failed\n", stderr); exit(1); }
+        done += (size_t)n;
+    }
 }
 
 static void fail(const char *why) {
@@ -469,7 +485,7 @@ static void build(jv *req) {
     puts_(&out, "}],\"prompt\":");
     jsonstr(&out, prompt.b, prompt.n, 0);
     puts_(&out, ",\"params\":{\"stop\":[\"<|end|>\"],\"temperature\":0.2}}\n");
-    fwrite(out.b, 1, out.n, stdout);
+    emit(&out);
 }
 
 /* ---- the parser of the model's output ---- */
@@ -549,14 +565,16 @@ static void parse(jv *req) {
     puts_(&out, ",\"tool_requests\":[");
     putb(&out, &reqs);
     puts_(&out, "]}\n");
-    fwrite(out.b, 1, out.n, stdout);
+    emit(&out);
 }
 
-int main(void) {
+/* run answers the request on stdin; it fails (exit status 1, the reason on stderr) otherwise. */
+static int run(void) {
     buf in = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0) put(&in, chunk, n);
+    static char chunk[65536]; /* not on the stack, which is 64 KiB in all */
+    ssize_t n;
+    while ((n = read(0, chunk, sizeof chunk)) > 0) put(&in, chunk, (size_t)n);
+    if (n < 0) fail("reading stdin failed");
     parser ps = {in.b ? in.b : "", (in.b ? in.b : "") + in.n, 0};
     jv *req = value(&ps);
     if (!req || req->t != J_OBJ) fail("the input is not a JSON object");
@@ -566,3 +584,9 @@ int main(void) {
     else fail("unknown op");
     return 0;
 }
+
+/* The builder as a command: its runtime starts in every call. */
+int main(void) { return run(); }
+
+/* The builder as a reactor (-mexec-model=reactor): each call of the host. */
+__attribute__((export_name("podium_run"))) int podium_run(void) { return run(); }

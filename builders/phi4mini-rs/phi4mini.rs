@@ -7,9 +7,15 @@
 //
 // No crate: serde_json writes numbers and escapes strings otherwise than encoding/json, and the
 // answer must be the Go builder's to the byte. Build it with Debian's rustc and its wasm32 standard
-// library (packages rustc, libstd-rust-dev-wasm32; build.sh):
+// library (packages rustc, libstd-rust-dev-wasm32; build.sh) as a reactor, whose runtime starts
+// once per module (the way to serve it: podium_run is each call; wasi-libc's crt1-reactor.o gives
+// it the _initialize that rustc 1.63 does not):
 //
-//   rustc --edition 2021 --target wasm32-wasi -C opt-level=2 -C strip=symbols -o phi4mini.wasm phi4mini.rs
+//   rustc --edition 2021 --target wasm32-wasi --crate-type cdylib -C opt-level=2 -C strip=symbols \
+//     -C link-arg=$(rustc --print sysroot)/lib/rustlib/wasm32-wasi/lib/self-contained/crt1-reactor.o \
+//     -o phi4mini.wasm phi4mini.rs
+//
+// or as a command (main is each call) without --crate-type and the link argument.
 
 use std::io::{self, Read, Write};
 use std::process;
@@ -703,7 +709,21 @@ fn fail(why: &str) -> ! {
     process::exit(1);
 }
 
+// The builder as a command: its runtime starts in every call.
+#[allow(dead_code)] // not called in a reactor
 fn main() {
+    run();
+}
+
+// The builder as a reactor: each call of the host. A failure exits (fail), as a command's does.
+#[no_mangle]
+pub extern "C" fn podium_run() -> i32 {
+    run();
+    0
+}
+
+// run answers the request on stdin.
+fn run() {
     let mut input = Vec::new();
     if io::stdin().read_to_end(&mut input).is_err() {
         fail("reading stdin failed");
@@ -728,7 +748,8 @@ fn main() {
         b"parse" => parse(output),
         _ => fail("unknown op"),
     };
-    if io::stdout().write_all(&out).is_err() {
+    let mut stdout = io::stdout();
+    if stdout.write_all(&out).is_err() || stdout.flush().is_err() {
         fail("writing the answer failed");
     }
 }

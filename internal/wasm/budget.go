@@ -271,22 +271,22 @@ func AppendU32(b []byte, v uint32) []byte {
 var errStop = errors.New("wasm: stop reading")
 
 // eachSection calls fn with each section's id and a reader over its body (positions are the
-// module's; its bytes end where the section does), in order. A module's bytes that are not a
-// module, or a section whose size runs past them, end the walk without an error: the compiler
-// says what is wrong. fn's errStop ends it too; any other error is returned.
+// module's; its bytes end where the section does), in order. Bytes that are not a module end the
+// walk without an error: the compiler says what is wrong. A section whose size runs past the
+// module's bytes is an error, never left to the compiler: wazero reads a code section's count of
+// bodies before its size, and makes room for them all (37 bytes declaring a billion bodies made
+// the process die of Go's out of memory, which nothing recovers). fn's errStop ends the walk; any
+// other error is returned.
 func eachSection(wasm []byte, fn func(id byte, sec *reader) error) error {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return nil
 	}
 	r := &reader{b: wasm, pos: 8}
 	for r.pos < len(wasm) {
-		id, err := r.byte()
-		if err != nil {
-			return nil
-		}
+		id, _ := r.byte()
 		size, err := r.u32()
 		if err != nil || uint64(r.pos)+uint64(size) > uint64(len(wasm)) {
-			return nil
+			return fmt.Errorf("section %d runs past the module's end (%d bytes)", id, len(wasm))
 		}
 		end := r.pos + int(size)
 		if err := fn(id, &reader{b: wasm[:end], pos: r.pos}); err != nil {

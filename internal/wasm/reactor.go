@@ -76,6 +76,7 @@ type reactor struct {
 type instance struct {
 	mod  api.Module
 	run  api.Function
+	stop api.MutableGlobal // set to stop the call running (interrupt.go)
 	maps *mappings
 	call *callState
 }
@@ -117,7 +118,7 @@ func (s *callState) reset(input []byte, now time.Time, ticks int64, limits Limit
 }
 
 // config is the module config of an instance whose WASI reads and writes s.
-func config(s *callState, start bool) wazero.ModuleConfig {
+func config(s *callState) wazero.ModuleConfig {
 	cfg := wazero.NewModuleConfig().
 		WithName(""). // anonymous: instances live side by side
 		WithArgs("builder").
@@ -134,10 +135,9 @@ func config(s *callState, start bool) wazero.ModuleConfig {
 		// A counter, not a clock: runtimes that loop on it until time passes (Go's sleep) still
 		// end, and the same run reads the same values.
 		WithNanotime(func() int64 { s.ticks += int64(time.Microsecond); return s.ticks }, sys.ClockResolution(1))
-	if !start {
-		cfg = cfg.WithStartFunctions() // a reactor's _initialize runs once, for the snapshot
-	}
-	return cfg
+	// Started by the engine, armed to stop at the call's end (interrupt.go): a command's
+	// _start in each call, a reactor's _initialize once, for the snapshot.
+	return cfg.WithStartFunctions()
 }
 
 // warmUp are the calls a reactor's snapshot is taken after, besides _initialize: what a runtime
@@ -181,7 +181,7 @@ func (e *Engine) newReactor(ctx context.Context, c wazero.CompiledModule, global
 		}
 	}()
 	in.call.reset(nil, time.Time{}, 0, e.limits)
-	if _, err := in.mod.ExportedFunction(exportInitialize).Call(ctx); err != nil {
+	if _, err := in.invoke(ctx, in.mod.ExportedFunction(exportInitialize)); err != nil {
 		if ctx.Err() != nil {
 			return nil, late()
 		}
@@ -195,7 +195,7 @@ func (e *Engine) newReactor(ctx context.Context, c wazero.CompiledModule, global
 	}
 	for _, input := range warmUp() {
 		in.call.reset([]byte(input), time.Time{}, in.call.ticks, e.limits)
-		res, err := in.run.Call(ctx)
+		res, err := in.invoke(ctx, in.run)
 		if ctx.Err() != nil {
 			return nil, late()
 		}
@@ -231,7 +231,7 @@ func (r *reactor) instantiate(ctx context.Context) (*instance, error) {
 	in.call.reset(nil, time.Time{}, 0, r.e.limits)
 	var err error
 	if p := panics.Catch(func() {
-		in.mod, err = r.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, in.maps.allocator()), r.c, config(in.call, false))
+		in.mod, err = r.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, in.maps.allocator()), r.c, config(in.call))
 	}); p != nil {
 		in.maps.freeAll()
 		return nil, &Failure{Reason: ReasonMemory, Detail: fmt.Sprintf("the instance could not be made: %v", p.Value)}
@@ -240,7 +240,8 @@ func (r *reactor) instantiate(ctx context.Context) (*instance, error) {
 		in.maps.freeAll()
 		return nil, failureOf(ctx, err, in.call.stderr)
 	}
-	if in.run = in.mod.ExportedFunction(exportRun); in.run == nil || in.mod.Memory() == nil {
+	in.stop, _ = in.mod.ExportedGlobal(stopExport).(api.MutableGlobal)
+	if in.run = in.mod.ExportedFunction(exportRun); in.run == nil || in.mod.Memory() == nil || in.stop == nil {
 		in.close(ctx)
 		return nil, &Failure{Reason: ReasonLoad, Detail: "a reactor must export " + exportRun + " and its memory"}
 	}
@@ -331,6 +332,13 @@ func (r *reactor) close(ctx context.Context) {
 	}
 }
 
+// invoke calls fn on the instance, armed to stop at ctx's end (interrupt.go).
+func (in *instance) invoke(ctx context.Context, fn api.Function) ([]uint64, error) {
+	disarm := armStop(ctx, in.stop)
+	defer disarm()
+	return fn.Call(ctx)
+}
+
 func (in *instance) close(ctx context.Context) {
 	_ = in.mod.Close(context.WithoutCancel(ctx))
 	in.maps.freeAll()
@@ -355,7 +363,7 @@ func (r *reactor) run(ctx context.Context, input []byte, now time.Time) ([]byte,
 	s := in.call
 	s.reset(input, now, r.ticks, r.e.limits)
 	var res []uint64
-	if p := panics.Catch(func() { res, err = in.run.Call(ctx) }); p != nil {
+	if p := panics.Catch(func() { res, err = in.invoke(ctx, in.run) }); p != nil {
 		err = fmt.Errorf("the call panicked in the host: %v", p.Value)
 	}
 	// Kept only after an answer: a call that failed, even by its status alone, may have left its
@@ -402,11 +410,11 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 	err = eachSection(wasm, func(id byte, r *reader) error {
 		switch id {
 		case 2:
-			n, err := importedGlobalsOf(r)
+			imported, err := importsOf(r)
 			if err != nil {
 				globalsErr = err
 			}
-			importedGlobals = n
+			importedGlobals = imported.globals
 		case 6:
 			mutable, globalsErr = mutableGlobals(r, importedGlobals)
 		case 7:
@@ -469,24 +477,27 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 	return KindReactor, splice(wasm, 7, exportsAt, exportsEnd, body), globals, nil
 }
 
-// importedGlobalsOf reads the import section and counts the globals it imports (they come first
-// in the global index space).
-func importedGlobalsOf(r *reader) (int, error) {
+// imports counts what an import section imports of the kinds whose index spaces the engine
+// extends: globals and memories (the imported come first in each).
+type imports struct{ globals, memories int }
+
+// importsOf reads the import section.
+func importsOf(r *reader) (imports, error) {
+	var in imports
 	n, err := r.u32()
 	if err != nil {
-		return 0, err
+		return in, err
 	}
-	globals := 0
-	for range n {
+	for i := range n {
 		if err := r.skipName(); err != nil {
-			return 0, err
+			return in, err
 		}
 		if err := r.skipName(); err != nil {
-			return 0, err
+			return in, err
 		}
 		kind, err := r.byte()
 		if err != nil {
-			return 0, err
+			return in, err
 		}
 		switch kind {
 		case 0: // a function: its type
@@ -496,20 +507,21 @@ func importedGlobalsOf(r *reader) (int, error) {
 				err = r.skipLimits()
 			}
 		case 2: // a memory: its limits
+			in.memories++
 			err = r.skipLimits()
 		case 3: // a global: its type and mutability
-			globals++
+			in.globals++
 			if _, err = r.byte(); err == nil {
 				_, err = r.byte()
 			}
 		default:
-			return 0, fmt.Errorf("import %d is of kind 0x%02x, which a builder may not import", kind, kind)
+			return in, fmt.Errorf("import %d is of kind 0x%02x, which a builder may not import", i, kind)
 		}
 		if err != nil {
-			return 0, err
+			return in, err
 		}
 	}
-	return globals, nil
+	return in, nil
 }
 
 // mutableGlobals reads the global section: the indices of the mutable globals it defines.

@@ -103,7 +103,8 @@ func NewEngine(ctx context.Context, limits Limits) (*Engine, error) {
 	if limits.Start <= 0 {
 		limits.Start = 10 * time.Second
 	}
-	cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(limits.MemoryPages).WithCloseOnContextDone(true)
+	// Not WithCloseOnContextDone: the compiled code checks the call's end itself (interrupt.go).
+	cfg := wazero.NewRuntimeConfig().WithMemoryLimitPages(limits.MemoryPages)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	if err := instantiateWASI(ctx, rt); err != nil {
 		_ = rt.Close(ctx)
@@ -222,7 +223,16 @@ func (e *Engine) compile(ctx context.Context, sum string, wasm []byte) (*compile
 	if err != nil {
 		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
 	}
-	c, err := e.rt.CompileModule(ctx, bounded)
+	if bounded, err = interruptible(bounded); err != nil {
+		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
+	}
+	var c wazero.CompiledModule
+	// wazero's validator panics on some malformed bodies (FuzzInterruptible found a call to a
+	// function index past the module's: an index out of range in its func_validation.go): the
+	// module's failure, not the composer's.
+	if p := panics.Catch(func() { c, err = e.rt.CompileModule(ctx, bounded) }); p != nil {
+		return nil, &Failure{Reason: ReasonLoad, Detail: fmt.Sprintf("the compiler failed on it: %v", p.Value)}
+	}
 	if err != nil {
 		return nil, &Failure{Reason: ReasonLoad, Detail: err.Error()}
 	}
@@ -273,12 +283,15 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 	// wazero panics on an allocator's failure it does not expect: this call's failure, not the
 	// composer's.
 	if p := panics.Catch(func() {
-		mod, err = m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, maps.allocator()), c.c, config(s, true))
+		mod, err = m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, maps.allocator()), c.c, config(s))
 	}); p != nil {
 		return nil, &Failure{Reason: ReasonMemory, Detail: fmt.Sprintf("the instance could not be made: %v", p.Value)}
 	}
 	if mod != nil {
-		_ = mod.Close(context.WithoutCancel(ctx))
+		defer mod.Close(context.WithoutCancel(ctx))
+	}
+	if err == nil {
+		err = runStart(ctx, mod)
 	}
 	switch {
 	case s.stdout.over: // whatever the module did when its writes were refused
@@ -289,6 +302,23 @@ func (m *Module) Run(ctx context.Context, input []byte, now time.Time) ([]byte, 
 		return nil, &Failure{Reason: ReasonClock, Detail: "the builder read the wall clock; the request's time is context.current_datetime"}
 	}
 	return s.stdout.buf.Bytes(), nil
+}
+
+// runStart runs a command's _start, armed to stop at ctx's end (interrupt.go): nil when it
+// returned, or exited with status 0.
+func runStart(ctx context.Context, mod api.Module) error {
+	start := mod.ExportedFunction(exportStart)
+	stop, ok := mod.ExportedGlobal(stopExport).(api.MutableGlobal)
+	if start == nil || !ok {
+		return &Failure{Reason: ReasonLoad, Detail: "the command exports no " + exportStart}
+	}
+	disarm := armStop(ctx, stop)
+	defer disarm()
+	_, err := start.Call(ctx)
+	if exit := (*sys.ExitError)(nil); errors.As(err, &exit) && exit.ExitCode() == 0 {
+		return nil
+	}
+	return err
 }
 
 // failureOf names why a run failed, with the first lines of what the module said on stderr.
