@@ -166,22 +166,21 @@ func Check(v note.Verifier, origin string, since []byte, src Sources) (Report, e
 		}
 		leaves[pos] = copies[0].leaf
 	}
-	// Where the archive alone holds a position in different rows, the signed root says which
-	// one is the record: the others are named.
-	for _, pos := range ambiguous {
-		if err := resolve(pos, fromArchive[pos], leaves[:whole], checkpoints, &rep); err != nil {
-			return rep, err
-		}
-	}
-
-	// The tree over every position, checked against each signed root.
+	// The tree over every position (each the archive alone holds in different rows taken first as
+	// its first copy).
 	h := &Hashes{}
 	for _, leaf := range leaves[:whole] {
 		if err := h.Add(leaf); err != nil {
 			return rep, err
 		}
 	}
+	// Where the archive alone holds a position in different rows, the signed roots say which
+	// one is the record: the others are named.
+	if err := resolve(ambiguous, fromArchive, h, checkpoints, &rep); err != nil {
+		return rep, err
+	}
 	rep.Tree = h
+	// Checked against each signed root.
 	var good *Checkpoint // the last checkpoint whose root the records still give
 	for i := range checkpoints {
 		c := &checkpoints[i]
@@ -238,44 +237,99 @@ type copyOf struct {
 	eventID string
 }
 
-// resolve picks, of the archive's different rows at pos, the one the first checkpoint that signs
-// pos was made over (the others being fixed, exactly one can give its root), sets it in leaves,
-// and names the others.
-func resolve(pos int64, copies []copyOf, leaves []tlog.Hash, checkpoints []Checkpoint, rep *Report) error {
-	seq := pos + 1
-	i := slices.IndexFunc(checkpoints, func(c Checkpoint) bool { return c.Size > pos })
-	if i < 0 || checkpoints[i].Size > int64(len(leaves)) {
-		rep.find(pos, "the archive holds %d different rows at sequence %d, and no checkpoint that can be checked signs it: which is the record cannot be told", len(copies), seq)
-		return nil
-	}
-	c := checkpoints[i]
-	genuine := -1
-	for k, cp := range copies {
-		leaves[pos] = cp.leaf
-		h := &Hashes{}
-		for _, l := range leaves[:c.Size] {
-			if err := h.Add(l); err != nil {
+// maxTries bounds the combinations of copies resolve tries under one checkpoint.
+const maxTries = 1 << 12
+
+// resolve picks, at each position the archive alone holds in different rows (ambiguous, in
+// order), the row the signed roots were made over, sets it in h, and names the others. The
+// positions are taken by the first checkpoint that signs them: those under one checkpoint are
+// resolved together (its root depends on each), trying the combinations of their copies (at most
+// maxTries; past that, each is named as one that cannot be told), each try setting the leaves
+// that changed in h (O(log n) each) and reading the root (O(log n)). Computing the tree again for
+// each copy, as a first version did, was O(n) a try (BenchmarkCheckForgedCopies), and stood one
+// position's first copy in for it while another was tried, so a forged copy written first at two
+// positions under one checkpoint left both unresolved.
+func resolve(ambiguous []int64, copies map[int64][]copyOf, h *Hashes, checkpoints []Checkpoint, rep *Report) error {
+	for len(ambiguous) > 0 {
+		pos := ambiguous[0]
+		i := slices.IndexFunc(checkpoints, func(c Checkpoint) bool { return c.Size > pos })
+		if i < 0 || checkpoints[i].Size > h.Size() {
+			for _, p := range ambiguous {
+				rep.find(p, "the archive holds %d different rows at sequence %d, and no checkpoint that can be checked signs it: which is the record cannot be told", len(copies[p]), p+1)
+			}
+			return nil
+		}
+		c := checkpoints[i]
+		n := 1
+		for n < len(ambiguous) && ambiguous[n] < c.Size {
+			n++
+		}
+		group := ambiguous[:n]
+		ambiguous = ambiguous[n:]
+		picked, err := combination(group, copies, h, c)
+		if err != nil {
+			return err
+		}
+		if picked == nil {
+			for _, p := range group {
+				rep.find(p, "none of the archive's %d rows at sequence %d, with those at the other %d positions the archive alone holds in several rows under it, gives the root the checkpoint of size %d signed", len(copies[p]), p+1, len(group)-1, c.Size)
+			}
+			continue
+		}
+		for k, p := range group {
+			genuine := copies[p][picked[k]]
+			if err := h.Set(p, genuine.leaf); err != nil {
 				return err
 			}
-		}
-		if root, err := h.Root(c.Size); err != nil {
-			return err
-		} else if root == c.Root {
-			genuine = k
-			break
-		}
-	}
-	if genuine < 0 {
-		rep.find(pos, "none of the archive's %d rows at sequence %d is the record the checkpoint of size %d signed", len(copies), seq, c.Size)
-		return nil
-	}
-	leaves[pos] = copies[genuine].leaf
-	for k, cp := range copies {
-		if k != genuine {
-			rep.find(pos, "the archive's row (event id %s) at sequence %d is not the record the log signed (event id %s is)", cp.eventID, seq, copies[genuine].eventID)
+			for j, cp := range copies[p] {
+				if j != picked[k] {
+					rep.find(p, "the archive's row (event id %s) at sequence %d is not the record the log signed (event id %s is)", cp.eventID, p+1, genuine.eventID)
+				}
+			}
 		}
 	}
 	return nil
+}
+
+// combination is the copy of each position of group (by its index in copies) that gives c's root,
+// trying every combination (h's leaves at group are set as it tries: the caller sets the answer);
+// nil when none does, or there are more than maxTries.
+func combination(group []int64, copies map[int64][]copyOf, h *Hashes, c Checkpoint) ([]int, error) {
+	tries := 1
+	for _, p := range group {
+		if tries *= len(copies[p]); tries > maxTries {
+			return nil, nil
+		}
+	}
+	digits := make([]int, len(group)) // an odometer over the copies, the first position fastest
+	for _, p := range group {
+		if err := h.Set(p, copies[p][0].leaf); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		root, err := h.Root(c.Size)
+		if err != nil {
+			return nil, err
+		}
+		if root == c.Root {
+			return digits, nil
+		}
+		k := 0
+		for ; k < len(group); k++ {
+			p := group[k]
+			digits[k] = (digits[k] + 1) % len(copies[p])
+			if err := h.Set(p, copies[p][digits[k]].leaf); err != nil {
+				return nil, err
+			}
+			if digits[k] != 0 {
+				break
+			}
+		}
+		if k == len(group) {
+			return nil, nil // every combination tried
+		}
+	}
 }
 
 // readCheckpoints reads the signed checkpoints of origin in AUDIT's order, naming any not signed

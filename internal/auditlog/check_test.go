@@ -1,11 +1,15 @@
 package auditlog
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // logFixture is a log of n messages, signed at the given sizes: what the stream, the archive and
@@ -27,7 +31,7 @@ type archiveRow struct {
 	id            string
 }
 
-func newFixture(t *testing.T, n int, at ...int64) (*logFixture, string) {
+func newFixture(t testing.TB, n int, at ...int64) (*logFixture, string) {
 	t.Helper()
 	path, public := key(t, "fixture")
 	signer, _, err := LoadKey(path)
@@ -55,7 +59,7 @@ func newFixture(t *testing.T, n int, at ...int64) (*logFixture, string) {
 	return f, public
 }
 
-func (f *logFixture) check(t *testing.T, public string, since []byte) Report {
+func (f *logFixture) check(t testing.TB, public string, since []byte) Report {
 	t.Helper()
 	v, err := Verifier(public)
 	if err != nil {
@@ -209,5 +213,109 @@ func TestCheckSince(t *testing.T) {
 		IsRecord:    func(string, []byte) bool { return true },
 	}); err == nil {
 		t.Error("a --since checkpoint of another key was taken")
+	}
+}
+
+// forgeCopies makes f's stream hold only its records from first on (its retention trimmed the
+// others), and the archive hold a forged copy beside each of the records at positions: before it
+// where before says so, else after.
+func forgeCopies(f *logFixture, first uint64, positions []int64, before func(int64) bool) {
+	f.first = first
+	for _, pos := range positions {
+		i := slices.IndexFunc(f.archive, func(r archiveRow) bool { return r.seq == uint64(pos)+1 })
+		forged := archiveRow{f.archive[i].seq, f.archive[i].subject, fmt.Sprintf(`{"id":"forged-%d"}`, pos), fmt.Sprintf("forged-%d", pos)}
+		if before(pos) {
+			f.archive = slices.Insert(f.archive, i, forged)
+		} else {
+			f.archive = slices.Insert(f.archive, i+1, forged)
+		}
+	}
+}
+
+// TestCheckTellsTheRecordFromItsForgedCopies: where the stream no longer holds its records and the
+// archive holds several rows at each of many positions (a forger's copy before or after the
+// record), the signed roots say which row is the record: every forged one is named, no record.
+func TestCheckTellsTheRecordFromItsForgedCopies(t *testing.T) {
+	f, public := newFixture(t, 200, 37, 64, 100, 150, 200)
+	var positions []int64
+	for pos := int64(3); pos < 190; pos += 9 {
+		positions = append(positions, pos)
+	}
+	forgeCopies(f, 195, positions, func(pos int64) bool { return pos%2 == 0 })
+	rep := f.check(t, public, nil)
+	got := findings(rep)
+	for _, pos := range positions {
+		want := fmt.Sprintf("%d: the archive's row (event id forged-%d) at sequence %d is not the record the log signed (event id p-%d is)", pos, pos, pos+1, pos+1)
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if len(rep.Findings) != len(positions) {
+		t.Errorf("%d findings for %d forged rows:\n%s", len(rep.Findings), len(positions), got)
+	}
+	if rep.Consistent != 4 {
+		t.Errorf("%d consistency proofs between the 5 checkpoints, want 4", rep.Consistent)
+	}
+}
+
+// TestHashesSetIsTheTreeOfItsLeaves: a tree whose leaves were set after they were added has the
+// roots, at every size, of the tree made of the final leaves.
+func TestHashesSetIsTheTreeOfItsLeaves(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int64{1, 2, 3, 7, 8, 33, 100} {
+		leaves := make([]tlog.Hash, n)
+		set := &Hashes{}
+		for i := range leaves {
+			leaves[i] = sha256.Sum256([]byte(fmt.Sprint("leaf", i)))
+			if err := set.Add(leaves[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 * n {
+			i := r.Int64N(n)
+			leaves[i] = sha256.Sum256([]byte(fmt.Sprint("again", r.Uint64())))
+			if err := set.Set(i, leaves[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fresh := &Hashes{}
+		for _, l := range leaves {
+			if err := fresh.Add(l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for size := int64(1); size <= n; size++ {
+			a, _ := set.Root(size)
+			b, _ := fresh.Root(size)
+			if a != b {
+				t.Fatalf("%d leaves: the root at size %d differs after Set", n, size)
+			}
+		}
+	}
+	if err := (&Hashes{}).Set(0, tlog.Hash{}); err == nil {
+		t.Fatal("a leaf set in an empty tree")
+	}
+}
+
+// BenchmarkCheckForgedCopies: a check of 20,000 records, signed every 100, whose stream kept the
+// last 1,000, with a forged copy beside one record in each of the first 190 checkpoints' records:
+// each copy tried by the root, its leaf set in the tree (before: the tree computed again for each).
+//
+// `go test -run '^$' -bench CheckForgedCopies ./internal/auditlog`
+func BenchmarkCheckForgedCopies(b *testing.B) {
+	var at []int64
+	for size := int64(100); size <= 20000; size += 100 {
+		at = append(at, size)
+	}
+	f, public := newFixture(b, 20000, at...)
+	var positions []int64
+	for pos := int64(50); pos < 19000; pos += 100 {
+		positions = append(positions, pos)
+	}
+	forgeCopies(f, 19001, positions, func(pos int64) bool { return pos%200 == 50 })
+	for b.Loop() {
+		if rep := f.check(b, public, nil); len(rep.Findings) != len(positions) {
+			b.Fatalf("%d findings for %d forged rows:\n%.500s", len(rep.Findings), len(positions), findings(rep))
+		}
 	}
 }

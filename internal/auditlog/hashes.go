@@ -25,6 +25,25 @@ func (h *Hashes) Add(leaf tlog.Hash) error {
 	return nil
 }
 
+// Set replaces the leaf at index, and every stored hash above it: O(log n). An auditor who holds a
+// position in several copies (check.go, resolve) tries each against a signed root this way,
+// instead of computing the tree again for each.
+func (h *Hashes) Set(index int64, leaf tlog.Hash) error {
+	if index < 0 || index >= h.n {
+		return fmt.Errorf("no leaf %d in a tree of %d", index, h.n)
+	}
+	h.stored[tlog.StoredHashIndex(0, index)] = leaf
+	for level := 1; ; level++ {
+		node := index >> level
+		if (node+1)<<level > h.n {
+			return nil // the subtree is not complete: no hash of it is stored
+		}
+		left := h.stored[tlog.StoredHashIndex(level-1, 2*node)]
+		right := h.stored[tlog.StoredHashIndex(level-1, 2*node+1)]
+		h.stored[tlog.StoredHashIndex(level, node)] = tlog.NodeHash(left, right)
+	}
+}
+
 // Size is the number of leaves added.
 func (h *Hashes) Size() int64 { return h.n }
 

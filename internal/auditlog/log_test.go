@@ -21,7 +21,7 @@ func leaves(n int) []tlog.Hash {
 	return out
 }
 
-func key(t *testing.T, name string) (path, public string) {
+func key(t testing.TB, name string) (path, public string) {
 	t.Helper()
 	private, public, err := NewKey(name)
 	if err != nil {
