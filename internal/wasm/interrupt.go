@@ -55,6 +55,8 @@ func interruptible(wasm []byte) ([]byte, error) {
 	var sections []section
 	var imported imports
 	definedGlobals, memories := 0, 0
+	hasMemories, hasGlobals := false, false
+	var exports, data []byte
 	err := eachSection(wasm, func(id byte, r *reader) error {
 		body := r.b[r.pos:]
 		var err error
@@ -68,13 +70,17 @@ func interruptible(wasm []byte) ([]byte, error) {
 			if err != nil {
 				return fmt.Errorf("the memory section: %w", err)
 			}
-			memories = int(n)
+			memories, hasMemories = int(n), true
 		case 6:
 			n, err := (&reader{b: body}).u32()
 			if err != nil {
 				return fmt.Errorf("the global section: %w", err)
 			}
-			definedGlobals = int(n)
+			definedGlobals, hasGlobals = int(n), true
+		case 7:
+			exports = body
+		case 11:
+			data = body
 		case 8:
 			// Its function runs as the module is instantiated, before the host can read the flag
 			// to arm it. WASI toolchains make none (the host calls _start or _initialize).
@@ -87,7 +93,16 @@ func interruptible(wasm []byte) ([]byte, error) {
 		return nil, err
 	}
 	stop := uint32(imported.globals + definedGlobals)
-	c := checks{stop: stop, countdown: stop + 1}
+	c := checks{stop: stop, countdown: stop + 1, noMemory: imported.memories+memories == 0}
+	// The bytes compiled must be valid exactly when the module's are: what refers to a global or
+	// a memory the module does not have would refer to the host's additions (code that writes
+	// the flag or the countdown would escape both).
+	if err := refuseExports(exports, stop, c.noMemory); err != nil {
+		return nil, err
+	}
+	if c.noMemory && hasActiveData(data) {
+		return nil, errors.New("the module writes data segments into a memory it does not have")
+	}
 	out := append(make([]byte, 0, len(wasm)+len(wasm)/4), wasm[:8]...)
 	put := func(id byte, body []byte) {
 		out = append(out, id)
@@ -103,10 +118,13 @@ func interruptible(wasm []byte) ([]byte, error) {
 	export = append(export, 0x03)
 	export = AppendU32(export, stop)
 	pending := map[byte][]byte{}
-	if imported.memories+memories == 0 {
+	switch {
+	case c.noMemory && hasMemories:
+		pending[5] = nil // an empty memory section: given the memory below
+	case c.noMemory:
 		pending[5] = []byte{0x01, 0x01, 0x00, 0x00} // one memory: 0 pages, at most 0
 	}
-	if definedGlobals == 0 {
+	if !hasGlobals {
 		pending[6] = append([]byte{0x02}, globals...)
 	}
 	pending[7] = append([]byte{0x01}, export...) // unless the module has an export section (below)
@@ -118,6 +136,13 @@ func interruptible(wasm []byte) ([]byte, error) {
 			}
 		}
 		switch s.id {
+		case 5:
+			if _, ok := pending[5]; ok {
+				put(5, appendEntries(s.body, 1, []byte{0x01, 0x00, 0x00}))
+				delete(pending, 5)
+			} else {
+				put(5, s.body)
+			}
 		case 6:
 			put(6, appendEntries(s.body, 2, globals))
 		case 7:
@@ -141,8 +166,12 @@ func interruptible(wasm []byte) ([]byte, error) {
 	return out, nil
 }
 
-// checks are the instructions inserted, reading globals stop and countdown.
-type checks struct{ stop, countdown uint32 }
+// checks are the instructions inserted, reading globals stop and countdown (the first indices past
+// the module's own); noMemory is a module without a memory, given one of no pages for the tick.
+type checks struct {
+	stop, countdown uint32
+	noMemory        bool
+}
 
 // entry is the check at a function's entry and a loop's start: the flag read (unreachable when
 // set), the countdown moved, and at its end a tick.
@@ -154,6 +183,90 @@ func (c checks) entry() []byte {
 	b = append(append(b, 0x41), appendS32(nil, tickEvery)...)             // i32.const tickEvery
 	b = AppendU32(append(b, 0x24), c.countdown)                           // global.set countdown
 	return append(append(b, c.tick()...), 0x0b)                           // tick; end
+}
+
+// refuse names an instruction (op, its immediates at r) that the module's own bytes make invalid
+// and the bytes compiled would not: a global past the module's (the flag, the countdown), or the
+// memory of a module that has none.
+func (c checks) refuse(op byte, r reader) error {
+	switch {
+	case op == 0x23 || op == 0x24:
+		if idx, err := r.u32(); err == nil && idx >= c.stop {
+			return fmt.Errorf("global.get or global.set of global %d, which the module does not have", idx)
+		}
+	case !c.noMemory:
+	case op >= 0x28 && op <= 0x40:
+		return fmt.Errorf("the instruction 0x%02x uses a memory, which the module does not have", op)
+	case op == 0xfc:
+		if sub, err := r.u32(); err == nil && (sub == 8 || sub == 10 || sub == 11) {
+			return fmt.Errorf("the instruction 0xfc %d uses a memory, which the module does not have", sub)
+		}
+	case op == 0xfd:
+		if sub, err := r.byte(); err == nil && (sub <= 11 || sub >= 84 && sub <= 93) {
+			return fmt.Errorf("the instruction 0xfd %d uses a memory, which the module does not have", sub)
+		}
+	}
+	return nil
+}
+
+// refuseExports reads the export section: the module may not export a name of the host's
+// (podium.stop), nor a global or a memory it does not have.
+func refuseExports(body []byte, globals uint32, noMemory bool) error {
+	if body == nil {
+		return nil
+	}
+	r := &reader{b: body}
+	n, err := r.u32()
+	if err != nil {
+		return fmt.Errorf("the export section: %w", err)
+	}
+	for range n {
+		name, err := r.name()
+		if err != nil {
+			return fmt.Errorf("the export section: %w", err)
+		}
+		kind, err := r.byte()
+		if err != nil {
+			return fmt.Errorf("the export section: %w", err)
+		}
+		idx, err := r.u32()
+		if err != nil {
+			return fmt.Errorf("the export section: %w", err)
+		}
+		switch {
+		case name == stopExport:
+			return fmt.Errorf("the module exports %s itself, a name Podium keeps for its own", stopExport)
+		case kind == 3 && idx >= globals:
+			return fmt.Errorf("the module exports global %d, which it does not have", idx)
+		case kind == 2 && noMemory:
+			return fmt.Errorf("the module exports memory %d, which it does not have", idx)
+		}
+	}
+	return nil
+}
+
+// hasActiveData reports whether a data section holds a segment written into a memory at
+// instantiation (an active one); true too when it cannot be read (the compiler refuses it).
+func hasActiveData(body []byte) bool {
+	if body == nil {
+		return false
+	}
+	r := &reader{b: body}
+	n, err := r.u32()
+	if err != nil {
+		return true
+	}
+	for range n {
+		flags, err := r.u32()
+		if err != nil || flags != 1 {
+			return true // 0 and 2: active; any other is not a segment
+		}
+		size, err := r.u32()
+		if err != nil || r.skip(int(size)) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // appendS32 appends a signed LEB128 number.
@@ -247,6 +360,9 @@ func checkedBody(out []byte, r *reader, c checks) ([]byte, error) {
 		if err != nil {
 			return nil, errUnreadable
 		}
+		if err := c.refuse(op, *r); err != nil {
+			return nil, err
+		}
 		if op == 0xfc {
 			peek := *r
 			if sub, err := peek.u32(); err == nil && (sub == 8 || sub == 10 || sub == 11) { // memory.init, .copy, .fill
@@ -291,11 +407,15 @@ func skipInstruction(r *reader, op byte) (bool, error) {
 		}
 		return false, nil
 	case 0xfd:
-		sub, err := r.u32()
+		// One byte, as wazero reads it (its validator and its compiler), not the LEB128 the
+		// proposal says: read otherwise, 0xfd 0x8c 0x00 is for wazero an instruction and an
+		// unreachable, for a LEB reader a v128.const whose 16 bytes would hide a loop from the
+		// checks (a review found it).
+		b, err := r.byte()
 		if err != nil {
 			return true, err
 		}
-		switch {
+		switch sub := uint32(b); {
 		case sub <= 11, sub == 92, sub == 93: // loads and stores: a memory argument
 			return true, r.skipMemarg()
 		case sub == 12, sub == 13: // v128.const, i8x16.shuffle: 16 bytes
@@ -307,10 +427,9 @@ func skipInstruction(r *reader, op byte) (bool, error) {
 				return true, err
 			}
 			return true, r.skip(1)
-		case sub <= 255: // the others take no immediate
+		default: // the others take no immediate
 			return true, nil
 		}
-		return false, nil
 	}
 	return skipImmediates(r, op)
 }

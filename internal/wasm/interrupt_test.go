@@ -163,44 +163,116 @@ func TestCodeTheHostCannotReadIsRefused(t *testing.T) {
 	}
 }
 
-// FuzzInterruptible: whatever bytes it is given (within the budget, as the engine reads them), the
-// instrumentation does not panic, and a module wazero compiles still compiles with the checks in
-// it, and exports the flag they read.
+// FuzzInterruptible: whatever bytes it is given (read as the engine reads them: within the
+// budget, of a kind), the instrumentation does not panic, and the bytes compiled are valid exactly
+// when the module's are (a module invalid in its own bytes, valid in the bytes compiled, could
+// reach what the host added: code that wrote the flag would escape the deadline), and export the
+// flag.
 func FuzzInterruptible(f *testing.F) {
-	for _, m := range [][]byte{spinCommand, forkCommand, spinReactor, trapModule, trapReactor, tableSetReactor} {
+	for _, m := range [][]byte{spinCommand, forkCommand, spinReactor, trapModule, trapReactor, tableSetReactor, hiddenLoop, clearingCommand(10)} {
 		f.Add(m)
 	}
 	rt := wazero.NewRuntime(context.Background())
 	f.Cleanup(func() { rt.Close(context.Background()) })
+	compiles := func(m []byte) bool {
+		var c wazero.CompiledModule
+		var err error
+		if p := panics.Catch(func() { c, err = rt.CompileModule(context.Background(), m) }); p != nil || err != nil {
+			return false
+		}
+		c.Close(context.Background())
+		return true
+	}
 	f.Fuzz(func(t *testing.T, module []byte) {
-		module, err := wasm.DefaultBudget.Bound(module) // as the engine reads it: within the budget
+		module, err := wasm.DefaultBudget.Bound(module)
 		if err != nil {
+			return
+		}
+		if _, module, _, err = wasm.KindOf(module); err != nil {
 			return
 		}
 		out, err := wasm.Interruptible(module)
 		if err != nil {
 			return // refused at load
 		}
-		var c wazero.CompiledModule
-		if p := panics.Catch(func() { c, err = rt.CompileModule(context.Background(), module) }); p != nil || err != nil {
-			return // the compiler refuses it as it is (or panics on it: the engine catches that)
-		}
-		c.Close(context.Background())
-		checked, err := rt.CompileModule(context.Background(), out)
-		if err != nil {
-			t.Fatalf("the module compiles, with the checks it does not: %v", err)
-		}
-		checked.Close(context.Background())
-		if !bytes.Contains(out, []byte("podium.stop")) {
+		before, after := compiles(module), compiles(out)
+		switch {
+		case before && !after:
+			t.Fatal("the module compiles, with the checks it does not")
+		case !before && after:
+			t.Fatal("the module does not compile, with the checks it does")
+		case after && !bytes.Contains(out, []byte("podium.stop")):
 			t.Fatal("the flag is not exported")
 		}
 	})
 }
 
+// hiddenLoop is, for wazero, a block left at once, an instruction and an unreachable in it, then a
+// loop; read with a SIMD sub-opcode as a LEB128 (0xfd 0x8c 0x00: v128.const), its 16 bytes would
+// hide the loop from the checks (a review found it).
+var hiddenLoop = testenv.WasmCommand(testenv.NoLocals, []byte{
+	0x02, 0x40, 0x0c, 0x00, // block; br 0
+	0xfd, 0x8c, 0x00, // i16x8.shr_s; unreachable
+	0x0b,                         // end
+	0x03, 0x40, 0x0c, 0x00, 0x0b, // loop; br 0; end
+	0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, 0x01, // nop
+}, map[byte][]byte{5: testenv.Section(5, []byte{0x01, 0x00, 0x01})})
+
+// clearingCommand has no global: in its own bytes its code's globals 0 and 1 are invalid, in the
+// bytes compiled they would be the flag and the countdown. Each iteration of its loop does work
+// long straight work, then clears the flag and sets the countdown back (a review found it).
+func clearingCommand(work int) []byte {
+	code := []byte{0x03, 0x40} // loop
+	for range work {
+		code = append(code, 0x01) // nop
+	}
+	code = append(code, 0x41, 0x00, 0x24, 0x00, 0x41, 0x10, 0x24, 0x01, 0x0c, 0x00, 0x0b) // global.set 0 (0); global.set 1 (16); br 0; end
+	return testenv.WasmCommand(testenv.NoLocals, code, nil)
+}
+
+// TestTheBytesCompiledAreValidWhenTheModulesAre: what a review found the instrumentation read
+// otherwise than wazero, or made valid where the module's own bytes are not: each refused at load,
+// naming why, or loaded and bounded; and empty sections are taken as they are.
+func TestTheBytesCompiledAreValidWhenTheModulesAre(t *testing.T) {
+	e := engine(t)
+	for _, c := range []struct {
+		name, refused string // "": it loads
+		module        []byte
+	}{
+		{"code writing globals it does not have (the flag, the countdown)", "global.get or global.set of global 0, which the module does not have", clearingCommand(3000)},
+		{"memory.size without a memory", "uses a memory, which the module does not have", testenv.WasmCommand(testenv.NoLocals, []byte{0x3f, 0x00, 0x1a}, nil)},
+		{"a data segment without a memory", "data segments into a memory it does not have", testenv.WasmCommand(testenv.NoLocals, nil, map[byte][]byte{11: testenv.Section(11, []byte{0x01, 0x00, 0x41, 0x00, 0x0b, 0x00})})},
+		{"an export of a global it does not have", "exports global 0, which it does not have", testenv.WasmCommand(testenv.NoLocals, nil, map[byte][]byte{7: testenv.Section(7, []byte{2, 6}, []byte("_start"), []byte{0, 0, 1}, []byte("g"), []byte{3, 0})})},
+		{"an export named podium.stop", "exports podium.stop itself", testenv.WasmCommand(testenv.NoLocals, nil, map[byte][]byte{7: testenv.Section(7, []byte{2, 6}, []byte("_start"), []byte{0, 0, 11}, []byte("podium.stop"), []byte{0, 0})})},
+		{"an empty memory section", "", testenv.WasmCommand(testenv.NoLocals, nil, map[byte][]byte{5: testenv.Section(5, []byte{0})})},
+		{"an empty global section", "", testenv.WasmCommand(testenv.NoLocals, nil, map[byte][]byte{6: testenv.Section(6, []byte{0})})},
+		{"a loop after a SIMD instruction read as wazero reads it", "", hiddenLoop},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := e.Load(context.Background(), c.module)
+			if c.refused != "" {
+				var f *wasm.Failure
+				if !errors.As(err, &f) || f.Reason != wasm.ReasonLoad || !strings.Contains(f.Detail, c.refused) {
+					t.Fatalf("%v, want a load failure saying %q", err, c.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			if _, err := m.Run(ctx, []byte(buildInput), requestTime); err != nil && !strings.Contains(err.Error(), "deadline") {
+				t.Fatalf("a call: %v", err)
+			}
+		})
+	}
+}
+
 // TestModulesTheCompilerCannotTakeAreRefused: two modules FuzzInterruptible found that wazero
 // cannot take: one whose code section declares a billion bodies and ends (the compiler makes room
-// for them all: on the code before, the process died of out of memory), and a call to a function
-// index past the module's (its validator panics). The engine refuses both, and goes on.
+// for them all: on the code before, the process died of out of memory), and a function of a type
+// past the module's (its validator panics). The engine refuses both, and goes on.
 func TestModulesTheCompilerCannotTakeAreRefused(t *testing.T) {
 	e := engine(t)
 	billion := []byte("\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x07\x0a\x01\x06_start\x00\x00\n0\x80\xff\xff\xff\x03\x0000")
@@ -209,7 +281,12 @@ func TestModulesTheCompilerCannotTakeAreRefused(t *testing.T) {
 	if !errors.As(err, &f) || f.Reason != wasm.ReasonLoad || !strings.Contains(f.Detail, "runs past the module's end") {
 		t.Fatalf("a code section of a billion bodies that ends at once: %v", err)
 	}
-	m := []byte("\x00asm\x01\x00\x00\x00\x01\b\x02`\x00\x00`\x01~\x00\x03\x03\x02\x000\a\n\x01\x06_start\x00\x00\n \x02\x06\x00A0\x10\x01\v\x17\x00000000000000000000000\v")
+	m := module( // function 0 calls function 1, of type 48: there are 2
+		testenv.Section(1, []byte{0x02, 0x60, 0x00, 0x00, 0x60, 0x01, 0x7e, 0x00}),
+		testenv.Section(3, []byte{0x02, 0x00, 0x30}),
+		testenv.Section(7, []byte{1, 6}, []byte("_start"), []byte{0, 0}),
+		testenv.Section(10, bodies([]byte{0x00, 0x41, 0x30, 0x10, 0x01, 0x0b}, []byte{0x00, 0x0b})), // 0 calls 1
+	)
 	_, err = e.Load(context.Background(), m)
 	if !errors.As(err, &f) || f.Reason != wasm.ReasonLoad || !strings.Contains(f.Detail, "the compiler failed") {
 		t.Fatalf("a module wazero's validator panics on: %v", err)
