@@ -39,8 +39,8 @@ func (e *env) auditKey(t *testing.T, name string) (keyFile, public string) {
 	return keyFile, m[1]
 }
 
-// signedUpTo waits until AUDIT's latest checkpoint signs every message PROMPTS holds, and returns
-// it, read with js.
+// signedUpTo waits until AUDIT's latest checkpoint is of the log of PROMPTS as it is now and signs
+// every message it holds, and returns it, read with js.
 func signedUpTo(t *testing.T, js jetstream.JetStream, public string) auditlog.Checkpoint {
 	t.Helper()
 	v, err := auditlog.Verifier(public)
@@ -64,8 +64,8 @@ func signedUpTo(t *testing.T, js jetstream.JetStream, public string) auditlog.Ch
 		if c, err = auditlog.Open(last.Data, v); err != nil {
 			return false, err.Error()
 		}
-		want := int64(prompts.CachedInfo().State.LastSeq)
-		return c.Size == want, fmt.Sprintf("signed %d of %d", c.Size, want)
+		want, origin := int64(prompts.CachedInfo().State.LastSeq), auditlog.Origin(v.Name(), prompts.CachedInfo().Created)
+		return c.Size == want && c.Origin == origin, fmt.Sprintf("signed %d of %d (log %s, PROMPTS' %s)", c.Size, want, c.Origin, origin)
 	})
 	return c
 }
@@ -263,4 +263,50 @@ func TestAuditLogShowsTampering(t *testing.T) {
 	if c3 := signedUpTo(t, e.js, public); c3.Size <= c2.Size {
 		t.Errorf("the log signed %d records after %d", c3.Size, c2.Size)
 	}
+}
+
+// TestAuditCheckReadsTheLogsOfDeletedStreams: PROMPTS deleted and made again begins a new log;
+// the old one's records are in the archive alone, and `podium audit check` checks them too,
+// against the old log's signed checkpoints: whole, then a row of it deleted from the archive,
+// named with its position in that log.
+func TestAuditCheckReadsTheLogsOfDeletedStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	e := newEnv(t)
+	keyFile, public := e.auditKey(t, "e2e-older")
+	e.start("ranker")
+	e.start("composer")
+	e.start("archiver", "ARCHIVER_AUDIT_SIGNING_KEY_FILE="+keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms")
+	check := func() (string, int) {
+		return e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, "audit", "check")
+	}
+
+	first := e.play("older-1", 2, 2)
+	e.checkArchive("older-1", first)
+	signedUpTo(t, e.js, public)
+	st, err := e.js.Stream(t.Context(), events.StreamPrompts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := st.CachedInfo().Created.UTC().Format(time.RFC3339Nano)
+	if err := e.js.DeleteStream(t.Context(), events.StreamPrompts); err != nil {
+		t.Fatal(err)
+	}
+	second := e.play("older-2", 2, 2) // the composer makes PROMPTS again
+	e.checkArchive("older-2", second)
+	signedUpTo(t, e.js, public)
+
+	out, code := check()
+	oldLog := "log e2e-older/PROMPTS/" + old + " (a PROMPTS deleted since"
+	if code != 0 || !strings.Contains(out, oldLog) || !strings.Contains(out, "the log is whole: the archive holds exactly what its signed tree holds") ||
+		!strings.Contains(out, fmt.Sprintf("the archive %d rows", first)) {
+		t.Fatalf("audit check after PROMPTS was made again: exit %d, want 0 and the old log (%d rows) whole\n%s", code, first, out)
+	}
+	e.storeExec(fmt.Sprintf(`ALTER TABLE prompts DELETE WHERE stream_created = '%s' AND stream_seq = 2`, old))
+	testenv.WaitFor(t, 30*time.Second, "the old log's row deleted from the archive named", func() (bool, string) {
+		out, code = check()
+		return code == 1 && strings.Contains(out, "position 1: sequence 2 is in neither PROMPTS nor the archive"), out
+	})
+	t.Logf("audit check names what was done to the log of the PROMPTS deleted:\n%s", out)
 }

@@ -6,8 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/mod/sumdb/note"
@@ -82,8 +86,12 @@ func auditCheck(fs *flag.FlagSet) func(context.Context, *env) error {
 		} else {
 			printAuditReport(e, rep)
 		}
-		if !rep.Whole() {
-			return &checkError{fmt.Sprintf("the audit log is not whole: %d findings", len(rep.Findings))}
+		if !rep.EveryLogWhole() {
+			n := len(rep.Findings)
+			for _, o := range rep.Older {
+				n += len(o.Findings)
+			}
+			return &checkError{fmt.Sprintf("the audit log is not whole: %d findings", n)}
 		}
 		return nil
 	}
@@ -145,33 +153,109 @@ func (e *env) checkAuditLog(ctx context.Context, v note.Verifier, since []byte) 
 			return st.ArchiveRowsOf(ctx, created, yield)
 		},
 		AckFloor: floor,
-		// The archiver's own test of a record: what it keeps, and what it dead-letters.
-		IsRecord: func(_ string, body []byte) bool { return archiver.IsRecord(body) },
+		IsRecord: isRecord,
 	}
-	return auditlog.Check(v, origin, since, src)
+	rep, err := auditlog.Check(v, origin, since, src)
+	if err != nil {
+		return rep, err
+	}
+	// Checked as well: the key's logs of the PROMPTS streams deleted before; what is left
+	// unchecked is another key's.
+	rep.Older, rep.Others, err = e.checkOlderLogs(ctx, v, src.Checkpoints, origin, created)
+	return rep, err
+}
+
+// isRecord is the archiver's own test of a record: what it keeps, and what it dead-letters.
+func isRecord(_ string, body []byte) bool { return archiver.IsRecord(body) }
+
+// checkOlderLogs checks the key's logs of the PROMPTS streams deleted before the one created at
+// current, oldest first (auditlog.CheckOlder): each has the archive's rows of its stream, and
+// those its stream delivered after it was deleted, up to the creation of the next stream that
+// has a log (rows of a stream with no log of this key are no log's). unchecked counts the
+// checkpoints of any other log (another key's).
+func (e *env) checkOlderLogs(ctx context.Context, v note.Verifier, checkpoints func(func(uint64, []byte) error) error, currentOrigin string, current time.Time) (reports []auditlog.Report, unchecked int, err error) {
+	prefix := v.Name() + "/PROMPTS/"
+	seen := map[time.Time]string{}
+	err = checkpoints(func(_ uint64, signed []byte) error {
+		origin, _, _ := strings.Cut(string(signed), "\n")
+		created, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(origin, prefix))
+		switch {
+		case origin == currentOrigin:
+		case err == nil && strings.HasPrefix(origin, prefix) && created.Before(current):
+			seen[created] = origin
+		default:
+			unchecked++
+		}
+		return nil
+	})
+	if err != nil || len(seen) == 0 {
+		return nil, unchecked, err
+	}
+	logs := slices.SortedFunc(maps.Keys(seen), func(a, b time.Time) int { return a.Compare(b) })
+	st, err := e.rank(ctx)
+	if err != nil {
+		return nil, unchecked, err
+	}
+	for i, created := range logs {
+		until := current // rows delivered after their stream's deletion name the stream made next
+		if i+1 < len(logs) {
+			until = logs[i+1]
+		}
+		rows := func(yield func(uint64, string, []byte, string) error) error {
+			if err := st.ArchiveRowsOf(ctx, created, yield); err != nil {
+				return err
+			}
+			return st.ArchiveRowsDeletedBefore(ctx, func(before string, seq uint64, subject string, body []byte, id string) error {
+				if at, err := time.Parse(time.RFC3339Nano, before); err == nil && at.After(created) && !at.After(until) {
+					return yield(seq, subject, body, id)
+				}
+				return nil
+			})
+		}
+		rep, err := auditlog.CheckOlder(v, seen[created], checkpoints, rows, isRecord)
+		if err != nil {
+			return nil, unchecked, fmt.Errorf("the log %s: %w", seen[created], err)
+		}
+		reports = append(reports, rep)
+	}
+	return reports, unchecked, nil
 }
 
 func printAuditReport(e *env, rep auditlog.Report) {
+	for _, o := range rep.Older {
+		fmt.Fprintf(e.out, "log %s (a PROMPTS deleted since: its records in the archive alone)\n", o.Origin)
+		fmt.Fprintf(e.out, "the archive %d rows; %d signed checkpoints, the latest of %d records; %d consistency proofs checked\n", o.ArchiveRows, o.Checkpoints, o.Signed, o.Consistent)
+		printFindings(e, o)
+		if o.Whole() {
+			fmt.Fprintln(e.out, "the log is whole: the archive holds exactly what its signed tree holds")
+		}
+		fmt.Fprintln(e.out)
+	}
 	fmt.Fprintf(e.out, "log %s\n", rep.Origin)
 	fmt.Fprintf(e.out, "PROMPTS holds %d records, the archive %d rows; %d signed checkpoints, the latest of %d records; %d consistency proofs checked\n",
 		rep.StreamRecords, rep.ArchiveRows, rep.Checkpoints, rep.Signed, rep.Consistent)
 	if rep.Others > 0 {
-		fmt.Fprintf(e.out, "%d checkpoints of other logs (a key rotated, a PROMPTS made again) are not checked here\n", rep.Others)
+		fmt.Fprintf(e.out, "%d checkpoints of other logs (another key's, before a rotation) are not checked here\n", rep.Others)
 	}
 	if rep.SinceConsistent {
 		fmt.Fprintln(e.out, "the log only grew since the checkpoint given with --since")
 	}
+	printFindings(e, rep)
+	if rep.Whole() {
+		fmt.Fprintln(e.out, "the log is whole: every checkpoint is signed, and PROMPTS and the archive hold exactly what the signed tree holds")
+		if rep.Latest != nil {
+			fmt.Fprintf(e.out, "\nthe latest checkpoint (keep it; pass it as --since next time):\n%s", rep.Latest.Signed)
+		}
+	}
+}
+
+// printFindings prints each of a log's findings, with its position.
+func printFindings(e *env, rep auditlog.Report) {
 	for _, f := range rep.Findings {
 		if f.Position >= 0 {
 			fmt.Fprintf(e.out, "position %d: %s\n", f.Position, f.What)
 		} else {
 			fmt.Fprintf(e.out, "%s\n", f.What)
-		}
-	}
-	if rep.Whole() {
-		fmt.Fprintln(e.out, "the log is whole: every checkpoint is signed, and PROMPTS and the archive hold exactly what the signed tree holds")
-		if rep.Latest != nil {
-			fmt.Fprintf(e.out, "\nthe latest checkpoint (keep it; pass it as --since next time):\n%s", rep.Latest.Signed)
 		}
 	}
 }

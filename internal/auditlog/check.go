@@ -55,10 +55,48 @@ type Report struct {
 	// Tree is the tree the check computed over every position it could (an export proves its
 	// records' inclusion from it).
 	Tree *Hashes `json:"-"`
+	// Older are the reports of this key's logs of PROMPTS streams deleted since, oldest first: their
+	// records are in the archive alone (podium audit check reads them; CheckOlder).
+	Older []Report `json:"older_logs,omitempty"`
 }
 
-// Whole reports whether the check found nothing wrong.
+// Whole reports whether the check found nothing wrong in this log.
 func (r Report) Whole() bool { return len(r.Findings) == 0 }
+
+// EveryLogWhole reports whether the check found nothing wrong in this log and the older ones.
+func (r Report) EveryLogWhole() bool {
+	for _, o := range r.Older {
+		if !o.EveryLogWhole() {
+			return false
+		}
+	}
+	return r.Whole()
+}
+
+// CheckOlder checks the log of a PROMPTS stream deleted since, whose records the archive alone
+// holds (archive hands them, each copy, in any order): as Check does with a stream whose
+// retention trimmed every record. Every position up to the last the archive holds must be held,
+// and give the signed roots; a checkpoint past it names what was lost with the stream (the table
+// lost, or rows deleted from it). Records after the log's last checkpoint were never signed: they
+// are counted, not proven.
+func CheckOlder(v note.Verifier, origin string, checkpoints func(yield func(auditSeq uint64, signed []byte) error) error,
+	archive func(yield func(seq uint64, subject string, body []byte, eventID string) error) error, isRecord func(subject string, body []byte) bool) (Report, error) {
+	var last uint64
+	err := archive(func(seq uint64, _ string, _ []byte, _ string) error {
+		last = max(last, seq)
+		return nil
+	})
+	if err != nil {
+		return Report{Origin: origin}, fmt.Errorf("read the archive: %w", err)
+	}
+	return Check(v, origin, nil, Sources{
+		Checkpoints: checkpoints,
+		Stream:      func(func(uint64, string, []byte) error) error { return nil },
+		First:       last + 1, Last: last,
+		Archive:     archive,
+		IsRecord:    isRecord,
+	})
+}
 
 func (r *Report) find(pos int64, format string, args ...any) {
 	r.Findings = append(r.Findings, Finding{Position: pos, What: fmt.Sprintf(format, args...)})

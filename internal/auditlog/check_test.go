@@ -319,3 +319,60 @@ func BenchmarkCheckForgedCopies(b *testing.B) {
 		}
 	}
 }
+
+// TestCheckOlderReadsTheArchiveAlone: the log of a PROMPTS deleted since is checked from the
+// archive's rows alone: whole when they are the signed records (and records never signed after
+// the last checkpoint are counted, not named); a row deleted, the tail deleted (or the table lost
+// with the stream), a row changed: each named with its position.
+func TestCheckOlderReadsTheArchiveAlone(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		tamper func(f *logFixture)
+		want   []string
+	}{
+		{"whole", func(*logFixture) {}, nil},
+		{"a row deleted", func(f *logFixture) { f.archive = slices.Delete(f.archive, 6, 7) }, []string{"6: sequence 7 is in neither PROMPTS nor the archive"}},
+		{"the signed tail deleted", func(f *logFixture) { f.archive = f.archive[:18] }, []string{"19: a checkpoint signs 20 records; PROMPTS and the archive hold 18: records at positions 18 to 19 were deleted"}},
+		{"every row lost", func(f *logFixture) { f.archive = nil }, []string{"3: a checkpoint signs 4 records; PROMPTS and the archive hold 0: records at positions 0 to 3 were deleted"}},
+		{"a row changed", func(f *logFixture) { f.archive[2].body = `{"id":"p-3","changed":true}` }, []string{"0: the records at positions 0 to 3 are not what the checkpoint of size 4 signed"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, public := newFixture(t, 22, 4, 10, 16, 20) // 21 and 22 never signed
+			tt.tamper(f)
+			v, err := Verifier(public)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := CheckOlder(v, f.origin, func(yield func(uint64, []byte) error) error {
+				for i, s := range f.signed {
+					if err := yield(uint64(i+1), s); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, func(yield func(uint64, string, []byte, string) error) error {
+				for _, r := range f.archive {
+					if err := yield(r.seq, r.subject, []byte(r.body), r.id); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, func(string, []byte) bool { return true })
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := findings(rep)
+			if len(tt.want) == 0 && !rep.Whole() {
+				t.Fatalf("findings in a whole log:\n%s", got)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("missing %q in:\n%s", w, got)
+				}
+			}
+			if int64(len(f.archive)) != rep.ArchiveRows {
+				t.Errorf("%d archive rows counted, %d handed", rep.ArchiveRows, len(f.archive))
+			}
+		})
+	}
+}

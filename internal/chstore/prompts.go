@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -185,6 +186,27 @@ func (s *Store) ArchiveRowsOf(ctx context.Context, created time.Time, yield func
 	})
 	if err != nil {
 		return fmt.Errorf("rank: the archive's rows: %w", err)
+	}
+	return nil
+}
+
+// ArchiveRowsDeletedBefore hands every row of a record its stream delivered after that stream was
+// deleted (the archiver names it "deleted before" the creation of the stream it found there then:
+// internal/archiver, streamOf), with the time after "deleted before". Such a row is of the last
+// PROMPTS created before that time.
+func (s *Store) ArchiveRowsDeletedBefore(ctx context.Context, yield func(before string, seq uint64, subject string, body []byte, eventID string) error) error {
+	const prefix = "deleted before "
+	q := `SELECT stream_created, stream_seq, subject, body, event_id FROM prompts WHERE stream_created LIKE 'deleted before %'`
+	err := s.query(ctx, q, nil, func(rows driver.Rows) error {
+		var seq uint64
+		var created, subject, body, id string
+		if err := rows.Scan(&created, &seq, &subject, &body, &id); err != nil {
+			return err
+		}
+		return yield(strings.TrimPrefix(created, prefix), seq, subject, []byte(body), id)
+	})
+	if err != nil {
+		return fmt.Errorf("rank: the archive's rows of deleted streams: %w", err)
 	}
 	return nil
 }
