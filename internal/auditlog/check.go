@@ -93,8 +93,8 @@ func CheckOlder(v note.Verifier, origin string, checkpoints func(yield func(audi
 		Checkpoints: checkpoints,
 		Stream:      func(func(uint64, string, []byte) error) error { return nil },
 		First:       last + 1, Last: last,
-		Archive:     archive,
-		IsRecord:    isRecord,
+		Archive:  archive,
+		IsRecord: isRecord,
 	})
 }
 
