@@ -310,3 +310,42 @@ func TestAuditCheckReadsTheLogsOfDeletedStreams(t *testing.T) {
 	})
 	t.Logf("audit check names what was done to the log of the PROMPTS deleted:\n%s", out)
 }
+
+// TestAuditLogBegunOnATrimmedStream: a signing key given to the archiver only after PROMPTS'
+// retention trimmed its first records: the log takes those from the archive (which kept them),
+// signs the stream whole, and checks whole. (Before: its keeper stopped at position 0, missing
+// from PROMPTS, and the archiver stayed unready.)
+func TestAuditLogBegunOnATrimmedStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	e := newEnv(t)
+	keyFile, public := e.auditKey(t, "e2e-trimmed")
+	e.start("ranker")
+	e.start("composer")
+	arch := e.start("archiver")
+	first := e.play("trimmed-1", 2, 3)
+	e.checkArchive("trimmed-1", first)
+	st, err := e.js.Stream(t.Context(), events.StreamPrompts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxMsgs = int64(st.CachedInfo().State.Msgs) - 3 // sequences 1-3 go
+	if _, err := e.js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := arch.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-arch.done
+	arch.done <- nil
+	arch = e.start("archiver", "ARCHIVER_AUDIT_SIGNING_KEY_FILE="+keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms")
+	c := signedUpTo(t, e.js, public)
+	waitReadiness(t, arch, http.StatusOK, 30*time.Second)
+	out, code := e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, "audit", "check")
+	if code != 0 || !strings.Contains(out, "the log is whole") {
+		t.Fatalf("audit check of a log begun on a trimmed PROMPTS: exit %d\n%s", code, out)
+	}
+	t.Logf("the log signs %d records, the first 3 from the archive:\n%s", c.Size, out)
+}

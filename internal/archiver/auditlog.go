@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/auditlog"
+	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/health"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -16,7 +17,7 @@ import (
 // newKeeper is the keeper of the audit log over PROMPTS (internal/auditlog), when a signing key
 // is configured; nil when none is. Its readiness condition, audit_log, fails until the log has
 // caught up with PROMPTS and whenever it cannot grow.
-func newKeeper(cfg AuditLog, js jetstream.JetStream, h *health.Health, m *metrics, log *slog.Logger) (*auditlog.Keeper, error) {
+func newKeeper(cfg AuditLog, js jetstream.JetStream, st *chstore.Store, h *health.Health, m *metrics, log *slog.Logger) (*auditlog.Keeper, error) {
 	if cfg.KeyFile == "" {
 		return nil, nil
 	}
@@ -33,6 +34,7 @@ func newKeeper(cfg AuditLog, js jetstream.JetStream, h *health.Health, m *metric
 			m.checkpoints.Inc()
 			m.logSize.Set(float64(c.Size))
 		},
+		Archived: st.ArchivedBetween,
 		AckFloor: func(ctx context.Context) (uint64, error) {
 			c, err := js.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver)
 			if err != nil {

@@ -42,7 +42,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		return err
 	}
 	m := newMetrics(base.Reg)
-	keeper, err := newKeeper(cfg.AuditLog, base.JS, base.Health, m, log)
+	keeper, err := newKeeper(cfg.AuditLog, base.JS, st, base.Health, m, log)
 	if err != nil {
 		base.Close()
 		return err

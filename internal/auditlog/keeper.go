@@ -49,6 +49,11 @@ type Keeper struct {
 	// the keeper of the replica that handled it (nil: every record not offered within a poll is
 	// read from the stream).
 	AckFloor func(ctx context.Context) (uint64, error)
+	// Archived, when set, hands the archive's rows of the PROMPTS created at created between two
+	// sequences (excluded), in order: what PROMPTS' retention trimmed before the log reached it
+	// (a log begun on a stream that trimmed its first records, a keeper stopped for longer than
+	// PROMPTS keeps them) is taken from there.
+	Archived func(ctx context.Context, created time.Time, after, before uint64, yield func(seq uint64, subject string, body []byte) error) error
 
 	offered offers // leaves the archiver was delivered (Offer), not yet in the tree
 }
@@ -138,6 +143,18 @@ func (k *Keeper) keep(ctx context.Context) error {
 		// Made again: the next read would take the new stream from the old size.
 		if !st.CachedInfo().Created.UTC().Equal(created) {
 			return errRemade
+		}
+		if first := st.CachedInfo().State.FirstSeq; uint64(tree.Size())+1 < first && k.Archived != nil {
+			from := tree.Size()
+			err := k.Archived(ctx, created, uint64(tree.Size()), first, func(seq uint64, subject string, body []byte) error {
+				return appendLeaf(seq, LeafHash(seq, subject, body))
+			})
+			if err != nil {
+				return fmt.Errorf("positions PROMPTS' retention trimmed, from the archive: %w", err)
+			}
+			if tree.Size() > from {
+				k.Log.InfoContext(ctx, "the audit log took what PROMPTS' retention trimmed before the log reached it from the archive", "from_position", from, "to_position", tree.Size()-1)
+			}
 		}
 		switch last := st.CachedInfo().State.LastSeq; {
 		case uint64(tree.Size()) >= last:
