@@ -349,3 +349,51 @@ func TestAuditLogBegunOnATrimmedStream(t *testing.T) {
 	}
 	t.Logf("the log signs %d records, the first 3 from the archive:\n%s", c.Size, out)
 }
+
+// TestAuditCheckKeepsTheRowsOfAStreamWithoutALogOut: S1 (the key's log), Sx (an archiver without
+// a key: no log), S3 (the key's log). A record of Sx the archiver handled after Sx was deleted says
+// "deleted before" S3's creation (here a row relabelled so): it is Sx's, no log's, and not taken
+// for S1's (a review found it named S1's record as forged).
+func TestAuditCheckKeepsTheRowsOfAStreamWithoutALogOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	e := newEnv(t)
+	keyFile, public := e.auditKey(t, "e2e-between")
+	e.start("ranker")
+	e.start("composer")
+	keyed := []string{"ARCHIVER_AUDIT_SIGNING_KEY_FILE=" + keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms"}
+	arch := e.start("archiver", keyed...)
+	created := func() string {
+		st, err := e.js.Stream(t.Context(), events.StreamPrompts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Created.UTC().Format(time.RFC3339Nano)
+	}
+	remake := func(archiver ...string) {
+		arch.stop(t, 10*time.Second)
+		if err := e.js.DeleteStream(t.Context(), events.StreamPrompts); err != nil {
+			t.Fatal(err)
+		}
+		arch = e.start("archiver", archiver...)
+	}
+	n := e.play("between-1", 2, 2)
+	e.checkArchive("between-1", n)
+	signedUpTo(t, e.js, public)
+	remake() // no key: Sx has no log
+	n = e.play("between-x", 2, 2)
+	e.checkArchive("between-x", n)
+	sx := created()
+	remake(keyed...)
+	n = e.play("between-3", 2, 2)
+	e.checkArchive("between-3", n)
+	signedUpTo(t, e.js, public)
+	s3 := created()
+	e.storeExec(fmt.Sprintf(`ALTER TABLE prompts UPDATE stream_created = 'deleted before %s' WHERE stream_created = '%s' AND stream_seq = 1`, s3, sx))
+	e.waitMutations(t)
+	out, code := e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, "audit", "check")
+	if code != 0 || strings.Contains(out, "not the record") || !strings.Contains(out, "(a PROMPTS deleted since") {
+		t.Fatalf("audit check with a row of a stream without a log saying 'deleted before' the next: exit %d\n%s", code, out)
+	}
+}

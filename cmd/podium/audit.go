@@ -73,7 +73,7 @@ func auditCheck(fs *flag.FlagSet) func(context.Context, *env) error {
 				return usagef("--since: %v", err)
 			}
 		}
-		rep, err := e.checkAuditLog(ctx, v, sinceNote)
+		rep, err := e.checkAuditLog(ctx, v, sinceNote, true)
 		if err != nil {
 			return err
 		}
@@ -97,8 +97,9 @@ func auditCheck(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
-// checkAuditLog reads AUDIT, PROMPTS and the archive and checks them (auditlog.Check).
-func (e *env) checkAuditLog(ctx context.Context, v note.Verifier, since []byte) (auditlog.Report, error) {
+// checkAuditLog reads AUDIT, PROMPTS and the archive and checks them (auditlog.Check); with older,
+// the key's logs of PROMPTS streams deleted since too.
+func (e *env) checkAuditLog(ctx context.Context, v note.Verifier, since []byte, older bool) (auditlog.Report, error) {
 	js, err := e.jetstream()
 	if err != nil {
 		return auditlog.Report{}, err
@@ -156,7 +157,7 @@ func (e *env) checkAuditLog(ctx context.Context, v note.Verifier, since []byte) 
 		IsRecord: isRecord,
 	}
 	rep, err := auditlog.Check(v, origin, since, src)
-	if err != nil {
+	if err != nil || !older {
 		return rep, err
 	}
 	// Checked as well: the key's logs of the PROMPTS streams deleted before; what is left
@@ -170,51 +171,63 @@ func isRecord(_ string, body []byte) bool { return archiver.IsRecord(body) }
 
 // checkOlderLogs checks the key's logs of the PROMPTS streams deleted before the one created at
 // current, oldest first (auditlog.CheckOlder): each has the archive's rows of its stream, and
-// those its stream delivered after it was deleted, up to the creation of the next stream that
-// has a log (rows of a stream with no log of this key are no log's). unchecked counts the
-// checkpoints of any other log (another key's).
+// those its stream delivered after it was deleted (the archiver names them "deleted before" the
+// stream it found then), up to the creation of the next stream known: one any log names, or any
+// row of the archive (a stream between two of this key's logs with no log of its own keeps its
+// rows out of both). unchecked counts the checkpoints of any other log (another key's).
 func (e *env) checkOlderLogs(ctx context.Context, v note.Verifier, checkpoints func(func(uint64, []byte) error) error, currentOrigin string, current time.Time) (reports []auditlog.Report, unchecked int, err error) {
 	prefix := v.Name() + "/PROMPTS/"
-	seen := map[time.Time]string{}
+	logs := map[time.Time]string{}
+	streams := []time.Time{current} // every PROMPTS known to have been created
 	err = checkpoints(func(_ uint64, signed []byte) error {
 		origin, _, _ := strings.Cut(string(signed), "\n")
-		created, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(origin, prefix))
+		_, stream, named := strings.Cut(origin, "/PROMPTS/")
+		created, err := time.Parse(time.RFC3339Nano, stream)
+		if named && err == nil {
+			streams = append(streams, created)
+		}
 		switch {
 		case origin == currentOrigin:
 		case err == nil && strings.HasPrefix(origin, prefix) && created.Before(current):
-			seen[created] = origin
+			logs[created] = origin
 		default:
 			unchecked++
 		}
 		return nil
 	})
-	if err != nil || len(seen) == 0 {
+	if err != nil || len(logs) == 0 {
 		return nil, unchecked, err
 	}
-	logs := slices.SortedFunc(maps.Keys(seen), func(a, b time.Time) int { return a.Compare(b) })
 	st, err := e.rank(ctx)
 	if err != nil {
 		return nil, unchecked, err
 	}
-	for i, created := range logs {
-		until := current // rows delivered after their stream's deletion name the stream made next
-		if i+1 < len(logs) {
-			until = logs[i+1]
+	named, err := st.ArchiveStreams(ctx)
+	if err != nil {
+		return nil, unchecked, err
+	}
+	for _, n := range named {
+		if created, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(n, "deleted before ")); err == nil {
+			streams = append(streams, created)
 		}
+	}
+	slices.SortFunc(streams, func(a, b time.Time) int { return a.Compare(b) })
+	for _, created := range slices.SortedFunc(maps.Keys(logs), func(a, b time.Time) int { return a.Compare(b) }) {
+		next := streams[slices.IndexFunc(streams, func(t time.Time) bool { return t.After(created) })] // current at the latest
 		rows := func(yield func(uint64, string, []byte, string) error) error {
 			if err := st.ArchiveRowsOf(ctx, created, yield); err != nil {
 				return err
 			}
 			return st.ArchiveRowsDeletedBefore(ctx, func(before string, seq uint64, subject string, body []byte, id string) error {
-				if at, err := time.Parse(time.RFC3339Nano, before); err == nil && at.After(created) && !at.After(until) {
+				if at, err := time.Parse(time.RFC3339Nano, before); err == nil && at.Equal(next) {
 					return yield(seq, subject, body, id)
 				}
 				return nil
 			})
 		}
-		rep, err := auditlog.CheckOlder(v, seen[created], checkpoints, rows, isRecord)
+		rep, err := auditlog.CheckOlder(v, logs[created], checkpoints, rows, isRecord)
 		if err != nil {
-			return nil, unchecked, fmt.Errorf("the log %s: %w", seen[created], err)
+			return nil, unchecked, fmt.Errorf("the log %s: %w", logs[created], err)
 		}
 		reports = append(reports, rep)
 	}

@@ -109,7 +109,7 @@ func (e *env) proveBundle(ctx context.Context, b *audit.Bundle, public string) (
 	if err != nil {
 		return 0, usagef("%v", err)
 	}
-	rep, err := e.checkAuditLog(ctx, v, nil)
+	rep, err := e.checkAuditLog(ctx, v, nil, false) // its proofs are of the current log
 	if err != nil {
 		return 0, err
 	}

@@ -58,6 +58,9 @@ type Report struct {
 	// Older are the reports of this key's logs of PROMPTS streams deleted since, oldest first: their
 	// records are in the archive alone (podium audit check reads them; CheckOlder).
 	Older []Report `json:"older_logs,omitempty"`
+	// Unsigned counts the rows of an older log past its last checkpoint: never signed, so neither
+	// proven nor named (CheckOlder).
+	Unsigned int64 `json:"unsigned_rows,omitempty"`
 }
 
 // Whole reports whether the check found nothing wrong in this log.
@@ -75,27 +78,53 @@ func (r Report) EveryLogWhole() bool {
 
 // CheckOlder checks the log of a PROMPTS stream deleted since, whose records the archive alone
 // holds (archive hands them, each copy, in any order): as Check does with a stream whose
-// retention trimmed every record. Every position up to the last the archive holds must be held,
-// and give the signed roots; a checkpoint past it names what was lost with the stream (the table
-// lost, or rows deleted from it). Records after the log's last checkpoint were never signed: they
-// are counted, not proven.
+// retention trimmed every record. Every position up to the last the archive holds, or the log's
+// largest signed checkpoint when that is less, must be held and give the signed roots; a
+// checkpoint past what the archive holds names what was lost with the stream (the table lost, or
+// rows deleted from it). Rows past the largest checkpoint were never signed: counted (Unsigned),
+// neither proven nor named; a row forged at a sequence far past it costs nothing (the positions
+// up to the last row would be made one by one).
 func CheckOlder(v note.Verifier, origin string, checkpoints func(yield func(auditSeq uint64, signed []byte) error) error,
 	archive func(yield func(seq uint64, subject string, body []byte, eventID string) error) error, isRecord func(subject string, body []byte) bool) (Report, error) {
+	var signed uint64
+	err := checkpoints(func(_ uint64, note []byte) error {
+		if c, err := Open(note, v); err == nil && c.Origin == origin && c.Size > 0 {
+			signed = max(signed, uint64(c.Size))
+		}
+		return nil
+	})
+	if err != nil {
+		return Report{Origin: origin}, fmt.Errorf("read AUDIT: %w", err)
+	}
 	var last uint64
-	err := archive(func(seq uint64, _ string, _ []byte, _ string) error {
+	var unsigned int64
+	err = archive(func(seq uint64, _ string, _ []byte, _ string) error {
+		if seq > signed {
+			unsigned++
+			return nil
+		}
 		last = max(last, seq)
 		return nil
 	})
 	if err != nil {
 		return Report{Origin: origin}, fmt.Errorf("read the archive: %w", err)
 	}
-	return Check(v, origin, nil, Sources{
+	rep, err := Check(v, origin, nil, Sources{
 		Checkpoints: checkpoints,
 		Stream:      func(func(uint64, string, []byte) error) error { return nil },
 		First:       last + 1, Last: last,
-		Archive:  archive,
+		Archive: func(yield func(uint64, string, []byte, string) error) error {
+			return archive(func(seq uint64, subject string, body []byte, eventID string) error {
+				if seq > signed {
+					return nil
+				}
+				return yield(seq, subject, body, eventID)
+			})
+		},
 		IsRecord: isRecord,
 	})
+	rep.Unsigned, rep.Others = unsigned, 0 // the other logs are the current check's to count
+	return rep, err
 }
 
 func (r *Report) find(pos int64, format string, args ...any) {
@@ -147,6 +176,11 @@ func Check(v note.Verifier, origin string, since []byte, src Sources) (Report, e
 
 	// The archive: each row against the stream, and the archive's copies where the stream has none.
 	fromArchive := map[int64][]copyOf{}
+	type leafAt struct {
+		pos  int64
+		leaf tlog.Hash
+	}
+	copied := map[leafAt]bool{} // each different row at a position once, however many times it is written
 	archived := map[int64]bool{}
 	err = src.Archive(func(seq uint64, subject string, body []byte, eventID string) error {
 		pos, leaf := Position(seq), LeafHash(seq, subject, body)
@@ -165,7 +199,8 @@ func Check(v note.Verifier, origin string, since []byte, src Sources) (Report, e
 				rep.find(pos, "the archive's row (event id %s) differs from what PROMPTS holds at sequence %d", eventID, seq)
 			}
 		default:
-			if !slices.ContainsFunc(fromArchive[pos], func(c copyOf) bool { return c.leaf == leaf }) {
+			if !copied[leafAt{pos, leaf}] {
+				copied[leafAt{pos, leaf}] = true
 				fromArchive[pos] = append(fromArchive[pos], copyOf{leaf, eventID})
 			}
 		}
@@ -275,8 +310,13 @@ type copyOf struct {
 	eventID string
 }
 
-// maxTries bounds the combinations of copies resolve tries under one checkpoint.
-const maxTries = 1 << 12
+// maxTries bounds the combinations of copies resolve tries under one checkpoint, and
+// maxTriesInAll those of a whole check (a try costs about 10 µs: a forger writing copies under
+// every checkpoint must not make a check take hours).
+const (
+	maxTries      = 1 << 12
+	maxTriesInAll = 1 << 18
+)
 
 // resolve picks, at each position the archive alone holds in different rows (ambiguous, in
 // order), the row the signed roots were made over, sets it in h, and names the others. The
@@ -288,6 +328,7 @@ const maxTries = 1 << 12
 // position's first copy in for it while another was tried, so a forged copy written first at two
 // positions under one checkpoint left both unresolved.
 func resolve(ambiguous []int64, copies map[int64][]copyOf, h *Hashes, checkpoints []Checkpoint, rep *Report) error {
+	budget := maxTriesInAll
 	for len(ambiguous) > 0 {
 		pos := ambiguous[0]
 		i := slices.IndexFunc(checkpoints, func(c Checkpoint) bool { return c.Size > pos })
@@ -304,15 +345,21 @@ func resolve(ambiguous []int64, copies map[int64][]copyOf, h *Hashes, checkpoint
 		}
 		group := ambiguous[:n]
 		ambiguous = ambiguous[n:]
-		picked, err := combination(group, copies, h, c)
+		picked, tried, err := combination(group, copies, h, c, budget)
 		if err != nil {
 			return err
 		}
+		budget -= tried
 		if picked == nil {
 			for _, p := range group {
-				rep.find(p, "none of the archive's %d rows at sequence %d, with those at the other %d positions the archive alone holds in several rows under it, gives the root the checkpoint of size %d signed", len(copies[p]), p+1, len(group)-1, c.Size)
+				rep.find(p, "none of the archive's %d rows at sequence %d, with those at the other %d positions the archive alone holds in several rows under it, gives the root the checkpoint of size %d signed (or more than can be tried)", len(copies[p]), p+1, len(group)-1, c.Size)
 			}
-			continue
+			// Every later checkpoint's root depends on these positions too: what is left cannot
+			// be told either, and is not tried.
+			for _, p := range ambiguous {
+				rep.find(p, "the archive holds %d different rows at sequence %d; which is the record cannot be told while the rows at sequence %d and after, held in several rows too, are not told", len(copies[p]), p+1, group[0]+1)
+			}
+			return nil
 		}
 		for k, p := range group {
 			genuine := copies[p][picked[k]]
@@ -330,42 +377,42 @@ func resolve(ambiguous []int64, copies map[int64][]copyOf, h *Hashes, checkpoint
 }
 
 // combination is the copy of each position of group (by its index in copies) that gives c's root,
-// trying every combination (h's leaves at group are set as it tries: the caller sets the answer);
-// nil when none does, or there are more than maxTries.
-func combination(group []int64, copies map[int64][]copyOf, h *Hashes, c Checkpoint) ([]int, error) {
+// trying every combination (h's leaves at group are set as it tries: the caller sets the answer),
+// and how many it tried; nil when none does, or there are more than maxTries or budget.
+func combination(group []int64, copies map[int64][]copyOf, h *Hashes, c Checkpoint, budget int) ([]int, int, error) {
 	tries := 1
 	for _, p := range group {
-		if tries *= len(copies[p]); tries > maxTries {
-			return nil, nil
+		if tries *= len(copies[p]); tries > min(maxTries, budget) {
+			return nil, 0, nil
 		}
 	}
 	digits := make([]int, len(group)) // an odometer over the copies, the first position fastest
 	for _, p := range group {
 		if err := h.Set(p, copies[p][0].leaf); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	for {
+	for tried := 1; ; tried++ {
 		root, err := h.Root(c.Size)
 		if err != nil {
-			return nil, err
+			return nil, tried, err
 		}
 		if root == c.Root {
-			return digits, nil
+			return digits, tried, nil
 		}
 		k := 0
 		for ; k < len(group); k++ {
 			p := group[k]
 			digits[k] = (digits[k] + 1) % len(copies[p])
 			if err := h.Set(p, copies[p][digits[k]].leaf); err != nil {
-				return nil, err
+				return nil, tried, err
 			}
 			if digits[k] != 0 {
 				break
 			}
 		}
 		if k == len(group) {
-			return nil, nil // every combination tried
+			return nil, tried, nil // every combination tried
 		}
 	}
 }

@@ -321,8 +321,9 @@ func BenchmarkCheckForgedCopies(b *testing.B) {
 }
 
 // TestCheckOlderReadsTheArchiveAlone: the log of a PROMPTS deleted since is checked from the
-// archive's rows alone: whole when they are the signed records (and records never signed after
-// the last checkpoint are counted, not named); a row deleted, the tail deleted (or the table lost
+// archive's rows alone: whole when they are the signed records (and rows past the last checkpoint,
+// never signed, are counted, not named: a review made one row at sequence 2^62 crash the check, and
+// one at 3,000,000 name 2,999,979 positions); a row deleted, the tail deleted (or the table lost
 // with the stream), a row changed: each named with its position.
 func TestCheckOlderReadsTheArchiveAlone(t *testing.T) {
 	for _, tt := range []struct {
@@ -335,6 +336,9 @@ func TestCheckOlderReadsTheArchiveAlone(t *testing.T) {
 		{"the signed tail deleted", func(f *logFixture) { f.archive = f.archive[:18] }, []string{"19: a checkpoint signs 20 records; PROMPTS and the archive hold 18: records at positions 18 to 19 were deleted"}},
 		{"every row lost", func(f *logFixture) { f.archive = nil }, []string{"3: a checkpoint signs 4 records; PROMPTS and the archive hold 0: records at positions 0 to 3 were deleted"}},
 		{"a row changed", func(f *logFixture) { f.archive[2].body = `{"id":"p-3","changed":true}` }, []string{"0: the records at positions 0 to 3 are not what the checkpoint of size 4 signed"}},
+		{"rows forged far past the last checkpoint (unsigned: counted, not made one by one)", func(f *logFixture) {
+			f.archive = append(f.archive, archiveRow{1 << 62, "prompt.composed.x.t0", "{}", "far"}, archiveRow{3000000, "prompt.composed.x.t0", "{}", "farther"})
+		}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f, public := newFixture(t, 22, 4, 10, 16, 20) // 21 and 22 never signed
@@ -370,9 +374,37 @@ func TestCheckOlderReadsTheArchiveAlone(t *testing.T) {
 					t.Errorf("missing %q in:\n%s", w, got)
 				}
 			}
-			if int64(len(f.archive)) != rep.ArchiveRows {
-				t.Errorf("%d archive rows counted, %d handed", rep.ArchiveRows, len(f.archive))
+			if int64(len(f.archive)) != rep.ArchiveRows+rep.Unsigned {
+				t.Errorf("%d archive rows counted and %d unsigned, %d handed", rep.ArchiveRows, rep.Unsigned, len(f.archive))
 			}
 		})
+	}
+}
+
+// TestCheckStopsTellingAfterAPositionItCannotTell: forged copies written first at 13 positions
+// under one checkpoint (8,192 combinations, past what is tried): those are named as not told, and
+// so is every later position held in several rows (each later root depends on the first ones),
+// without trying them (a review found each later group named wrongly, after 4,096 tries each).
+func TestCheckStopsTellingAfterAPositionItCannotTell(t *testing.T) {
+	f, public := newFixture(t, 200, 100, 150, 200)
+	var first []int64
+	for pos := int64(2); pos < 80; pos += 6 {
+		first = append(first, pos)
+	}
+	forgeCopies(f, 195, append(first, 120, 160), func(int64) bool { return true })
+	rep := f.check(t, public, nil)
+	got := findings(rep)
+	for _, pos := range first {
+		if want := fmt.Sprintf("%d: none of the archive's 2 rows at sequence %d, with those at the other 12 positions", pos, pos+1); !strings.Contains(got, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	for _, pos := range []int64{120, 160} {
+		if want := fmt.Sprintf("%d: the archive holds 2 different rows at sequence %d; which is the record cannot be told while the rows at sequence 3 and after", pos, pos+1); !strings.Contains(got, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("findings:\n%s", got)
 	}
 }

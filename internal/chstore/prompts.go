@@ -215,6 +215,16 @@ func (s *Store) ArchivedBetween(ctx context.Context, created time.Time, after, b
 	return nil
 }
 
+// ArchiveStreams is every stream_created the archive's rows name: the creation time of each
+// PROMPTS they came from, or "deleted before" one.
+func (s *Store) ArchiveStreams(ctx context.Context) ([]string, error) {
+	out, err := column[string](ctx, s, `SELECT DISTINCT stream_created FROM prompts`)
+	if err != nil {
+		return nil, fmt.Errorf("rank: the archive's streams: %w", err)
+	}
+	return out, nil
+}
+
 // ArchiveRowsDeletedBefore hands every row of a record its stream delivered after that stream was
 // deleted (the archiver names it "deleted before" the creation of the stream it found there then:
 // internal/archiver, streamOf), with the time after "deleted before". Such a row is of the last
