@@ -397,3 +397,41 @@ func TestAuditCheckKeepsTheRowsOfAStreamWithoutALogOut(t *testing.T) {
 		t.Fatalf("audit check with a row of a stream without a log saying 'deleted before' the next: exit %d\n%s", code, out)
 	}
 }
+
+// TestAuditLogHoldsAMessageThatIsNotARecord: a message of PROMPTS that is not a record is
+// dead-lettered by the archiver, and its bytes are kept in the archive at its position for the
+// audit log: once PROMPTS' retention trims it, the check finds the position held and the log
+// whole. (Before: "in neither PROMPTS nor the archive", and every checkpoint above it beyond
+// checking.)
+func TestAuditLogHoldsAMessageThatIsNotARecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	e := newEnv(t)
+	keyFile, public := e.auditKey(t, "e2e-junk")
+	e.start("ranker")
+	e.start("composer")
+	e.start("archiver", "ARCHIVER_AUDIT_SIGNING_KEY_FILE="+keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms")
+	first := e.play("junk-1", 2, 2)
+	e.checkArchive("junk-1", first)
+	e.publishRaw(events.PromptComposedSubject("junk-1", "t"), "junk-1", []byte(`{"not": "a cloudevent"`))
+	if dl := e.collect(events.StreamDeadLetter, "deadletter.>", 1, 20*time.Second); len(dl) != 1 {
+		t.Fatalf("dead letters: %+v", dl)
+	}
+	second := e.play("junk-2", 2, 2)
+	e.checkArchive("junk-2", second)
+	signedUpTo(t, e.js, public)
+	st, err := e.js.Stream(t.Context(), events.StreamPrompts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxMsgs = int64(second) - 1 // the records of junk-1, the junk after them, and one more go
+	if _, err := e.js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	out, code := e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, "audit", "check")
+	if code != 0 || !strings.Contains(out, "the log is whole") {
+		t.Fatalf("audit check once PROMPTS' retention trimmed a message that is not a record: exit %d\n%s", code, out)
+	}
+}

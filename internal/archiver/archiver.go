@@ -32,7 +32,9 @@ import (
 //     the migrations made it) are held (sink.Hold) like a transient fault, unready naming
 //     ClickHouse's error, never dead-lettered: readers take everything below the ack floor from the archive, so a
 //     record acknowledged without its row would be lost to the audit;
-//   - a record that is not a prompt.composed or prompt.failed CloudEvent is dead-lettered.
+//   - a message that is not a prompt.composed or prompt.failed CloudEvent is dead-lettered, once
+//     the archive holds its bytes at its position for the audit log (chstore.NotARecordType):
+//     when the stream's retention trims it, a check finds its position held.
 // Messages are acknowledged only once ClickHouse has their rows, so nothing acknowledged is lost.
 
 // archiveStore is what the archiver needs of ClickHouse.
@@ -103,7 +105,7 @@ func newConditions(h *health.Health) (writes, filled *health.Condition) {
 }
 
 // handle archives one batch: a record is done once ClickHouse has its row, and a message that is
-// not a record is dead-lettered.
+// not a record is dead-lettered once ClickHouse has its row (rowOf).
 func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Result {
 	created, err := a.streamCreated(ctx)
 	if err != nil {
@@ -120,11 +122,14 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		if md, err := msg.Metadata(); err == nil && a.offer != nil && !md.Timestamp.Before(created) {
 			a.offer(created, md.Sequence.Stream, msg.Subject(), msg.Data())
 		}
-		rec, err := record(msg, created)
-		if err != nil {
+		rec, why, ok := rowOf(msg, created)
+		if !ok {
 			a.m.records.WithLabelValues("dead_lettered").Inc()
-			res.Outcomes[i] = settle.Reject(err.Error())
+			res.Outcomes[i] = settle.Reject(why.Error())
 			continue
+		}
+		if why != nil {
+			res.Outcomes[i] = settle.Reject(why.Error()) // once its row is stored
 		}
 		recs, kept = append(recs, rec), append(kept, i)
 	}
@@ -137,11 +142,35 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		return res
 	}
 	now := a.now()
+	archived := 0
 	for _, rec := range recs {
+		if rec.EventType == chstore.NotARecordType {
+			a.m.records.WithLabelValues("dead_lettered").Inc()
+			continue
+		}
+		archived++
 		a.m.lag.Observe(max(now.Sub(rec.Stored), 0).Seconds())
 	}
-	a.m.records.WithLabelValues("archived").Add(float64(len(kept)))
+	a.m.records.WithLabelValues("archived").Add(float64(archived))
 	return res
+}
+
+// rowOf is the archive's row of a PROMPTS message: its record's (why nil), or, for a message that
+// is not a record, one that keeps its bytes at its position for the audit log alone
+// (chstore.NotARecordType), with why it is not a record, to dead-letter it once the row is stored.
+// false for a message without JetStream metadata, which has no position: dead-lettered at once.
+func rowOf(msg jetstream.Msg, created time.Time) (rec chstore.ArchivedPrompt, why error, ok bool) {
+	rec, why = record(msg, created)
+	if why == nil {
+		return rec, nil, true
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return rec, why, false
+	}
+	stream := streamOf(md.Timestamp, created)
+	return chstore.ArchivedPrompt{EventID: chstore.NotARecordID(stream, md.Sequence.Stream), EventType: chstore.NotARecordType,
+		Subject: msg.Subject(), Body: msg.Data(), StreamCreated: stream, Seq: md.Sequence.Stream, Stored: md.Timestamp.UTC()}, why, true
 }
 
 // streamCreated is the identity of the PROMPTS stream now: its creation time.
@@ -392,8 +421,8 @@ func (a *archiver) refillOnce(ctx context.Context) (int, error) {
 	}
 	src := sink.Source[chstore.ArchivedPrompt]{JS: a.js, Stream: events.StreamPrompts, Filter: ">", Batch: a.batchSize, BatchBytes: a.batchBytes,
 		Row: func(msg jetstream.Msg) (chstore.ArchivedPrompt, bool) {
-			rec, err := record(msg, created)
-			return rec, err == nil // not a record: dead-lettered when it was consumed
+			rec, _, ok := rowOf(msg, created) // a message that is not a record: its row, as when consumed
+			return rec, ok
 		}}
 	done, err := sink.FillFrom(ctx, src, 0, a.sink.Write, nil)
 	if err != nil {

@@ -100,6 +100,13 @@ func TestRecord(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("record = %v, want an error with %q", err, c.wantErr)
 				}
+				// Not a record: its row keeps its bytes at its position, for the audit log alone.
+				row, why, ok := rowOf(msgs[i], created)
+				stream := created.Format(time.RFC3339Nano)
+				if !ok || why == nil || row.EventType != chstore.NotARecordType || row.ExecutionID != "" || !bytes.Equal(row.Body, c.body) ||
+					row.Subject != c.subject || row.Seq != uint64(i+1) || row.StreamCreated != stream || row.EventID != chstore.NotARecordID(stream, uint64(i+1)) {
+					t.Errorf("rowOf = %+v, %v, %v: want the message's bytes at sequence %d, not a record", row, why, ok, i+1)
+				}
 				return
 			}
 			if err != nil {

@@ -38,6 +38,18 @@ type ArchivedPrompt struct {
 	Stored          time.Time
 }
 
+// NotARecordType is the event type of the archive's row of a PROMPTS message that is not a record
+// (the archiver dead-letters it): its bytes kept at its position for the audit log alone, so that a
+// check finds the position held once the stream's retention trimmed it. It names no execution (no
+// reader of records selects it) and its event id is its position's (one row per position).
+const NotARecordType = "podium.not_a_record"
+
+// NotARecordID is the event id of the row of the message that is not a record at seq of the PROMPTS
+// named streamCreated.
+func NotARecordID(streamCreated string, seq uint64) string {
+	return fmt.Sprintf("not-a-record@%s#%d", streamCreated, seq)
+}
+
 // ArchivePrompts writes records in one batch. Writing a record again is harmless: reads keep
 // the first stored copy of an event id.
 func (s *Store) ArchivePrompts(ctx context.Context, recs []ArchivedPrompt) error {
