@@ -336,7 +336,7 @@ func (a *archiver) write(ctx context.Context, recs []chstore.ArchivedPrompt) err
 		}
 		switch {
 		case err == nil:
-			a.writes.Holds() // ClickHouse answers (a batch of junk alone inserts nothing)
+			a.writes.Holds() // ClickHouse answers
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()

@@ -50,9 +50,9 @@ type Keeper struct {
 	// read from the stream).
 	AckFloor func(ctx context.Context) (uint64, error)
 	// Archived, when set, hands the archive's rows of the PROMPTS created at created between two
-	// sequences (excluded), in order: what PROMPTS' retention trimmed before the log reached it
-	// (a log begun on a stream that trimmed its first records, a keeper stopped for longer than
-	// PROMPTS keeps them) is taken from there.
+	// sequences (excluded), every copy, in any order: what PROMPTS' retention trimmed before the
+	// log reached it (a log begun on a stream that trimmed its first records, a keeper stopped for
+	// longer than PROMPTS keeps them) is taken from there (fromArchive).
 	Archived func(ctx context.Context, created time.Time, after, before uint64, yield func(seq uint64, subject string, body []byte) error) error
 
 	offered offers // leaves the archiver was delivered (Offer), not yet in the tree
@@ -146,15 +146,10 @@ func (k *Keeper) keep(ctx context.Context) error {
 		}
 		if first := st.CachedInfo().State.FirstSeq; uint64(tree.Size())+1 < first && k.Archived != nil {
 			from := tree.Size()
-			err := k.Archived(ctx, created, uint64(tree.Size()), first, func(seq uint64, subject string, body []byte) error {
-				return appendLeaf(seq, LeafHash(seq, subject, body))
-			})
-			if err != nil {
-				return fmt.Errorf("positions PROMPTS' retention trimmed, from the archive: %w", err)
+			if err := k.fromArchive(ctx, created, uint64(tree.Size()), first, appendLeaf); err != nil {
+				return err
 			}
-			if tree.Size() > from {
-				k.Log.InfoContext(ctx, "the audit log took what PROMPTS' retention trimmed before the log reached it from the archive", "from_position", from, "to_position", tree.Size()-1)
-			}
+			k.Log.InfoContext(ctx, "the audit log took what PROMPTS' retention trimmed before the log reached it from the archive", "from_position", from, "to_position", tree.Size()-1)
 		}
 		switch last := st.CachedInfo().State.LastSeq; {
 		case uint64(tree.Size()) >= last:
@@ -191,6 +186,47 @@ func (k *Keeper) keep(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// archivePage is how many sequences fromArchive reads in one query: 40 bytes each in memory.
+const archivePage = 10000
+
+// fromArchive appends the leaves of the sequences after after and before before, which PROMPTS no
+// longer holds, from the archive's rows, a page at a time. A sequence the archive holds in
+// different rows stops the log, named: the keeper cannot tell which one the stream held, and the
+// row a writer of the archive planted must not be signed as the record (audit check names the
+// copies). One it does not hold stops it too.
+func (k *Keeper) fromArchive(ctx context.Context, created time.Time, after, before uint64, appendLeaf func(uint64, tlog.Hash) error) error {
+	for page := after; page+1 < before; {
+		end := min(before, page+archivePage+1)
+		leaves := make(map[uint64]tlog.Hash, end-page-1)
+		differ := map[uint64]bool{}
+		err := k.Archived(ctx, created, page, end, func(seq uint64, subject string, body []byte) error {
+			leaf := LeafHash(seq, subject, body)
+			if have, ok := leaves[seq]; ok && have != leaf {
+				differ[seq] = true
+			}
+			leaves[seq] = leaf
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("positions PROMPTS' retention trimmed, from the archive: %w", err)
+		}
+		for seq := page + 1; seq < end; seq++ {
+			leaf, ok := leaves[seq]
+			switch {
+			case differ[seq]:
+				return fmt.Errorf("position %d (PROMPTS sequence %d): PROMPTS' retention trimmed it and the archive holds different rows there: the log cannot tell which to sign (`podium audit check` names them)", Position(seq), seq)
+			case !ok:
+				return fmt.Errorf("position %d (PROMPTS sequence %d) is missing from PROMPTS and from the archive: the log cannot grow past it (`podium audit check` names what is gone)", Position(seq), seq)
+			}
+			if err := appendLeaf(seq, leaf); err != nil {
+				return err
+			}
+		}
+		page = end - 1
+	}
+	return nil
 }
 
 // handledElsewhere reports whether the keeper should read the record at seq from the stream: the

@@ -202,23 +202,18 @@ func (s *Store) ArchiveRowsOf(ctx context.Context, created time.Time, yield func
 	return nil
 }
 
-// ArchivedBetween hands, in order, the archive's row of each sequence of the PROMPTS created at
-// created between after and before (both excluded): the first stored copy of each (a forged
-// later one is audit check's to name). The audit log's keeper reads what PROMPTS' retention
-// trimmed before the log reached it.
+// ArchivedBetween hands every row of the archive at a sequence of the PROMPTS created at created
+// between after and before (both excluded), every copy, in no order (a quorum read hands each
+// replica's): the audit log's keeper reads what PROMPTS' retention trimmed before the log reached
+// it, and refuses a sequence held in different rows.
 func (s *Store) ArchivedBetween(ctx context.Context, created time.Time, after, before uint64, yield func(seq uint64, subject string, body []byte) error) error {
-	q := `SELECT stream_seq, subject, body FROM prompts WHERE stream_created = ? AND stream_seq > ? AND stream_seq < ? ORDER BY stream_seq, stored_at_us`
-	last := uint64(0)
+	q := `SELECT stream_seq, subject, body FROM prompts WHERE stream_created = ? AND stream_seq > ? AND stream_seq < ?`
 	err := s.query(ctx, q, []any{created.UTC().Format(time.RFC3339Nano), after, before}, func(rows driver.Rows) error {
 		var seq uint64
 		var subject, body string
 		if err := rows.Scan(&seq, &subject, &body); err != nil {
 			return err
 		}
-		if seq == last {
-			return nil // a later copy of the same sequence
-		}
-		last = seq
 		return yield(seq, subject, []byte(body))
 	})
 	if err != nil {
