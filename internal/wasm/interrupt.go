@@ -31,9 +31,13 @@ import (
 //     by TestHostileBuilders hanging with the first version of this file, which read only the flag).
 // A module without a memory is given one of no pages, for the tick.
 //
-// The instrumentation reads every instruction of every function body: a module with one it does
-// not know (code.go's reader, plus the SIMD instructions) could not be bounded, and is refused; so
-// is a start section, whose function runs as the module is instantiated, before the flag is armed.
+// The instrumentation reads every instruction of every function body as wazero reads it: a module
+// with one it does not know (code.go's reader, plus the SIMD instructions) could not be bounded, and
+// is refused; so is a start section, whose function runs as the module is instantiated, before the
+// flag is armed. The bytes compiled are valid exactly when the module's are (FuzzInterruptible):
+// code, exports or data segments that refer to a global or a memory the module does not have are
+// refused, for in the bytes compiled they would be the host's (code writing the flag or the
+// countdown would escape both).
 
 // stopExport is the export of the global the host sets to stop a call.
 const stopExport = "podium.stop"
