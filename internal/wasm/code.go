@@ -56,6 +56,25 @@ func refuseInBodies(r *reader) error {
 	return nil
 }
 
+// statefulFC names the 0xfc instruction sub, when it changes an instance's tables or segments.
+func statefulFC(sub uint32) (string, bool) {
+	switch sub {
+	case 9:
+		return "data.drop", true
+	case 12:
+		return "table.init", true
+	case 13:
+		return "elem.drop", true
+	case 14:
+		return "table.copy", true
+	case 15:
+		return "table.grow", true
+	case 17:
+		return "table.fill", true
+	}
+	return "", false
+}
+
 // refuseInstructions reads instructions to the end of r.
 func refuseInstructions(r *reader) error {
 	for r.pos < len(r.b) {
@@ -67,29 +86,20 @@ func refuseInstructions(r *reader) error {
 		case op == 0x26:
 			return fmt.Errorf("table.set changes a table, which a reactor's snapshot cannot set back")
 		case op == 0xfc:
-			sub, err := r.u32()
+			peek := *r
+			sub, err := peek.u32()
 			if err != nil {
 				return nil
 			}
-			switch sub {
-			case 0, 1, 2, 3, 4, 5, 6, 7: // saturating truncations
-			case 8: // memory.init: a data segment, a memory
-				err = r.skipU32s(2)
-			case 10: // memory.copy: two memories
-				err = r.skipU32s(2)
-			case 11: // memory.fill: a memory
-				err = r.skipU32s(1)
-			case 16: // table.size: a table
-				err = r.skipU32s(1)
-			default:
-				names := map[uint32]string{9: "data.drop", 12: "table.init", 13: "elem.drop", 14: "table.copy", 15: "table.grow", 17: "table.fill"}
-				if name, ok := names[sub]; ok {
-					return fmt.Errorf("%s changes the instance's tables or segments, which a reactor's snapshot cannot set back", name)
-				}
+			if name, ok := statefulFC(sub); ok {
+				return fmt.Errorf("%s changes the instance's tables or segments, which a reactor's snapshot cannot set back", name)
+			}
+			known, err := skipInstruction(r, op) // its immediates, as the instrumentation reads them
+			if err != nil {
+				return nil
+			}
+			if !known {
 				return fmt.Errorf("the instruction 0xfc %d, which Podium does not read", sub)
-			}
-			if err != nil {
-				return nil
 			}
 		default:
 			known, err := skipImmediates(r, op)

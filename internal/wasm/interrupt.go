@@ -219,24 +219,7 @@ func refuseExports(body []byte, globals uint32, noMemory bool) error {
 	if body == nil {
 		return nil
 	}
-	r := &reader{b: body}
-	n, err := r.u32()
-	if err != nil {
-		return fmt.Errorf("the export section: %w", err)
-	}
-	for range n {
-		name, err := r.name()
-		if err != nil {
-			return fmt.Errorf("the export section: %w", err)
-		}
-		kind, err := r.byte()
-		if err != nil {
-			return fmt.Errorf("the export section: %w", err)
-		}
-		idx, err := r.u32()
-		if err != nil {
-			return fmt.Errorf("the export section: %w", err)
-		}
+	return eachExport(&reader{b: body}, func(name string, kind byte, idx uint32) error {
 		switch {
 		case name == stopExport:
 			return fmt.Errorf("the module exports %s itself, a name Podium keeps for its own", stopExport)
@@ -245,8 +228,8 @@ func refuseExports(body []byte, globals uint32, noMemory bool) error {
 		case kind == 2 && noMemory:
 			return fmt.Errorf("the module exports memory %d, which it does not have", idx)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // hasActiveData reports whether a data section holds a segment written into a memory at

@@ -419,23 +419,10 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 			mutable, globalsErr = mutableGlobals(r, importedGlobals)
 		case 7:
 			exportsAt, exportsEnd = r.pos, len(r.b)
-			n, err := r.u32()
-			if err != nil {
-				return fmt.Errorf("the export section: %w", err)
-			}
-			for range n {
-				name, err := r.name()
-				if err != nil {
-					return fmt.Errorf("the export section: %w", err)
-				}
+			return eachExport(r, func(name string, _ byte, _ uint32) error {
 				exports[name] = true
-				if _, err := r.byte(); err != nil {
-					return err
-				}
-				if _, err := r.u32(); err != nil {
-					return err
-				}
-			}
+				return nil
+			})
 		}
 		return nil
 	})
@@ -475,6 +462,32 @@ func kindOf(wasm []byte) (kind string, compile []byte, globals []string, err err
 		globals = append(globals, name)
 	}
 	return KindReactor, splice(wasm, 7, exportsAt, exportsEnd, body), globals, nil
+}
+
+// eachExport calls fn with each export of the export section r reads: its name, kind and index.
+func eachExport(r *reader, fn func(name string, kind byte, idx uint32) error) error {
+	n, err := r.u32()
+	if err != nil {
+		return fmt.Errorf("the export section: %w", err)
+	}
+	for range n {
+		name, err := r.name()
+		if err != nil {
+			return fmt.Errorf("the export section: %w", err)
+		}
+		kind, err := r.byte()
+		if err != nil {
+			return fmt.Errorf("the export section: %w", err)
+		}
+		idx, err := r.u32()
+		if err != nil {
+			return fmt.Errorf("the export section: %w", err)
+		}
+		if err := fn(name, kind, idx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // imports counts what an import section imports of the kinds whose index spaces the engine
