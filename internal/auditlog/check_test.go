@@ -66,14 +66,7 @@ func (f *logFixture) check(t testing.TB, public string, since []byte) Report {
 		t.Fatal(err)
 	}
 	rep, err := Check(v, f.origin, since, Sources{
-		Checkpoints: func(yield func(uint64, []byte) error) error {
-			for i, s := range f.signed {
-				if err := yield(uint64(i+1), s); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		Checkpoints: f.checkpoints,
 		Stream: func(yield func(uint64, string, []byte) error) error {
 			for seq := f.first; seq <= f.last; seq++ {
 				if m, ok := f.stream[seq]; ok {
@@ -85,14 +78,7 @@ func (f *logFixture) check(t testing.TB, public string, since []byte) Report {
 			return nil
 		},
 		First: f.first, Last: f.last,
-		Archive: func(yield func(uint64, string, []byte, string) error) error {
-			for _, r := range f.archive {
-				if err := yield(r.seq, r.subject, []byte(r.body), r.id); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		Archive:  f.archived,
 		AckFloor: f.ackFloor,
 		IsRecord: func(string, []byte) bool { return true },
 		LastNow:  func() (uint64, error) { return max(f.lastNow, f.last), nil },
@@ -101,6 +87,26 @@ func (f *logFixture) check(t testing.TB, public string, since []byte) Report {
 		t.Fatal(err)
 	}
 	return rep
+}
+
+// checkpoints hands what AUDIT holds, in order.
+func (f *logFixture) checkpoints(yield func(uint64, []byte) error) error {
+	for i, s := range f.signed {
+		if err := yield(uint64(i+1), s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// archived hands every row of the archive.
+func (f *logFixture) archived(yield func(uint64, string, []byte, string) error) error {
+	for _, r := range f.archive {
+		if err := yield(r.seq, r.subject, []byte(r.body), r.id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func findings(rep Report) string {
@@ -347,21 +353,7 @@ func TestCheckOlderReadsTheArchiveAlone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rep, err := CheckOlder(v, f.origin, func(yield func(uint64, []byte) error) error {
-				for i, s := range f.signed {
-					if err := yield(uint64(i+1), s); err != nil {
-						return err
-					}
-				}
-				return nil
-			}, func(yield func(uint64, string, []byte, string) error) error {
-				for _, r := range f.archive {
-					if err := yield(r.seq, r.subject, []byte(r.body), r.id); err != nil {
-						return err
-					}
-				}
-				return nil
-			}, func(string, []byte) bool { return true })
+			rep, err := CheckOlder(v, f.origin, f.checkpoints, f.archived, func(string, []byte) bool { return true })
 			if err != nil {
 				t.Fatal(err)
 			}
