@@ -39,6 +39,18 @@ func (e *env) auditKey(t *testing.T, name string) (keyFile, public string) {
 	return keyFile, m[1]
 }
 
+// keeping is the archiver's settings to keep the audit log with keyFile, checkpoints every 4
+// records or 200 ms.
+func keeping(keyFile string) []string {
+	return []string{"ARCHIVER_AUDIT_SIGNING_KEY_FILE=" + keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms"}
+}
+
+// auditCheck runs `podium audit check` with the log's public key.
+func (e *env) auditCheck(t *testing.T, public string, args ...string) (string, int) {
+	t.Helper()
+	return e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, append([]string{"audit", "check"}, args...)...)
+}
+
 // signedUpTo waits until AUDIT's latest checkpoint is of the log of PROMPTS as it is now and signs
 // every message it holds, and returns it, read with js.
 func signedUpTo(t *testing.T, js jetstream.JetStream, public string) auditlog.Checkpoint {
@@ -84,11 +96,9 @@ func TestAuditLogShowsTampering(t *testing.T) {
 	keyFile, public := e.auditKey(t, "e2e-audit")
 	e.start("ranker")
 	e.start("composer")
-	logged := []string{"ARCHIVER_AUDIT_SIGNING_KEY_FILE=" + keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms"}
+	logged := keeping(keyFile)
 	arch := e.start("archiver", logged...)
-	check := func(args ...string) (string, int) {
-		return e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, append([]string{"audit", "check"}, args...)...)
-	}
+	check := func(args ...string) (string, int) { return e.auditCheck(t, public, args...) }
 
 	first := e.play("audit-1", 3, 3)
 	e.checkArchive("audit-1", first)
@@ -277,10 +287,8 @@ func TestAuditCheckReadsTheLogsOfDeletedStreams(t *testing.T) {
 	keyFile, public := e.auditKey(t, "e2e-older")
 	e.start("ranker")
 	e.start("composer")
-	e.start("archiver", "ARCHIVER_AUDIT_SIGNING_KEY_FILE="+keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms")
-	check := func() (string, int) {
-		return e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, "audit", "check")
-	}
+	e.start("archiver", keeping(keyFile)...)
+	check := func() (string, int) { return e.auditCheck(t, public) }
 
 	first := e.play("older-1", 2, 2)
 	e.checkArchive("older-1", first)
@@ -340,10 +348,10 @@ func TestAuditLogBegunOnATrimmedStream(t *testing.T) {
 	}
 	<-arch.done
 	arch.done <- nil
-	arch = e.start("archiver", "ARCHIVER_AUDIT_SIGNING_KEY_FILE="+keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms")
+	arch = e.start("archiver", keeping(keyFile)...)
 	c := signedUpTo(t, e.js, public)
 	waitReadiness(t, arch, http.StatusOK, 30*time.Second)
-	out, code := e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, "audit", "check")
+	out, code := e.auditCheck(t, public)
 	if code != 0 || !strings.Contains(out, "the log is whole") {
 		t.Fatalf("audit check of a log begun on a trimmed PROMPTS: exit %d\n%s", code, out)
 	}
@@ -362,7 +370,7 @@ func TestAuditCheckKeepsTheRowsOfAStreamWithoutALogOut(t *testing.T) {
 	keyFile, public := e.auditKey(t, "e2e-between")
 	e.start("ranker")
 	e.start("composer")
-	keyed := []string{"ARCHIVER_AUDIT_SIGNING_KEY_FILE=" + keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms"}
+	keyed := keeping(keyFile)
 	arch := e.start("archiver", keyed...)
 	created := func() string {
 		st, err := e.js.Stream(t.Context(), events.StreamPrompts)
@@ -392,7 +400,7 @@ func TestAuditCheckKeepsTheRowsOfAStreamWithoutALogOut(t *testing.T) {
 	s3 := created()
 	e.storeExec(fmt.Sprintf(`ALTER TABLE prompts UPDATE stream_created = 'deleted before %s' WHERE stream_created = '%s' AND stream_seq = 1`, s3, sx))
 	e.waitMutations(t)
-	out, code := e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, "audit", "check")
+	out, code := e.auditCheck(t, public)
 	if code != 0 || strings.Contains(out, "not the record") || !strings.Contains(out, "(a PROMPTS deleted since") {
 		t.Fatalf("audit check with a row of a stream without a log saying 'deleted before' the next: exit %d\n%s", code, out)
 	}
@@ -411,7 +419,7 @@ func TestAuditLogHoldsAMessageThatIsNotARecord(t *testing.T) {
 	keyFile, public := e.auditKey(t, "e2e-junk")
 	e.start("ranker")
 	e.start("composer")
-	e.start("archiver", "ARCHIVER_AUDIT_SIGNING_KEY_FILE="+keyFile, "ARCHIVER_AUDIT_CHECKPOINT_EVERY=4", "ARCHIVER_AUDIT_CHECKPOINT_INTERVAL=200ms")
+	e.start("archiver", keeping(keyFile)...)
 	first := e.play("junk-1", 2, 2)
 	e.checkArchive("junk-1", first)
 	e.publishRaw(events.PromptComposedSubject("junk-1", "t"), "junk-1", []byte(`{"not": "a cloudevent"`))
@@ -430,7 +438,7 @@ func TestAuditLogHoldsAMessageThatIsNotARecord(t *testing.T) {
 	if _, err := e.js.UpdateStream(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	out, code := e.podium(t, []string{"AUDIT_PUBLIC_KEY=" + public}, "audit", "check")
+	out, code := e.auditCheck(t, public)
 	if code != 0 || !strings.Contains(out, "the log is whole") {
 		t.Fatalf("audit check once PROMPTS' retention trimmed a message that is not a record: exit %d\n%s", code, out)
 	}
