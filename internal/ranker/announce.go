@@ -14,6 +14,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/retry"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/tracing"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -199,7 +200,7 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 	if !r.boardsMu.TryRLock() {
 		return batches, false, nil
 	}
-	lin := r.lineage.Load()
+	lin := r.keep.Published()
 	// Read after the ack floor: every evaluation up to it is committed, so the rows read next
 	// hold all of them, and the snapshots written of them are complete through it.
 	d := rank.Derivation{Through: r.committedThrough(ctx)}
@@ -217,11 +218,11 @@ func (r *ranker) publishBoards(ctx context.Context, batches map[string]trace.Spa
 	r.boardsMu.RUnlock()
 	r.m.leaderboardQuery.Observe(time.Since(start).Seconds())
 	if errors.Is(err, chstore.ErrAnchorLost) {
-		if r.loss.Load() != nil {
+		if r.keep.Loss() != nil {
 			return batches, false, nil // named, and waited on by the store's watch (loss.go)
 		}
 		r.log.Warn("the evaluations table lost the rows it held; checking the store, which refills it, before anything is announced", "error", err)
-		if err := r.checkStore(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errLossHeld) {
+		if err := r.keep.Check(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, sink.ErrLossHeld) {
 			r.log.Warn("store lineage not checked; the watch tries again", "error", err)
 		}
 		return batches, false, nil

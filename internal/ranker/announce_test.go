@@ -49,7 +49,8 @@ func TestAnnounceRetriesUntilPublished(t *testing.T) {
 	}
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, store: st, m: newMetrics(prometheus.NewRegistry()),
 		trace: tr, source: "ranker/test", announceInterval: 10 * time.Millisecond, now: time.Now}
-	_, _, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
+	_, r.whole, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
+	r.keep = r.newKeeper()
 	ann := newAnnouncer()
 	done := make(chan struct{})
 	go func() { defer close(done); r.announce(context.Background(), ann) }()
@@ -158,7 +159,8 @@ func TestAnnouncementTooLargeIsNotRetried(t *testing.T) {
 	cs := &countingStore{Store: st, reads: map[string]int{}}
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: js, store: cs, m: newMetrics(prometheus.NewRegistry()),
 		trace: tr, source: "ranker/test", announceInterval: 10 * time.Millisecond, now: time.Now}
-	_, _, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
+	_, r.whole, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
+	r.keep = r.newKeeper()
 	ann := newAnnouncer()
 	done := make(chan struct{})
 	go func() { defer close(done); r.announce(context.Background(), ann) }()

@@ -17,42 +17,21 @@ import (
 	"github.com/podium-llm/podium/pkg/rank"
 )
 
-// A loss is named, never refilled over. The store holds the rows of every era since its lineage's
-// floor (chstore.Lineage.Floor), but EVALUATIONS holds only its own stream's: the streams of the
-// eras before were deleted, and their rows are kept nowhere else. When the table is lost (dropped,
-// emptied, its database dropped) while it held such rows, a refill would make it whole for the
-// stream there is now and call the store whole, and every later prompt would silently lack those
-// evaluations. Instead the ranker:
-//   - names the loss (events.StoreLoss: the lineage, the eras, the executions that had rows of
-//     them, from their score snapshots and last boards) in its log, on its consumer
-//     (events.MetaStoreLoss) and in /readyz;
-//   - stays unready, refills nothing, commits nothing (batches are given back) and publishes that
-//     the store is not whole, so composers compose nothing: requests wait and answer
-//     inputs_not_ready;
-//   - waits for an operator: a restore (`nats stream restore` of EVALUATIONS' backup, then the
-//     check finds nothing lost) or `podium store accept-loss`, which records the loss with a reason
-//     on AUDIT (events.SubjectLossAccepted). Once accepted the refill runs, and the new lineage's
-//     floor is its own era.
+// What a lost store lost is named by the keeper (internal/sink/loss.go); the ranker's part is what
+// the loss names (the executions that had rows of the lost eras, from their score snapshots and
+// last boards), how the ranker says it, and where an operator's acceptance is read: AUDIT's last
+// `audit.loss.evaluations` (events.SubjectLossAccepted, written by `podium store accept-loss`).
 
-// errLossHeld is a refill refused because it would hide a loss (loss.go).
-var errLossHeld = errors.New("the store lost evaluations that no stream holds; waiting for an operator (`podium store accept-loss`, or a restore of EVALUATIONS)")
+// losses is the ranker's sink.Losses.
+type losses struct{ r *ranker }
 
-// lastLineage is the newest lineage known of the store: the store's own; else, when the store
-// lost it (its database dropped), the one this ranker published, or the one its consumer carries
-// (a ranker started after the loss). false when none is known.
-func (r *ranker) lastLineage(ctx context.Context) (chstore.Lineage, bool, error) {
-	lin, found, err := r.store.Lineage(ctx)
-	if err != nil && chstore.FaultOf(err) != chstore.Missing {
-		return chstore.Lineage{}, false, err
-	}
-	if found {
-		return lin, true, nil
-	}
-	if pub := r.lineage.Load(); pub != nil && pub.Epoch > 0 {
-		return *pub, true, nil
-	}
-	return r.consumerLineage(ctx)
+func (l losses) Of(ctx context.Context, lin chstore.Lineage, stream string) (*events.StoreLoss, error) {
+	return l.r.lossOf(ctx, lin, stream)
 }
+func (l losses) Accepted(ctx context.Context, lineage string) (bool, error) {
+	return l.r.accepted(ctx, lineage)
+}
+func (losses) Text(s events.StoreLoss) string { return lossText(s) }
 
 // consumerLineage is the lineage the ranker's consumer carries (its metadata), as a lineage:
 // epoch, stream, era, floor and anchor; false when it carries none.
@@ -162,71 +141,4 @@ func (r *ranker) accepted(ctx context.Context, lineage string) (bool, error) {
 		return false, nil // not a record podium wrote: not an acceptance
 	}
 	return l.Lineage == lineage, nil
-}
-
-// lossResolved ends a loss the ranker waited on once a check found the store whole without a
-// refill of its own (another replica refilled it after the acceptance, or the operator restored the
-// table): ready again, and the loss no longer published.
-func (r *ranker) lossResolved(ctx context.Context) {
-	if r.loss.Swap(nil) == nil {
-		return
-	}
-	r.log.Warn("the store's loss is resolved: the store is whole again (a restore, or another ranker's refill after the loss was accepted)")
-	r.whole.Holds()
-	if lin := r.lineage.Load(); lin != nil {
-		if err := r.publishLineage(ctx, *lin, ""); err != nil {
-			r.log.Warn("the store's state not published; the next check publishes it", "error", err)
-		}
-	}
-}
-
-// checkLoss runs before a refill of a lost table: nil when nothing is lost or the loss was
-// accepted (accepted true: the refill's lineage starts its own floor); errLossHeld, with the
-// ranker unready and the loss named, while it waits for an operator.
-func (r *ranker) checkLoss(ctx context.Context, stream string) (accepted bool, err error) {
-	last, known, err := r.lastLineage(ctx)
-	if err != nil {
-		return false, err // not known: a loss held stays held
-	}
-	if !known {
-		r.loss.Store(nil)
-		return false, nil
-	}
-	// A table that still holds the lineage's anchor lost nothing (only store_lineage went, say):
-	// its check adopts it as it is.
-	if last.Anchor != (chstore.RowKey{}) {
-		if held, err := r.store.Holds(ctx, last.Anchor); err == nil && held {
-			r.loss.Store(nil)
-			return false, nil
-		}
-	}
-	l := r.loss.Load()
-	if l == nil || l.Lineage != last.ID() { // named once per lineage: its scans are not made again
-		if l, err = r.lossOf(ctx, last, stream); err != nil {
-			return false, err
-		}
-	}
-	if l == nil {
-		r.loss.Store(nil)
-		return false, nil
-	}
-	ok, err := r.accepted(ctx, l.Lineage)
-	if err != nil {
-		return false, err
-	}
-	if ok {
-		r.loss.Store(nil)
-		r.log.Warn("the store's loss was accepted by an operator; refilling from the stream there is now", "lineage", l.Lineage, "from_era", l.FromEra, "to_era", l.ToEra)
-		return true, nil
-	}
-	why := lossText(*l)
-	if was := r.loss.Swap(l); was == nil || was.Lineage != l.Lineage {
-		r.log.Error("the store lost evaluations that no stream holds; unready, composing nothing, until an operator accepts the loss or restores EVALUATIONS",
-			"lineage", l.Lineage, "from_era", l.FromEra, "to_era", l.ToEra, "executions", l.Executions)
-	}
-	r.whole.Fail("%s", why)
-	if err := r.publishLineage(ctx, last, why); err != nil {
-		r.log.Warn("the loss not published on the ranker's consumer; trying again", "error", err)
-	}
-	return false, fmt.Errorf("%w: %s", errLossHeld, why)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/retry"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -295,7 +296,7 @@ func (h *inHand) besides(pass time.Time) int64 {
 	return n
 }
 
-// replicasInTheWay is errBeforeInHand naming the other rankers that may still commit a batch of a
+// replicasInTheWay is sink.ErrBeforeInHand naming the other rankers that may still commit a batch of a
 // stream before stream; nil when none may (or no RANKER_PASSES bucket is used).
 func (r *ranker) replicasInTheWay(ctx context.Context, stream string) error {
 	if r.passes == nil {
@@ -306,7 +307,7 @@ func (r *ranker) replicasInTheWay(ctx context.Context, stream string) error {
 		return fmt.Errorf("the other rankers' passes (%s) not read: %w", events.BucketRankerPasses, err)
 	}
 	if len(way) > 0 {
-		return fmt.Errorf("%w: rankers %s may still commit one (their notes in %s say so)", errBeforeInHand, strings.Join(way, ", "), events.BucketRankerPasses)
+		return fmt.Errorf("%w: rankers %s may still commit one (their notes in %s say so)", sink.ErrBeforeInHand, strings.Join(way, ", "), events.BucketRankerPasses)
 	}
 	return nil
 }

@@ -10,7 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // withPasses gives the fixture's ranker a RANKER_PASSES bucket on its server, and returns another
@@ -23,11 +25,11 @@ func (f *lineageFixture) withPasses(t *testing.T) (other *ranker, pass *time.Tim
 		t.Fatal(err)
 	}
 	a := f.r
-	a.passes = newPasses(kv, f.js, a.log, a.passNow, a.refillStale, a.m)
+	a.passes = newPasses(kv, f.js, a.log, a.passNow, a.keep.RefillStale, a.m)
 	b := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: f.js, store: a.store, m: newMetrics(prometheus.NewRegistry()), now: time.Now}
 	pass = new(time.Time)
 	b.passOf = func() time.Time { return *pass }
-	b.passes = newPasses(kv, f.js, b.log, b.passNow, b.refillStale, b.m)
+	b.passes = newPasses(kv, f.js, b.log, b.passNow, a.keep.RefillStale, b.m)
 	return b, pass
 }
 
@@ -49,41 +51,40 @@ func note(t *testing.T, r *ranker) (fenced bool) {
 // to say that its pass reads the new stream and that it has settled what it held.
 func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	ctx := t.Context()
-	f := newLineageFixture(t)
+	f := newLineageFixture(t) // this ranker consumes the new stream (its Consumes is nil)
 	a := f.r
 	b, pass := f.withPasses(t)
-	a.consumes = func(time.Time) bool { return true } // this ranker consumes the new stream
 	*pass = f.stream.CachedInfo().Created             // the other's pass reads the stream before...
 	b.inHand.add(*pass, 1)                            // ...with a batch of it in hand
 	note(t, a)
 	note(t, b)
 	now := f.remake(t)
 
-	if err := a.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
+	if err := a.keep.CheckLocked(ctx); !errors.Is(err, sink.ErrBeforeInHand) {
 		t.Fatalf("the check while another replica holds a batch of the stream before: %v, want errBeforeInHand", err)
 	}
-	if got := a.lineage.Load(); got.Era != 0 {
+	if got := a.keep.Published(); got.Era != 0 {
 		t.Fatalf("the new era was published while another replica holds a batch of the stream before: %+v", got)
 	}
 	// Its pass ended (its consumer went with the stream), the batch still in hand.
 	*pass = time.Time{}
 	note(t, b)
-	if err := a.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
+	if err := a.keep.CheckLocked(ctx); !errors.Is(err, sink.ErrBeforeInHand) {
 		t.Fatalf("the check while the other replica is between passes with a batch in hand: %v, want errBeforeInHand", err)
 	}
 	// Its pass reads the new stream now, but the batch of the pass before is not settled yet.
 	*pass = now.CachedInfo().Created
 	note(t, b)
-	if err := a.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
+	if err := a.keep.CheckLocked(ctx); !errors.Is(err, sink.ErrBeforeInHand) {
 		t.Fatalf("the check while the other's batch of the stream before is still in hand: %v, want errBeforeInHand", err)
 	}
 	b.inHand.add(now.CachedInfo().Created, 1)       // a batch of the new stream: never holds the switch to it
 	b.inHand.add(f.stream.CachedInfo().Created, -1) // committed, in the era before
 	note(t, b)
-	if err := a.checkStoreLocked(ctx); err != nil {
+	if err := a.keep.CheckLocked(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.lineage.Load(); got.Era != 1 {
+	if got := a.keep.Published(); got.Era != 1 {
 		t.Fatalf("once the other replica settled its batch: era %d, want 1", got.Era)
 	}
 }
@@ -95,12 +96,10 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 // fenced and counts it.
 func TestARankerWhoseNotesStandStillIsFenced(t *testing.T) {
 	ctx := t.Context()
-	f := newLineageFixture(t)
+	f := newLineageFixture(t, func(c *sink.Config[rank.Record]) { c.StaleAfter = 200 * time.Millisecond })
 	a := f.r
-	a.staleAfter = 200 * time.Millisecond
 	still, pass := f.withPasses(t)
 	live, livePass := f.withPasses(t)
-	a.consumes = func(time.Time) bool { return true }
 	*pass, *livePass = f.stream.CachedInfo().Created, f.stream.CachedInfo().Created
 	still.inHand.add(*pass, 1)
 	live.inHand.add(*livePass, 1)
@@ -113,7 +112,7 @@ func TestARankerWhoseNotesStandStillIsFenced(t *testing.T) {
 	fenced := false
 	for try := 0; try < 100 && !fenced; try++ {
 		note(t, live)
-		if err := a.checkStoreLocked(ctx); !errors.Is(err, errBeforeInHand) {
+		if err := a.keep.CheckLocked(ctx); !errors.Is(err, sink.ErrBeforeInHand) {
 			t.Fatalf("check %d while the live replica holds a batch of the stream before: %v, want errBeforeInHand", try, err)
 		}
 		fenced = testutil.ToFloat64(a.m.replicasFenced) == 1
@@ -122,16 +121,16 @@ func TestARankerWhoseNotesStandStillIsFenced(t *testing.T) {
 	if !fenced {
 		t.Fatal("the replica whose note stood still was never fenced")
 	}
-	if got := a.lineage.Load(); got.Era != 0 {
+	if got := a.keep.Published(); got.Era != 0 {
 		t.Fatalf("the era began while the live replica holds a batch of the stream before: %+v", got)
 	}
 	*livePass = now.CachedInfo().Created
 	live.inHand.add(f.stream.CachedInfo().Created, -1)
 	note(t, live)
-	if err := a.checkStoreLocked(ctx); err != nil {
+	if err := a.keep.CheckLocked(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.lineage.Load(); got.Era != 1 {
+	if got := a.keep.Published(); got.Era != 1 {
 		t.Fatalf("once the live replica settled its batch: era %d, want 1", got.Era)
 	}
 	if n := testutil.ToFloat64(a.m.replicasFenced); n != 1 {

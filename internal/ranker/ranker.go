@@ -75,23 +75,9 @@ type ranker struct {
 	// runtime consumes; the ranker publishes its store's lineage on the consumer through it.
 	runtime *consume.Runtime
 
-	// commitMu is held by each commit and by a check or refill of the store (lineage.go): no
-	// ack moves the ack floor while the store is not whole.
-	commitMu sync.Mutex
-	// waiting counts the batches waiting for commitMu: a batch of a stream deleted since may be
-	// among them (the runtime hands a batch over before its pass ends), so no era switch happens
-	// while one waits (lineage.go).
-	waiting atomic.Int64
 	// boardsMu is read-held by an announcement's read of the store and held by a refill, so no
 	// leaderboard is read from a store being refilled.
 	boardsMu sync.RWMutex
-	lineage  atomic.Pointer[chstore.Lineage] // the store's lineage, as published
-	// publishMu orders the publications of the lineage (publishLineage): a check that found the
-	// store as published republishes it only while it is still the one published (asPublished).
-	publishMu sync.Mutex
-	// consumes reports whether batches of the stream created then are all that can still come
-	// (consume.Runtime.Consumes; nil: no consumer runs, as in some tests).
-	consumes func(created time.Time) bool
 	// passes notes this ranker's pass for the other replicas and reads theirs before an era
 	// switch (passes.go; nil: no RANKER_PASSES bucket, as in an operator's deployment without
 	// one, or some tests). passOf is the runtime's pass (consume.Runtime.Pass), inHand the
@@ -104,22 +90,9 @@ type ranker struct {
 	delivering func(ctx context.Context, msgs []jetstream.Msg) bool
 	inHand     inHand
 	stopped    atomic.Bool
-	// hooks force interleavings in tests; nil in the service.
-	hooks struct {
-		beforeRepublish func() // asPublished, once it found the store as published
-	}
-	// before is the lineage the published one replaced when the stream was made again: a batch
-	// consumed from the stream before and committed after keeps that stream's era (lineage.go).
-	before    atomic.Pointer[chstore.Lineage]
-	refilling atomic.Pointer[string] // why, while a refill runs
-	// loss is the store's loss waiting for an operator (loss.go): commits are given back.
-	loss atomic.Pointer[events.StoreLoss]
-	// recheck wakes the store's watch at once (checkSoon).
-	recheck chan struct{}
-	// staleAfter replaces refillStale (lineage.go) in tests; 0 in the service.
-	staleAfter time.Duration
-	// grace replaces chstore.RefillGrace in tests; 0 in the service.
-	grace time.Duration
+	// keep keeps the store a whole view of EVALUATIONS (lineage.go): commits take turns with
+	// its checks and refills (Serial).
+	keep *sink.Keeper[rank.Record]
 
 	// Readiness: writes ("clickhouse") is the writer's (write.go): inserts failing, waiting for a
 	// quorum or for disk, or a fault that stopped the ranker; whole ("store") is the lineage's
@@ -130,9 +103,8 @@ type ranker struct {
 	// published (announce.go). remakeBoards makes LEADERBOARDS again (nil: the operator owns it).
 	boards       *health.Condition
 	remakeBoards func(ctx context.Context) (bool, error)
-	// sink writes batches of evaluations (write.go); view refills the store (lineage.go).
+	// sink writes batches of evaluations (write.go).
 	sink *sink.Writer[rank.Record]
-	view *sink.View
 }
 
 // newConditions registers the ranker's readiness conditions.
@@ -186,7 +158,7 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 	}
 	// No commit before the store is known whole: a new database beside a stream that holds
 	// evaluations is refilled first.
-	if !r.startCheck(stop, work) {
+	if !r.keep.Start(stop, work) {
 		return nil
 	}
 	stage := consume.Stage{
@@ -203,15 +175,9 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 		// composers hear of the commit (After), the ranker's ack floor already shows it: they
 		// check it, the notice only wakes them.
 		ConfirmAcks: r.ackWait,
-		// A commit and its acks hold commitMu, which a check or a refill of the store holds too
-		// (lineage.go): no ack moves the ack floor while the store is not whole.
-		Serial: func(commit func()) {
-			r.waiting.Add(1)
-			r.commitMu.Lock()
-			r.waiting.Add(-1)
-			defer r.commitMu.Unlock()
-			commit()
-		},
+		// A commit and its acks take turns with a check or a refill of the store (lineage.go):
+		// no ack moves the ack floor while the store is not whole.
+		Serial: r.keep.Serial,
 	}
 	return rt.Run(stop, work, cons, consume.Batches(consume.Batching{Size: r.batchSize, Bytes: r.batchBytes, Flush: r.flushInterval,
 		Linger: r.linger, Overlap: true}, stage, r.log.Warn))
@@ -236,8 +202,8 @@ func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announce
 	// the ranker's deliveries are unbounded) until an operator accepted the loss and the refill
 	// ran, which stores these too. Not waited for here: handling holds commitMu, which the check
 	// that finds the acceptance needs.
-	if l := r.loss.Load(); l != nil {
-		return consume.All(msgs, settle.RetryLater(fmt.Errorf("%w: %s", errLossHeld, l.Lineage)))
+	if l := r.keep.Loss(); l != nil {
+		return consume.All(msgs, settle.RetryLater(fmt.Errorf("%w: %s", sink.ErrLossHeld, l.Lineage)))
 	}
 	// A pass that has not yet seen its consumer lost may fetch from the one made again on the new
 	// stream: those messages carry the stream the pass read (consume.StreamOf), whose era they
@@ -258,7 +224,7 @@ func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announce
 	if ok {
 		// Once per lineage, before the acks: a composer that sees them committed sees the anchor
 		// its reads check too (chstore/anchored.go).
-		r.anchorAfter(ctx, b.recs)
+		r.keep.AnchorAfter(ctx, b.recs)
 		res.After = func(ctx context.Context) {
 			r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
 			r.notifyCommitted(b)

@@ -15,7 +15,9 @@ import (
 	"github.com/podium-llm/podium/internal/replies"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // Command is the service's command line (internal/service).
@@ -70,10 +72,10 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	}
 	base.StoreMetrics(st)
 	r.runtime = runtime
-	r.consumes = runtime.Consumes
 	r.passOf = runtime.Pass
 	r.delivering = runtime.Delivering
-	runtime.Remade = r.checkSoon
+	r.keep = r.newKeeper(func(c *sink.Config[rank.Record]) { c.Consumes = runtime.Consumes })
+	runtime.Remade = r.keep.CheckSoon
 	passesKV, err := base.KeyValue(ctx, events.RankerPassesBucketConfig(cfg.StreamReplicas))
 	if err != nil {
 		base.Close()
@@ -82,7 +84,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	if passesKV == nil {
 		log.Warn("no " + events.BucketRankerPasses + " bucket: run one ranker replica only, or a batch of an EVALUATIONS stream deleted and made again may commit after requests were composed as of the new era (docs/reliability.md)")
 	} else {
-		r.passes = newPasses(passesKV, base.JS, log, r.passNow, r.refillStale, r.m)
+		r.passes = newPasses(passesKV, base.JS, log, r.passNow, r.keep.RefillStale, r.m)
 		runtime.Starting = func(stop context.Context) { _ = r.passes.noteUntil(stop) } // before the pass pulls
 	}
 	r.repair = func(ctx context.Context) error {
@@ -92,7 +94,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		_, err := st.Repair(ctx)
 		return err
 	}
-	rd := &reads{log: log, st: st, m: r.m, refilling: r.refillReason, lost: r.checkSoon, committed: committedOf(base.JS)}
+	rd := &reads{log: log, st: st, m: r.m, refilling: r.keep.RefillReason, lost: r.keep.CheckSoon, committed: committedOf(base.JS)}
 	inboxes, err := replies.Parse(cfg.ReplyPrefixes)
 	if err != nil {
 		base.Close()
@@ -125,7 +127,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		},
 		Watch: []func(context.Context){
 			func(work context.Context) { r.watchConsumer(work, cons, 5*time.Second) }, // Info asks by name: it follows a consumer made again
-			r.watchStore,
+			r.keep.Watch,
 			func(work context.Context) {
 				if r.passes != nil {
 					r.passes.run(work)
@@ -163,7 +165,5 @@ func newRanker(base *service.Base, cfg *Config, st *chstore.Store) *ranker {
 		boards:           boards,
 		remakeBoards:     base.StreamMaker(events.StreamLeaderboards),
 		sink:             newSink(st, m, writes, base.Log),
-		view:             newView(m, whole, base.Log),
-		recheck:          make(chan struct{}, 1),
 	}
 }

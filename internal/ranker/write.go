@@ -62,7 +62,7 @@ func (r *ranker) write(ctx context.Context, recs []rank.Record) (map[int]error, 
 			return nil, fatal
 		}
 		r.log.WarnContext(ctx, "clickhouse database or table is missing; recreating it and refilling it from EVALUATIONS", "error", err, "repair", repairs)
-		if err := r.refill(ctx, refillPlan{why: "the evaluations table is missing", repair: true, lost: true}); err != nil {
+		if err := r.keep.RefillLost(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -61,7 +62,8 @@ func newTestRanker(t *testing.T, st store, repair func(context.Context) error) (
 	r := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), store: st, m: newMetrics(prometheus.NewRegistry()),
 		now: time.Now, repair: repair, fail: func(err error) { stopped.Store(err) }}
 	r.writes, r.whole, r.boards = newConditions(health.New(prometheus.NewRegistry(), "ranker"))
-	r.sink, r.view = newSink(st, r.m, r.writes, r.log), newView(r.m, r.whole, r.log)
+	r.sink = newSink(st, r.m, r.writes, r.log)
+	r.keep = r.newKeeper()
 	return r, &stopped
 }
 
@@ -145,6 +147,7 @@ func TestWriteRecreatesADroppedTable(t *testing.T) {
 		return err
 	})
 	r.js, r.maxBytes, r.batchSize = js, 1<<20, 10
+	r.keep = r.newKeeper()
 	refused, err := r.write(t.Context(), records("dropped", "a", "b"))
 	if err != nil || len(refused) > 0 {
 		t.Fatalf("write: %v, refused %v", err, refused)
@@ -252,9 +255,10 @@ func TestRefillGoesOnWhereItStopped(t *testing.T) {
 	}
 	counter := &rowCounter{Store: st}
 	r, _ := newTestRanker(t, counter, nil)
-	r.js, r.maxBytes, r.batchSize, r.staleAfter, r.grace = js, 1<<20, 10, time.Millisecond, time.Millisecond
+	r.js, r.maxBytes, r.batchSize = js, 1<<20, 10
+	r.keep = r.newKeeper(quick(time.Millisecond))
 	time.Sleep(5 * time.Millisecond) // the stopped refill's note is stale now
-	if err := r.checkStore(t.Context()); err != nil {
+	if err := r.keep.Check(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if n := counter.rows.Load(); n != 3 {
@@ -267,6 +271,11 @@ func TestRefillGoesOnWhereItStopped(t *testing.T) {
 	if got := stored(t, st, "resumed"); len(got) != 6 {
 		t.Errorf("stored %v, want x1 to x6", got)
 	}
+}
+
+// quick has a keeper take a stopped refill over after stale, and wait no grace before it refills.
+func quick(stale time.Duration) func(*sink.Config[rank.Record]) {
+	return func(c *sink.Config[rank.Record]) { c.StaleAfter, c.Grace = stale, time.Millisecond }
 }
 
 // publishRecords stores recs in a real EVALUATIONS, as the orchestrator would.
@@ -306,8 +315,9 @@ func TestRefillAfterARebuildFromAFastClock(t *testing.T) {
 	}
 	exec(t, cfg, "TRUNCATE TABLE evaluations") // the rows the rebuild wrote are gone
 	r, _ := newTestRanker(t, st, nil)
-	r.js, r.maxBytes, r.batchSize, r.staleAfter, r.grace = js, 1<<20, 10, time.Millisecond, time.Millisecond
-	if err := r.checkStore(t.Context()); err != nil {
+	r.js, r.maxBytes, r.batchSize = js, 1<<20, 10
+	r.keep = r.newKeeper(quick(time.Millisecond))
+	if err := r.keep.Check(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if got := stored(t, st, "fast"); len(got) != len(recs) {
@@ -352,9 +362,10 @@ func TestStoppedRefillNotedByAFastClockIsTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ := newTestRanker(t, st, nil)
-	r.js, r.maxBytes, r.batchSize, r.staleAfter, r.grace = js, 1<<20, 10, 50*time.Millisecond, time.Millisecond
+	r.js, r.maxBytes, r.batchSize = js, 1<<20, 10
+	r.keep = r.newKeeper(quick(50*time.Millisecond))
 	done := make(chan error, 1)
-	go func() { done <- r.checkStore(t.Context()) }()
+	go func() { done <- r.keep.Check(t.Context()) }()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -1,6 +1,6 @@
 // Package refill writes the EVALUATIONS stream into the store again: the stream is the log, the
 // evaluations table a view of it (internal/sink fills it). The ranker refills its table by itself
-// when it finds it lost (internal/ranker/lineage.go); `podium store rebuild` does the same on an
+// when it finds it lost (internal/sink/refill.go, with RowOf); `podium store rebuild` does the same on an
 // operator's word. Every message is parsed as the ranker parses it (the invalid ones, which the
 // ranker dead-lettered, are skipped) and written with its stream sequence, so the rows are the
 // ones the ranker wrote; writing a row again is harmless (reads collapse copies of an id).

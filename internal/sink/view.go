@@ -51,6 +51,7 @@ type ViewMetrics struct {
 	Refills   prometheus.Counter     // refills finished: the table whole again
 	Refilling prometheus.Gauge       // 1 while a refill runs
 	Errors    *prometheus.CounterVec // kind refill: a try that failed and starts over
+	Repairs   prometheus.Counter     // the tables made again from the migrations (may be nil)
 }
 
 // Tried is what one try of a refill did.

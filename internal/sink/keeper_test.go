@@ -1,0 +1,168 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/health"
+	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/events"
+	"github.com/podium-llm/podium/pkg/rank"
+)
+
+// keeperFixture is a keeper of a real evaluations table beside a real EVALUATIONS, its lineage
+// noted and published whole on that stream (epoch 1, era 0).
+type keeperFixture struct {
+	k      *Keeper[rank.Record]
+	js     jetstream.JetStream
+	cfg    jetstream.StreamConfig
+	stream jetstream.Stream
+	was    chstore.Lineage
+}
+
+func newKeeperFixture(t *testing.T, tune func(*Config[rank.Record])) *keeperFixture {
+	t.Helper()
+	ctx := t.Context()
+	st, _ := testenv.Store(t, true)
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "errors"}, []string{"kind"})
+	c := Config[rank.Record]{JS: js, Table: st, Log: log,
+		Rows: Rows[rank.Record]{Filter: events.TypeEvaluationCompleted + ".>",
+			Of: func(msg jetstream.Msg, era uint32) (rank.Record, error) {
+				md, err := msg.Metadata()
+				if err != nil {
+					return rank.Record{}, err
+				}
+				ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), 1<<20)
+				return rank.RecordOf(ev, md.Sequence.Stream, era), err
+			},
+			Key: chstore.KeyOf},
+		Write: func(ctx context.Context, recs []rank.Record) (map[int]error, error) { return nil, st.Insert(ctx, recs) },
+		View: &View{What: "the store", Stream: events.StreamEvaluations, Log: log,
+			Whole:   health.New(prometheus.NewRegistry(), "test").Condition("store", nil),
+			Metrics: ViewMetrics{Refills: prometheus.NewCounter(prometheus.CounterOpts{Name: "refills"}), Errors: errs}}}
+	if tune != nil {
+		tune(&c)
+	}
+	f := &keeperFixture{k: NewKeeper(c), js: js, cfg: cfg, stream: stream,
+		was: chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(stream.CachedInfo().Created), Whole: true}}
+	if err := st.NoteLineage(ctx, f.was); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.Publish(ctx, f.was, ""); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// remake deletes EVALUATIONS and makes it again: another stream, its sequences starting over.
+func (f *keeperFixture) remake(t *testing.T) jetstream.Stream {
+	t.Helper()
+	if err := f.js.DeleteStream(t.Context(), events.StreamEvaluations); err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.js.CreateStream(t.Context(), f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestACheckNeverRepublishesAnOlderLineage forces the interleaving of the race: a check that found
+// the table as published (asPublished) and, before it republished that lineage, a refill that
+// published a newer one. Before, the check then republished the older lineage over the newer one
+// (composers and snapshots went by a lineage the store no longer had); now it sees the lineage
+// moved and leaves it, and the check is made again with commits held.
+func TestACheckNeverRepublishesAnOlderLineage(t *testing.T) {
+	ctx := t.Context()
+	var f *keeperFixture
+	newer := chstore.Lineage{Epoch: 2}
+	f = newKeeperFixture(t, func(c *Config[rank.Record]) {
+		c.BeforeRepublish = func() {
+			if err := f.k.Publish(ctx, newer, ""); err != nil { // a refill, finished meanwhile
+				t.Error(err)
+			}
+		}
+	})
+	newer.Stream, newer.Whole = f.was.Stream, true
+	if f.k.asPublished(ctx) {
+		t.Error("the check found the table as published although the lineage moved under it")
+	}
+	if got := f.k.Published(); got.Epoch != newer.Epoch {
+		t.Fatalf("the published lineage is epoch %d after the check; want the newer one, %d", got.Epoch, newer.Epoch)
+	}
+}
+
+// TestTheEraWaitsForTheBatchesOfTheStreamBefore forces the interleaving of the race: the stream
+// deleted and made again while the runtime's pass of the stream before still runs (a batch of it
+// in hand, waiting for the check to let commits go). Before, the check noted and published the
+// new era at once: a request composed as of it lacked that batch, which then committed in the era
+// before, and the record no longer verified. Now the check puts the era off (readers wait: the
+// published lineage still names the stream before) until the runtime consumes the new stream.
+func TestTheEraWaitsForTheBatchesOfTheStreamBefore(t *testing.T) {
+	ctx := t.Context()
+	var consumed time.Time
+	f := newKeeperFixture(t, func(c *Config[rank.Record]) {
+		c.Consumes = func(created time.Time) bool { return created.Equal(consumed) }
+	})
+	consumed = f.stream.CachedInfo().Created // the pass of the stream before still runs
+	now := f.remake(t)
+	if err := f.k.CheckLocked(ctx); !errors.Is(err, ErrBeforeInHand) {
+		t.Fatalf("the check while a batch of the stream before may come: %v, want ErrBeforeInHand", err)
+	}
+	if got := f.k.Published(); got.Stream != f.was.Stream || got.Era != 0 {
+		t.Fatalf("the new era was published while a batch of the stream before may come: %+v", got)
+	}
+	consumed = now.CachedInfo().Created // the runtime consumes the new stream
+	if err := f.k.CheckLocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The table held no row of the stream before (no anchor): nothing of an older era to keep.
+	if got := f.k.Published(); got.Stream != chstore.StreamID(now.CachedInfo().Created) || got.Era != 1 || got.Floor != 1 {
+		t.Fatalf("once the runtime consumes the new stream: %+v, want its lineage in era 1, floor 1", got)
+	}
+}
+
+// TestTheEraWaitsForABatchWaitingToCommit: the runtime consumes the new stream already, but a
+// batch handed over by the pass before is waiting for the lock the check holds (a runtime's
+// overlap hands a batch over before its pass ends): the switch waits for it too.
+func TestTheEraWaitsForABatchWaitingToCommit(t *testing.T) {
+	ctx := t.Context()
+	f := newKeeperFixture(t, nil) // the runtime consumes the new stream (Consumes nil)
+	f.remake(t)
+	committed := make(chan struct{})
+	f.k.Serial(func() { // the check holds the lock, as Check does
+		go f.k.Serial(func() { close(committed) }) // a batch of the pass before, waiting for it
+		testenv.WaitFor(t, 10*time.Second, "the batch waiting for the lock", func() (bool, string) {
+			return f.k.waiting.Load() == 1, ""
+		})
+		if err := f.k.CheckLocked(ctx); !errors.Is(err, ErrBeforeInHand) {
+			t.Errorf("the check while a batch waits to commit: %v, want ErrBeforeInHand", err)
+		}
+	})
+	<-committed
+	var err error
+	f.k.Serial(func() { err = f.k.CheckLocked(ctx) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.k.Published(); got.Era != 1 {
+		t.Fatalf("after the batch committed: era %d, want 1", got.Era)
+	}
+}

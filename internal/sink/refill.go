@@ -1,0 +1,283 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/retry"
+)
+
+// A refill holds every commit (no ack moves the ack floor), turns the service unready naming the
+// reason, and publishes that it runs on the service's consumer before it touches the table, so
+// readers wait as for a commit. It writes what the stream holds, then notes the new lineage whole
+// and publishes it: whatever was derived from any other lineage is stale from then on. A fault
+// during a refill (ClickHouse down, the table dropped again) is retried with the shared backoff
+// for as long as it lasts, unready meanwhile.
+//
+// Replicas share the table. One refills it at a time: a refill notes its lineage again every
+// refillBeat; a replica that finds the newest lineage unfinished waits for it (holding its own
+// commits, unready) instead of refilling too, and takes the refill over once it has seen its notes
+// stand still for RefillStale, on its own clock: no decision compares two hosts' clocks. Two that
+// start together both note a lineage; the one whose epoch is not the newest (epochs are ordered by
+// the store: chstore.NextEpoch) yields at its next note.
+const (
+	refillBeat = 2 * time.Second
+	// refillStale covers the RefillGrace a refill waits before its first note, and a slow insert
+	// between two notes; taking a live refill over is harmless (rows are idempotent, and the
+	// later epoch wins), just work done twice.
+	refillStale = 15 * time.Second
+)
+
+// RefillStale is how long another replica's refill may go without a note before it is taken over.
+func (k *Keeper[R]) RefillStale() time.Duration {
+	if k.cfg.StaleAfter > 0 {
+		return k.cfg.StaleAfter
+	}
+	return refillStale
+}
+
+// refillGrace is how long a refill waits between publishing that it runs and touching the table
+// (chstore.RefillGrace).
+func (k *Keeper[R]) refillGrace() time.Duration {
+	if k.cfg.Grace > 0 {
+		return k.cfg.Grace
+	}
+	return chstore.RefillGrace
+}
+
+// errYielded is a refill that found another replica's newer one running.
+var errYielded = errors.New("another replica refills the table")
+
+// refillPlan is how a refill starts.
+type refillPlan struct {
+	why string
+	// repair recreates the tables first; others waits for another replica's refill first; lost
+	// is a table found lost, which may have held rows no stream holds any more (loss.go).
+	repair, others, lost bool
+	// resume is a refill that stopped and may go on after its Through (zero: from the start).
+	resume chstore.Lineage
+}
+
+// RefillLost refills a table a write found missing: made again from the migrations and filled
+// from the stream, unless what it lost is kept nowhere else (loss.go). Commits held.
+func (k *Keeper[R]) RefillLost(ctx context.Context) error {
+	return k.refill(ctx, refillPlan{why: "the table of " + k.cfg.View.What + " is missing", repair: true, lost: true})
+}
+
+// refill makes the table whole from the stream, tried with the view (the condition, the backoff,
+// the metrics). Commits are held by the caller. It returns only once the table is whole, or with
+// ctx's error.
+func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
+	// A lost table is refilled only when nothing was lost with it, or an operator accepted what
+	// was: from then on the table holds its own stream's rows only (its floor is its era).
+	fresh := false
+	if plan.lost {
+		info, err := k.streamInfo(ctx)
+		if err != nil {
+			return err
+		}
+		accepted, err := k.checkLoss(ctx, chstore.StreamID(info.Created))
+		if err != nil {
+			return err
+		}
+		// Only an accepted loss starts the floor anew: a table that lost nothing (its anchor
+		// held, or no era before its stream's) keeps whatever older rows it holds.
+		if fresh = accepted; fresh {
+			plan.why = "an operator accepted the loss; " + plan.why
+		}
+	}
+	if k.cfg.Refilling != nil {
+		defer k.cfg.Refilling()()
+	}
+	k.refilling.Store(&plan.why)
+	defer k.refilling.Store(nil)
+	repair, others := plan.repair, plan.others
+	return k.cfg.View.Refill(ctx, plan.why, func(ctx context.Context, _ uint64) (Tried, error) {
+		if others {
+			if err := k.awaitRefill(ctx); err == nil || ctx.Err() != nil {
+				return Tried{Adopted: true}, ctx.Err()
+			}
+			k.cfg.Log.Warn("the other replica's refill stopped; taking it over", "table", k.cfg.View.What)
+			if l, found, err := k.cfg.Table.Lineage(ctx); err == nil && found && !l.Whole {
+				plan.resume = l // its progress as it last noted it
+			}
+		}
+		res, lin, err := k.refillSteps(ctx, plan.why, repair, fresh, plan.resume)
+		if err == nil {
+			return Tried{Attrs: []any{"lineage", lin.ID(), "messages", res.Read, "written", res.Written, "refused", res.Refused, "invalid", res.Skipped}}, nil
+		}
+		if others = errors.Is(err, errYielded); others {
+			return Tried{}, fmt.Errorf("%w: %v", ErrAgain, err)
+		}
+		// The table may be gone again (start over, repairing), or ClickHouse or the stream away
+		// (go on from what was noted).
+		repair = repair || errors.Is(err, ErrTableLost)
+		if plan.resume = lin; repair {
+			plan.resume = chstore.Lineage{}
+		}
+		return Tried{}, err
+	})
+}
+
+// awaitRefill waits until another replica's refill is done (nil), or its notes have stood still
+// for RefillStale as this replica watches them (an error). Only whether a note changed is read,
+// never when it was noted: the noter's clock may be anything.
+func (k *Keeper[R]) awaitRefill(ctx context.Context) error {
+	var seen chstore.Lineage
+	still := time.Now() // when the note seen last was first seen (this host's monotonic clock)
+	for {
+		lin, found, err := k.cfg.Table.Lineage(ctx)
+		switch {
+		case err != nil:
+			k.cfg.Log.Warn("lineage not read while another replica refills the table", "table", k.cfg.View.What, "error", err)
+		case found && lin.Whole:
+			k.published.Store(&lin)
+			return nil
+		case !found:
+			return errors.New("the refill's lineage is gone")
+		case lin != seen:
+			seen, still = lin, time.Now()
+		case time.Since(still) > k.RefillStale():
+			return errors.New("the refill stopped noting its progress")
+		}
+		if retry.Sleep(ctx, min(refillBeat/2, k.RefillStale())) != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// refillSteps is one try of refill: what it wrote, and the lineage it noted last. It goes on from
+// resume where that is of the same stream and the table holds its anchor; else from the start.
+// fresh is the refill of a table whose loss an operator accepted: its lineage holds its own era's
+// rows only.
+func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh bool, resume chstore.Lineage) (res Filled[R], lin chstore.Lineage, err error) {
+	info, err := k.streamInfo(ctx)
+	if err != nil {
+		return res, lin, err
+	}
+	epoch, err := k.cfg.Table.NextEpoch(ctx, k.cfg.Now())
+	if err != nil {
+		return res, lin, errorOf(err)
+	}
+	lin = chstore.Lineage{Epoch: epoch, Stream: chstore.StreamID(info.Created)}
+	// Eras only grow: the newest lineage known (the table's, or, when the table lost it, the one
+	// published) names the era this stream's rows take.
+	prev, known, err := k.lastLineage(ctx)
+	if err != nil {
+		return res, lin, err
+	}
+	if known {
+		lin.Era, lin.Floor = prev.EraOf(lin.Stream), min(prev.Floor, prev.EraOf(lin.Stream))
+		if prev.Stream != lin.Stream {
+			k.before.Store(&prev) // a batch of the stream before, committed after, keeps its era
+		}
+	}
+	if fresh || !known {
+		lin.Floor = lin.Era
+	}
+	after := info.State.FirstSeq
+	if after > 0 {
+		after-- // a stream that never held a message says 0
+	}
+	if !repair && k.resumable(ctx, resume, lin.Stream) {
+		lin, after = resume, resume.Through
+		k.cfg.Log.Info("the refill goes on from where it stopped", "table", k.cfg.View.What, "lineage", lin.ID(), "after", after)
+	}
+	lin.Whole, lin.Noted = false, time.Time{}
+	// Readers hear of it before the table changes: from now on they wait, and a read that one
+	// started on an older probe has started before the table changes (chstore.RefillGrace).
+	if err := k.Publish(ctx, lin, why); err != nil {
+		return res, lin, err
+	}
+	if retry.Sleep(ctx, k.refillGrace()) != nil {
+		return res, lin, ctx.Err()
+	}
+	if repair {
+		if err := k.cfg.Repair(ctx); err != nil {
+			return res, lin, fmt.Errorf("recreate the tables: %w", err)
+		}
+		if k.cfg.View.Metrics.Repairs != nil {
+			k.cfg.View.Metrics.Repairs.Inc()
+		}
+	}
+	beat := func(ctx context.Context) error {
+		if err := k.cfg.Table.NoteLineage(ctx, lin); err != nil {
+			return errorOf(err)
+		}
+		if newest, found, err := k.cfg.Table.Lineage(ctx); err == nil && found && newest.Epoch > lin.Epoch {
+			return errYielded
+		}
+		// Again: a consumer made again meanwhile may carry an older state.
+		return k.Publish(ctx, lin, why)
+	}
+	if err := beat(ctx); err != nil {
+		return res, lin, err
+	}
+	last := time.Now()
+	era := lin.Era
+	src := Source[R]{JS: k.cfg.JS, Stream: k.cfg.View.Stream, Filter: k.cfg.Rows.Filter, Batch: max(k.cfg.Batch, 1000), BatchBytes: k.cfg.BatchBytes,
+		Row: func(msg jetstream.Msg) (R, bool) {
+			row, err := k.cfg.Rows.Of(msg, era)
+			return row, err == nil
+		}}
+	res, err = FillFrom(ctx, src, after, k.cfg.Write, func(ctx context.Context, f Filled[R]) error {
+		if f.HasLast {
+			lin.Anchor, lin.Through = k.cfg.Rows.Key(f.Last), f.LastSeq // the progress the next note records
+		}
+		if time.Since(last) < refillBeat {
+			return nil
+		}
+		last = time.Now()
+		return beat(ctx)
+	})
+	if err != nil {
+		return res, lin, err
+	}
+	if res.Refused > 0 {
+		k.cfg.Log.Warn("the refill skipped rows the table refuses (they were dead-lettered when they came)", "table", k.cfg.View.What, "count", res.Refused)
+	}
+	k.warnTrimmed(ctx)
+	lin.Whole = true
+	if res.HasLast {
+		lin.Anchor = k.cfg.Rows.Key(res.Last)
+	}
+	if lin.Anchor == (chstore.RowKey{}) {
+		// Nothing was stored (the stream held only invalid events): any row the table holds.
+		if lin.Anchor, _, err = k.cfg.Table.NewestRow(ctx); err != nil {
+			return res, lin, errorOf(err)
+		}
+	}
+	if err := k.cfg.Table.NoteLineage(ctx, lin); err != nil {
+		return res, lin, errorOf(err)
+	}
+	return res, lin, k.Publish(ctx, lin, "")
+}
+
+// resumable reports whether a refill that stopped may go on after its Through: of this stream,
+// with progress noted, and its last stored row still in the table.
+func (k *Keeper[R]) resumable(ctx context.Context, l chstore.Lineage, stream string) bool {
+	if l.Epoch == 0 || l.Through == 0 || l.Stream != stream || l.Anchor == (chstore.RowKey{}) {
+		return false
+	}
+	held, err := k.cfg.Table.Holds(ctx, l.Anchor)
+	return err == nil && held
+}
+
+// warnTrimmed says, after a refill, when the stream no longer holds its first messages (its
+// max_age or max_bytes trimmed it): the refilled table has what the stream kept, so whatever is
+// read of the messages trimmed away is short of them.
+func (k *Keeper[R]) warnTrimmed(ctx context.Context) {
+	info, err := k.streamInfo(ctx)
+	if err != nil {
+		return
+	}
+	if first := info.State.FirstSeq; first > 1 {
+		k.cfg.Log.Warn("the stream was trimmed by its retention: the refilled table lacks the messages before the stream's first sequence; restore the table from a backup to have them back",
+			"table", k.cfg.View.What, "stream", k.cfg.View.Stream, "first_seq", first, "max_age", info.Config.MaxAge.String(), "max_bytes", info.Config.MaxBytes)
+	}
+}
