@@ -54,8 +54,8 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	f := newLineageFixture(t) // this ranker consumes the new stream (its Consumes is nil)
 	a := f.r
 	b, pass := f.withPasses(t)
-	*pass = f.stream.CachedInfo().Created             // the other's pass reads the stream before...
-	b.inHand.add(*pass, 1)                            // ...with a batch of it in hand
+	*pass = f.stream.CachedInfo().Created // the other's pass reads the stream before...
+	b.inHand.add(*pass, 1)                // ...with a batch of it in hand
 	note(t, a)
 	note(t, b)
 	now := f.remake(t)

@@ -363,7 +363,7 @@ func TestStoppedRefillNotedByAFastClockIsTakenOver(t *testing.T) {
 	}
 	r, _ := newTestRanker(t, st, nil)
 	r.js, r.maxBytes, r.batchSize = js, 1<<20, 10
-	r.keep = r.newKeeper(quick(50*time.Millisecond))
+	r.keep = r.newKeeper(quick(50 * time.Millisecond))
 	done := make(chan error, 1)
 	go func() { done <- r.keep.Check(t.Context()) }()
 	select {
