@@ -133,25 +133,25 @@ func TestArchive(t *testing.T) {
 		e.checkArchive("arch-1", first)
 	})
 
-	t.Run("its durable deleted: made again naming the same epoch", func(t *testing.T) {
+	t.Run("its durable deleted: made again naming the same lineage", func(t *testing.T) {
 		ctx := t.Context()
 		before, err := consumerInfo(ctx, e.js, events.StreamPrompts, events.ConsumerArchiver)
 		if err != nil {
 			t.Fatal(err)
 		}
-		epoch := before.Config.Metadata[events.MetaArchiveEpoch]
-		if epoch == "" {
-			t.Fatal("the archiver's consumer names no epoch")
+		lineage := before.Config.Metadata[events.MetaArchiveLineage]
+		if lineage == "" || before.Config.Metadata[events.MetaArchiveAnchor] == "" {
+			t.Fatalf("the archiver's consumer names no lineage and anchor: %v", before.Config.Metadata)
 		}
 		if err := e.js.DeleteConsumer(ctx, events.StreamPrompts, events.ConsumerArchiver); err != nil {
 			t.Fatal(err)
 		}
-		testenv.WaitFor(t, 30*time.Second, "the archiver's consumer made again with its epoch", func() (bool, string) {
+		testenv.WaitFor(t, 30*time.Second, "the archiver's consumer made again with its lineage", func() (bool, string) {
 			info, err := consumerInfo(ctx, e.js, events.StreamPrompts, events.ConsumerArchiver)
 			if err != nil {
 				return false, err.Error()
 			}
-			return info.Config.Metadata[events.MetaArchiveEpoch] == epoch, fmt.Sprint(info.Config.Metadata)
+			return info.Config.Metadata[events.MetaArchiveLineage] == lineage, fmt.Sprint(info.Config.Metadata)
 		})
 		e.play("arch-2b", 2, 1)
 		e.checkArchive("arch-2b", 2)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,11 +21,12 @@ import (
 )
 
 // How a batch of PROMPTS records gets into the archive, whatever ClickHouse says (internal/sink
-// writes it; the archiver's part):
-//   - a missing database or table (dropped by an operator) is recreated from the migrations and
-//     filled again from the whole PROMPTS stream (what it still holds), unready meanwhile: the
-//     archive is a view of the stream, and a table made again empty would otherwise lack
-//     everything archived before;
+// writes it and keeps the table whole; the archiver's part):
+//   - the archive is a view of the stream, kept whole by a sink.Keeper as the ranker's store is
+//     (internal/sink/check.go: a table dropped, emptied or made again is filled again from the
+//     whole PROMPTS stream, unready meanwhile, and readers read the stream until it is whole);
+//     its lineage is noted in archive_lineage and published on the archiver's consumer
+//     (events.MetaArchive*), and each row carries the era of the PROMPTS it came from;
 //   - rows the table refuses (a column dropped or retyped by hand: a valid record fits a table as
 //     the migrations made it) are held (sink.Hold) like a transient fault, unready naming
 //     ClickHouse's error, never dead-lettered: readers take everything below the ack floor from the archive, so a
@@ -35,15 +34,14 @@ import (
 //   - a message that is not a prompt.composed or prompt.failed CloudEvent is dead-lettered, once
 //     the archive holds its bytes at its position for the audit log (chstore.NotARecordType):
 //     when the stream's retention trims it, a check finds its position held.
-// Messages are acknowledged only once ClickHouse has their rows, so nothing acknowledged is lost.
+// Messages are acknowledged only once ClickHouse has their rows, so nothing acknowledged is lost;
+// batches are handled and settled with the keeper's lock (Keeper.Serial), so no ack moves the ack
+// floor while the table is checked or filled again.
 
-// archiveStore is what the archiver needs of ClickHouse.
+// archiveStore is what the archiver writes into ClickHouse.
 type archiveStore interface {
 	ArchivePrompts(ctx context.Context, recs []chstore.ArchivedPrompt) error
 	Repair(ctx context.Context) ([]string, error)
-	Ping(ctx context.Context) error
-	HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, error)
-	NoteArchiveEpoch(ctx context.Context, epoch string, at time.Time) error
 }
 
 var _ archiveStore = (*chstore.Store)(nil)
@@ -53,6 +51,7 @@ type archiver struct {
 	log        *slog.Logger
 	js         jetstream.JetStream
 	store      archiveStore
+	lineages   sink.Table // the archive's lineage (chstore.Store.ArchiveLineages)
 	settler    *settle.Settler
 	m          *metrics
 	batchSize  int
@@ -63,26 +62,18 @@ type archiver struct {
 	// offer hands each message delivered to the audit log's keeper (auditlog.Keeper.Offer), which
 	// then need not read it again from the stream; nil when no log is kept.
 	offer func(created time.Time, seq uint64, subject string, body []byte)
-
-	// publish names the archive's epoch in the consumer's metadata (consume.Runtime.SetMetadata);
-	// published reads the epoch the consumer names now (another replica may have published one).
-	publish   func(ctx context.Context, md map[string]string) error
-	published func(ctx context.Context) (string, error)
-
-	// mu serializes what writes the table: a batch, and a refill the watcher starts.
-	mu sync.Mutex
-
-	epoch atomic.Pointer[string] // the epoch published: the table that holds its marker is whole
+	// publish sets the consumer's metadata (consume.Runtime.SetMetadata; nil in some tests).
+	publish func(ctx context.Context, md map[string]string) error
 
 	// Readiness: writes ("clickhouse") is insert's: ClickHouse away, out of disk, or refusing
-	// the rows; filled ("archive") is the epoch's: not checked against the consumer yet, or being
-	// filled again from the stream.
+	// the rows; filled ("archive") is the keeper's: not checked against the stream yet, being
+	// filled again, or a loss waited on.
 	writes *health.Condition
 	filled *health.Condition
-	// sink writes batches of records (internal/sink, holding what the table refuses); view fills
-	// the table again from PROMPTS.
+	// sink writes batches of records (internal/sink, holding what the table refuses); keep keeps
+	// the table a whole view of PROMPTS.
 	sink *sink.Writer[chstore.ArchivedPrompt]
-	view *sink.View
+	keep *sink.Keeper[chstore.ArchivedPrompt]
 }
 
 // newSink is how the archiver writes records.
@@ -99,30 +90,83 @@ func newView(m *metrics, filled *health.Condition, log *slog.Logger) *sink.View 
 		Metrics: sink.ViewMetrics{Refills: m.refills, Refilling: m.refilling, Errors: m.clickhouseErrors}}
 }
 
-// newConditions registers the archiver's readiness conditions.
-func newConditions(h *health.Health) (writes, filled *health.Condition) {
-	return h.Condition("clickhouse", nil), h.Condition("archive", errors.New("the prompts archive is not checked against its consumer yet"))
+// newKeeper is the keeper of the archive, tuned by each of tune (the service: its runtime; tests:
+// their interleavings).
+func (a *archiver) newKeeper(tune ...func(*sink.Config[chstore.ArchivedPrompt])) *sink.Keeper[chstore.ArchivedPrompt] {
+	cfg := sink.Config[chstore.ArchivedPrompt]{
+		JS:    a.js,
+		Table: a.lineages,
+		Rows: sink.Rows[chstore.ArchivedPrompt]{Filter: ">",
+			Of: func(msg jetstream.Msg, at sink.Origin) (chstore.ArchivedPrompt, error) {
+				rec, why, ok := rowOf(msg, at) // a message that is not a record: its row, as when consumed
+				if !ok {
+					return rec, why
+				}
+				return rec, nil
+			},
+			Key: chstore.ArchivedPrompt.Key},
+		Write: a.sink.Write,
+		Repair: func(ctx context.Context) error {
+			if err := a.createDatabase(ctx); err != nil {
+				return err
+			}
+			_, err := a.store.Repair(ctx)
+			return err
+		},
+		View:       newView(a.m, a.filled, a.log),
+		Log:        a.log,
+		Publish:    a.publishState,
+		Published:  sink.ArchiveKeys.ConsumerLineage(a.js, events.StreamPrompts, events.ConsumerArchiver),
+		Now:        a.now,
+		Batch:      a.batchSize,
+		BatchBytes: a.batchBytes,
+	}
+	for _, t := range tune {
+		t(&cfg)
+	}
+	return sink.NewKeeper(cfg)
 }
 
-// handle archives one batch: a record is done once ClickHouse has its row, and a message that is
-// not a record is dead-lettered once ClickHouse has its row (rowOf).
+// publishState tells readers, through the archiver consumer's metadata, the archive's lineage,
+// whether a refill runs, and a loss waited on (sink.ArchiveKeys).
+func (a *archiver) publishState(ctx context.Context, s sink.State) error {
+	md, err := sink.ArchiveKeys.Metadata(s)
+	if err != nil || a.publish == nil {
+		return err
+	}
+	return a.publish(ctx, md)
+}
+
+// newConditions registers the archiver's readiness conditions.
+func newConditions(h *health.Health) (writes, filled *health.Condition) {
+	return h.Condition("clickhouse", nil), h.Condition("archive", errors.New("the prompts archive is not checked against PROMPTS yet"))
+}
+
+// handle archives one batch, with the keeper's lock held: a record is done once ClickHouse has its
+// row, and a message that is not a record is dead-lettered once ClickHouse has its row (rowOf).
 func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Result {
-	created, err := a.streamCreated(ctx)
+	// Nothing is archived beside a loss: the batch is given back until an operator accepted the
+	// loss and the refill ran, which archives these too (the keeper's watch finds the acceptance).
+	if l := a.keep.Loss(); l != nil {
+		return consume.All(msgs, settle.RetryLater(fmt.Errorf("%w: %s", sink.ErrLossHeld, l.Lineage)))
+	}
+	created := consume.StreamOf(msgs[0])
+	era, err := a.keep.EraOf(ctx, created)
 	if err != nil {
-		// Without the stream's identity a row could not say which stream it came from: the
-		// batch goes back, to come again once the stream answers.
-		a.log.WarnContext(ctx, "PROMPTS does not answer; the batch is given back", "error", err)
+		// Without the stream's era a row could not say which stream it came from: the batch goes
+		// back, to come again once it is known.
+		a.log.WarnContext(ctx, "the era of a batch's PROMPTS is not known; the batch is given back", "error", err)
 		return consume.All(msgs, settle.RetryLater(err))
 	}
+	at := sink.Origin{Created: created, Era: era}
 	res := consume.All(msgs, settle.Ack())
 	recs := make([]chstore.ArchivedPrompt, 0, len(msgs))
 	kept := make([]int, 0, len(msgs))
 	for i, msg := range msgs {
-		// Of the stream now, not one deleted since (streamOf): the keeper's tree is this one's.
-		if md, err := msg.Metadata(); err == nil && a.offer != nil && !md.Timestamp.Before(created) {
-			a.offer(created, md.Sequence.Stream, msg.Subject(), msg.Data())
+		if md, err := msg.Metadata(); err == nil && a.offer != nil {
+			a.offer(created, md.Sequence.Stream, msg.Subject(), msg.Data()) // the keeper's tree is of one stream
 		}
-		rec, why, ok := rowOf(msg, created)
+		rec, why, ok := rowOf(msg, at)
 		if !ok {
 			a.m.records.WithLabelValues("dead_lettered").Inc()
 			res.Outcomes[i] = settle.Reject(why.Error())
@@ -133,7 +177,7 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		}
 		recs, kept = append(recs, rec), append(kept, i)
 	}
-	err = a.writeLocked(ctx, recs)
+	err = a.write(ctx, recs)
 	if err != nil {
 		// Stopped past the shutdown timeout: given back, for whoever runs next.
 		for _, i := range kept {
@@ -152,6 +196,9 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		a.m.lag.Observe(max(now.Sub(rec.Stored), 0).Seconds())
 	}
 	a.m.records.WithLabelValues("archived").Add(float64(archived))
+	if len(recs) > 0 {
+		a.keep.AnchorAfter(ctx, recs)
+	}
 	return res
 }
 
@@ -159,8 +206,8 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 // is not a record, one that keeps its bytes at its position for the audit log alone
 // (chstore.NotARecordType), with why it is not a record, to dead-letter it once the row is stored.
 // false for a message without JetStream metadata, which has no position: dead-lettered at once.
-func rowOf(msg jetstream.Msg, created time.Time) (rec chstore.ArchivedPrompt, why error, ok bool) {
-	rec, why = record(msg, created)
+func rowOf(msg jetstream.Msg, at sink.Origin) (rec chstore.ArchivedPrompt, why error, ok bool) {
+	rec, why = record(msg, at)
 	if why == nil {
 		return rec, nil, true
 	}
@@ -168,30 +215,9 @@ func rowOf(msg jetstream.Msg, created time.Time) (rec chstore.ArchivedPrompt, wh
 	if err != nil {
 		return rec, why, false
 	}
-	stream := streamOf(md.Timestamp, created)
+	stream := chstore.StreamID(at.Created)
 	return chstore.ArchivedPrompt{EventID: chstore.NotARecordID(stream, md.Sequence.Stream), EventType: chstore.NotARecordType,
-		Subject: msg.Subject(), Body: msg.Data(), StreamCreated: stream, Seq: md.Sequence.Stream, Stored: md.Timestamp.UTC()}, why, true
-}
-
-// streamCreated is the identity of the PROMPTS stream now: its creation time.
-func (a *archiver) streamCreated(ctx context.Context) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	st, err := a.js.Stream(ctx, events.StreamPrompts)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("look up %s: %w", events.StreamPrompts, err)
-	}
-	return st.CachedInfo().Created.UTC(), nil
-}
-
-// streamOf names the stream a record was stored in: the PROMPTS created at created, or, for a
-// record stored before that (delivered by a stream deleted since), one that is not it, so that
-// readers take it from the archive whatever the sequences of the stream made again.
-func streamOf(stored, created time.Time) string {
-	if stored.Before(created) {
-		return "deleted before " + created.Format(time.RFC3339Nano)
-	}
-	return created.Format(time.RFC3339Nano)
+		Subject: msg.Subject(), Body: msg.Data(), StreamCreated: stream, Seq: md.Sequence.Stream, Era: at.Era, Stored: md.Timestamp.UTC()}, why, true
 }
 
 // recordFields reads the fields of a PROMPTS record that the archive's row indexes, and nothing
@@ -259,8 +285,8 @@ func recordFields(body []byte) (rec chstore.ArchivedPrompt, err error) {
 	return rec, err
 }
 
-// record reads one PROMPTS message as the archive keeps it.
-func record(msg jetstream.Msg, created time.Time) (chstore.ArchivedPrompt, error) {
+// record reads one PROMPTS message, read from the stream at at, as the archive keeps it.
+func record(msg jetstream.Msg, at sink.Origin) (chstore.ArchivedPrompt, error) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return chstore.ArchivedPrompt{}, fmt.Errorf("message without JetStream metadata: %w", err)
@@ -272,7 +298,7 @@ func record(msg jetstream.Msg, created time.Time) (chstore.ArchivedPrompt, error
 	}
 	// A message's data is its own (the client copies every payload it reads): kept, not copied.
 	rec.Body, rec.Subject = body, msg.Subject()
-	rec.StreamCreated, rec.Seq, rec.Stored = streamOf(md.Timestamp, created), md.Sequence.Stream, md.Timestamp.UTC()
+	rec.StreamCreated, rec.Seq, rec.Era, rec.Stored = chstore.StreamID(at.Created), md.Sequence.Stream, at.Era, md.Timestamp.UTC()
 	return rec, nil
 }
 
@@ -316,21 +342,14 @@ func whyNotARecord(body []byte, err error) error {
 	return fmt.Errorf("%s data: %w", env.Type, err)
 }
 
-// writeLocked is write under a.mu, released however write ends (a panic of the driver included:
-// the runtime's recovery then writes the batch's records again one at a time).
-func (a *archiver) writeLocked(ctx context.Context, recs []chstore.ArchivedPrompt) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.write(ctx, recs)
-}
-
-// write stores recs (see the top of this file), in the archive the consumer's metadata names:
-// a table that lost its epoch's marker (dropped, made again) is filled again first. It returns
-// only once every record is stored, or with ctx's error. a.mu held.
+// write stores recs (see the top of this file), with the keeper's lock held: a table that lost
+// its anchor (emptied, or dropped and made again by hand) is checked, and filled again, first, so
+// that no record is acknowledged into a table readers would not read. It returns only once every
+// record is stored, with ctx's error, or with sink.ErrLossHeld (the batch is given back).
 func (a *archiver) write(ctx context.Context, recs []chstore.ArchivedPrompt) error {
 	refills := 0
 	for attempt := uint64(1); ; attempt++ {
-		err := a.whole(ctx)
+		err := a.anchored(ctx)
 		if err == nil {
 			_, err = a.sink.Write(ctx, recs) // refused rows are held (sink.Hold): none comes back
 		}
@@ -348,9 +367,11 @@ func (a *archiver) write(ctx context.Context, recs []chstore.ArchivedPrompt) err
 					return err
 				}
 			}
-			if err := a.refill(ctx, err.Error()); err != nil {
-				return err
+			if err := a.keep.RefillLost(ctx); err != nil && ctx.Err() != nil {
+				return ctx.Err()
 			}
+		case errors.Is(err, sink.ErrLossHeld):
+			return err // given back: the keeper's watch waits for the operator, commits held meanwhile
 		default: // the check failed: ClickHouse is away, as for an insert
 			a.writes.Fail("inserts into the prompts table are failing; records are held, not lost")
 			delay := retry.Redelivery().Backoff(attempt)
@@ -362,128 +383,20 @@ func (a *archiver) write(ctx context.Context, recs []chstore.ArchivedPrompt) err
 	}
 }
 
-// whole checks that the table is the archive the consumer's ack floor speaks of: it holds the
-// marker of the epoch the consumer names. The epoch this archiver knows comes first; when the table
-// lacks it, the consumer may name a newer one another replica published after its own refill,
-// which is then adopted. sink.ErrTableLost when the table holds neither.
-func (a *archiver) whole(ctx context.Context) error {
-	epoch := a.epoch.Load()
-	if epoch == nil {
-		return fmt.Errorf("%w: no epoch published yet", sink.ErrTableLost)
-	}
-	holds, err := a.store.HoldsArchiveEpoch(ctx, *epoch)
-	if err != nil || holds {
-		return err
-	}
-	if now, err := a.published(ctx); err == nil && now != "" && now != *epoch {
-		if holds, err := a.store.HoldsArchiveEpoch(ctx, now); err == nil && holds {
-			a.epoch.Store(&now)
-			_ = a.publish(ctx, map[string]string{events.MetaArchiveEpoch: now}) // kept for a consumer made again
-			return nil
+// anchored checks, before a batch is written, that the table still holds the anchor of the
+// lineage published (one lookup through the primary index); when it does not, the keeper checks
+// the table (and fills it again) first. sink.ErrTableLost when the table is missing.
+func (a *archiver) anchored(ctx context.Context) error {
+	if lin := a.keep.Published(); lin != nil && lin.Anchor != (chstore.RowKey{}) && a.keep.Loss() == nil {
+		held, err := a.lineages.Holds(ctx, lin.Anchor)
+		if chstore.FaultOf(err) == chstore.Missing {
+			return fmt.Errorf("%w: %v", sink.ErrTableLost, err)
+		}
+		if err != nil || held {
+			return err
 		}
 	}
-	return fmt.Errorf("%w: the prompts table lost the marker of epoch %s (dropped, or made again)", sink.ErrTableLost, *epoch)
-}
-
-// refill makes the database and table again and archives what PROMPTS holds, from its first
-// record, then notes a new epoch in the table and publishes it: the batch in hand is written
-// after it. Rows are idempotent, so a refill that stops half way (a stop, a kill) is simply done
-// again, by whoever finds the marker missing next. a.view tries it (internal/sink: the condition,
-// the backoff, the metrics).
-func (a *archiver) refill(ctx context.Context, why string) error {
-	return a.view.Refill(ctx, why, func(ctx context.Context, _ uint64) (sink.Tried, error) {
-		n, err := a.refillOnce(ctx)
-		if err != nil {
-			return sink.Tried{}, err
-		}
-		return sink.Tried{Attrs: []any{"records", n, "epoch", *a.epoch.Load()}}, nil
-	})
-}
-
-// refillOnce is one try of refill; it returns how many records it wrote. A marker of the fill
-// itself is noted first and must still be there at the end: a table dropped or made again while
-// the refill wrote (by an operator, or another replica's refill) lost the rows before, and this
-// try does not count.
-func (a *archiver) refillOnce(ctx context.Context) (int, error) {
-	if err := a.createDatabase(ctx); err != nil {
-		return 0, err
-	}
-	if _, err := a.store.Repair(ctx); err != nil {
-		return 0, err
-	}
-	fill := fmt.Sprintf("filling-%d", a.now().UnixNano())
-	if err := a.store.NoteArchiveEpoch(ctx, fill, a.now()); err != nil {
-		return 0, err
-	}
-	created, err := a.streamCreated(ctx)
-	if err != nil {
-		return 0, err
-	}
-	src := sink.Source[chstore.ArchivedPrompt]{JS: a.js, Stream: events.StreamPrompts, Filter: ">", Batch: a.batchSize, BatchBytes: a.batchBytes,
-		Row: func(msg jetstream.Msg) (chstore.ArchivedPrompt, bool) {
-			rec, _, ok := rowOf(msg, created) // a message that is not a record: its row, as when consumed
-			return rec, ok
-		}}
-	done, err := sink.FillFrom(ctx, src, 0, a.sink.Write, nil)
-	if err != nil {
-		return done.Written, err
-	}
-	if holds, err := a.store.HoldsArchiveEpoch(ctx, fill); err != nil || !holds {
-		return done.Written, fmt.Errorf("the prompts table was made again while it was filled (marker %s gone: %v)", fill, err)
-	}
-	return done.Written, a.newEpoch(ctx)
-}
-
-// newEpoch notes a new epoch in the table, then publishes it: from then on the table is the
-// archive the consumer's ack floor speaks of.
-func (a *archiver) newEpoch(ctx context.Context) error {
-	now := a.now()
-	epoch := fmt.Sprintf("epoch-%d", now.UnixNano())
-	if err := a.store.NoteArchiveEpoch(ctx, epoch, now); err != nil {
-		return err
-	}
-	if err := a.publish(ctx, map[string]string{events.MetaArchiveEpoch: epoch}); err != nil {
-		return err
-	}
-	a.epoch.Store(&epoch)
-	return nil
-}
-
-// start finds whether the table is the archive of the consumer's metadata before anything is
-// consumed: a consumer that has archived nothing gets a first epoch; one whose table lost its
-// marker fills the table again.
-func (a *archiver) start(ctx context.Context, cons jetstream.Consumer) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	info := cons.CachedInfo()
-	if epoch := info.Config.Metadata[events.MetaArchiveEpoch]; epoch != "" {
-		a.epoch.Store(&epoch)
-		a.filled.Holds() // the first batch checks the marker (write)
-		// Published again, so the runtime keeps it for a consumer it makes again after a loss:
-		// one made without it would send every reader to the stream.
-		if err := a.publish(ctx, map[string]string{events.MetaArchiveEpoch: epoch}); err != nil {
-			a.log.WarnContext(ctx, "the archive's epoch could not be published again; the next refill publishes one", "epoch", epoch, "error", err)
-		}
-		return nil // the first batch checks the marker (write)
-	}
-	if info.AckFloor.Stream == 0 && info.NumAckPending == 0 {
-		return retry.Do(ctx, retry.Redelivery(), func(try uint64, err error, _ time.Duration) {
-			a.log.WarnContext(ctx, "the archive's first epoch could not be noted, will retry", "attempt", try, "error", err)
-		}, func(ctx context.Context, _ uint64) error {
-			if err := a.createDatabase(ctx); err != nil {
-				return err
-			}
-			if _, err := a.store.Repair(ctx); err != nil {
-				return err
-			}
-			if err := a.newEpoch(ctx); err != nil {
-				return err
-			}
-			a.filled.Holds()
-			return nil
-		})
-	}
-	return a.refill(ctx, "the archiver's consumer names no epoch of the archive")
+	return a.keep.CheckLocked(ctx)
 }
 
 // watchConsumer keeps the backlog gauges current (what the stream holds that is not archived)
@@ -506,26 +419,12 @@ func (a *archiver) watchConsumer(ctx context.Context, cons jetstream.Consumer, e
 			}
 		}
 		a.m.oldest.Set(age.Seconds())
-		a.checkIdle(ctx)
 		if maxAge := a.promptsMaxAge(ctx); maxAge > 0 && age > maxAge/2 && time.Since(warned) > time.Minute {
 			warned = time.Now()
 			a.log.ErrorContext(ctx, "the archive lags more than half PROMPTS' retention: records may be trimmed from the stream before they are archived",
 				"oldest_unarchived", age.Round(time.Second).String(), "prompts_max_age", maxAge.String())
 		}
 	})
-}
-
-// checkIdle finds a table that lost its marker while no record arrives (dropped, made again) and
-// fills it again then, not at the next record: readers are sent to the stream meanwhile, which
-// may no longer hold what the archive held.
-func (a *archiver) checkIdle(ctx context.Context) {
-	if a.epoch.Load() == nil || !a.mu.TryLock() {
-		return // not started, or a batch is being written (it checks the table itself)
-	}
-	defer a.mu.Unlock()
-	if err := a.whole(ctx); errors.Is(err, sink.ErrTableLost) {
-		_ = a.refill(ctx, err.Error()) // ctx ended: the next start refills
-	}
 }
 
 // promptsMaxAge is PROMPTS' max_age now (0: for ever, or unknown).

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/testenv"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -93,18 +94,19 @@ func TestRecord(t *testing.T) {
 	}
 	msgs := published(t, subjects, bodies)
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := sink.Origin{Created: created, Era: 4}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := record(msgs[i], created)
+			got, err := record(msgs[i], at)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("record = %v, want an error with %q", err, c.wantErr)
 				}
 				// Not a record: its row keeps its bytes at its position, for the audit log alone.
-				row, why, ok := rowOf(msgs[i], created)
+				row, why, ok := rowOf(msgs[i], at)
 				stream := created.Format(time.RFC3339Nano)
 				if !ok || why == nil || row.EventType != chstore.NotARecordType || row.ExecutionID != "" || !bytes.Equal(row.Body, c.body) ||
-					row.Subject != c.subject || row.Seq != uint64(i+1) || row.StreamCreated != stream || row.EventID != chstore.NotARecordID(stream, uint64(i+1)) {
+					row.Subject != c.subject || row.Seq != uint64(i+1) || row.Era != 4 || row.StreamCreated != stream || row.EventID != chstore.NotARecordID(stream, uint64(i+1)) {
 					t.Errorf("rowOf = %+v, %v, %v: want the message's bytes at sequence %d, not a record", row, why, ok, i+1)
 				}
 				return
@@ -112,26 +114,14 @@ func TestRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(got.Body, c.body) || got.Subject != c.subject || got.Seq != uint64(i+1) || got.StreamCreated != created.Format(time.RFC3339Nano) || got.Stored.IsZero() {
+			if !bytes.Equal(got.Body, c.body) || got.Subject != c.subject || got.Seq != uint64(i+1) || got.Era != 4 || got.StreamCreated != created.Format(time.RFC3339Nano) || got.Stored.IsZero() {
 				t.Errorf("record kept body %d B (want %d), subject %q, seq %d, stream %q, stored %s", len(got.Body), len(c.body), got.Subject, got.Seq, got.StreamCreated, got.Stored)
 			}
-			got.Body, got.Subject, got.Seq, got.StreamCreated, got.Stored = nil, "", 0, "", time.Time{}
+			got.Body, got.Subject, got.Seq, got.Era, got.StreamCreated, got.Stored = nil, "", 0, 0, "", time.Time{}
 			if !reflect.DeepEqual(got, c.want) {
 				t.Errorf("record =\n%+v\nwant\n%+v", got, c.want)
 			}
 		})
-	}
-}
-
-// TestStreamOf: a record stored before the stream now consumed was created came from a deleted
-// stream, and is named so.
-func TestStreamOf(t *testing.T) {
-	created := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	if got := streamOf(created.Add(time.Second), created); got != "2026-11-27T10:00:00Z" {
-		t.Errorf("a record of the stream: %q", got)
-	}
-	if got := streamOf(created.Add(-time.Second), created); got != "deleted before 2026-11-27T10:00:00Z" {
-		t.Errorf("a record of a deleted stream: %q", got)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/podium-llm/podium/internal/consume"
 	"github.com/podium-llm/podium/internal/service"
 	"github.com/podium-llm/podium/internal/settle"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/pkg/events"
 )
 
@@ -52,11 +53,11 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	a := &archiver{
 		writes:  writes,
 		filled:  filled,
-		sink:    newSink(st, m, writes, log),
-		view:    newView(m, filled, log),
-		log:     log,
-		js:      base.JS,
-		store:   st,
+		sink:     newSink(st, m, writes, log),
+		log:      log,
+		js:       base.JS,
+		store:    st,
+		lineages: st.ArchiveLineages(),
 		settler: settle.New(base.JS, log, base.Reg, "archiver"),
 		m:       m,
 		// A record may be as large as the server's max payload: one must always fit a pull.
@@ -75,17 +76,13 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		return err
 	}
 	a.publish = runtime.SetMetadata
-	a.published = func(ctx context.Context) (string, error) {
-		c, err := base.JS.Consumer(ctx, events.StreamPrompts, events.ConsumerArchiver)
-		if err != nil {
-			return "", err
-		}
-		return c.CachedInfo().Config.Metadata[events.MetaArchiveEpoch], nil
-	}
+	a.keep = a.newKeeper(func(c *sink.Config[chstore.ArchivedPrompt]) { c.Consumes = runtime.Consumes })
+	runtime.Remade = a.keep.CheckSoon
 	a.warnRetention(ctx)
 	base.StoreMetrics(st)
 	watch := []func(context.Context){
 		func(work context.Context) { a.watchConsumer(work, cons, 5*time.Second) },
+		a.keep.Watch,
 	}
 	if keeper != nil {
 		a.offer = keeper.Offer
@@ -105,16 +102,16 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 // consumeBatches runs the archiver's batches on the runtime: panics recovered into dead letters,
 // batches kept alive while they wait for ClickHouse.
 func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime, cons jetstream.Consumer, cfg *Config) error {
-	if err := a.start(stop, cons); err != nil {
-		if stop.Err() != nil {
-			return nil // stopped before it began
-		}
-		return fmt.Errorf("archiver: %w", err)
+	// Nothing is archived before the table is known whole: a new database beside a stream that
+	// holds records is filled first.
+	if !a.keep.Start(stop, work) {
+		return nil // stopped before it began
 	}
 	// A record is acknowledged only once ClickHouse has its row, and the acks are confirmed:
-	// readers take everything below the ack floor from the archive.
+	// readers take everything below the ack floor from the archive. Handling and settling take
+	// turns with the keeper's checks and refills (Serial).
 	stage := consume.Stage{Handler: consume.Chain(a.handle, consume.Recover(a.log, rt.Panics)), Settler: a.settler, Log: a.log,
-		KeepAlive: cfg.AckWait / 3, ConfirmAcks: cfg.AckWait, Current: rt.Delivering}
+		KeepAlive: cfg.AckWait / 3, ConfirmAcks: cfg.AckWait, Current: rt.Delivering, Serial: a.keep.Serial}
 	batching := cfg.batching()
 	batching.Size, batching.Bytes = a.batchSize, a.batchBytes
 	err := rt.Run(stop, work, cons, consume.Batches(batching, stage, a.log.Warn))

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 )
@@ -18,7 +19,8 @@ import (
 // enough).
 type Archive interface {
 	ArchivedPrompts(ctx context.Context, f chstore.PromptFilter) ([]chstore.ArchivedPrompt, error)
-	HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, error)
+	// ArchiveLineages is where the archive's lineage is noted (and its anchor looked up).
+	ArchiveLineages() *chstore.Lineages
 }
 
 var _ Archive = (*chstore.Store)(nil)
@@ -27,8 +29,9 @@ var _ Archive = (*chstore.Store)(nil)
 // the PROMPTS stream only the tail it has not archived yet. So a read costs the same whatever the
 // size of the audit, and records trimmed from the stream by its retention are still read.
 //
-// The archive is used only while it is whole: the archiver's consumer names an epoch
-// (events.MetaArchiveEpoch) and the table holds that epoch's marker. Everything at or below the
+// The archive is used only while it is whole: the archiver's consumer names a lineage
+// (events.MetaArchiveLineage) and no refill, the archive's newest lineage is that one, whole, and
+// the table holds its anchor row at its position. Everything at or below the
 // consumer's ack floor of the stream as it is now is in the table then (the archiver acks a
 // record only once ClickHouse has it); rows of an earlier PROMPTS (deleted and made again) are
 // read from the table alone. Otherwise (no archiver, a table dropped or being filled again) the
@@ -93,7 +96,7 @@ func (s Source) records(ctx context.Context, q Query) ([]Record, bool, error) {
 		}
 		// The same fill of the same stream still: the floor may have moved on meanwhile, which
 		// changes nothing (the table holds at least what it held at the first floor).
-		if again, err := s.archived(ctx); err != nil || !again.usable || again.epoch != m.epoch || again.created != m.created {
+		if again, err := s.archived(ctx); err != nil || !again.usable || again.lineage != m.lineage || again.created != m.created {
 			return nil, true, err
 		}
 		for _, row := range rows {
@@ -180,13 +183,13 @@ func (s Source) Rounds(ctx context.Context, exec, team string, rounds ...int) (m
 }
 
 // mark is how far the archive holds the stream: every record at or below floor of the PROMPTS
-// created then, in the fill epoch names; or why it is not to be read.
+// created then, in the derivation lineage names; or why it is not to be read.
 type mark struct {
 	stream   jetstream.Stream // PROMPTS, as looked up for this mark
 	usable   bool
 	floor    uint64
 	created  string
-	epoch    string
+	lineage  string
 	why      string // when not usable
 	firstSeq uint64 // the stream's first sequence now
 }
@@ -212,19 +215,39 @@ func (s Source) archived(ctx context.Context) (mark, error) {
 		return mark{}, fmt.Errorf("read the archiver's consumer: %w", err)
 	}
 	info := cons.CachedInfo()
-	if m.epoch = info.Config.Metadata[events.MetaArchiveEpoch]; m.epoch == "" {
-		m.why = "the archiver names no epoch yet"
+	md := info.Config.Metadata
+	named, ok := sink.ArchiveKeys.LineageOf(md)
+	if !ok {
+		m.why = "the archiver names no lineage of the archive yet"
 		return m, nil
 	}
-	holds, err := s.Archive.HoldsArchiveEpoch(ctx, m.epoch)
+	if why := md[events.MetaArchiveRefilling]; why != "" {
+		m.why = "the archive is being filled again: " + why
+		return m, nil
+	}
+	m.lineage = named.ID()
+	lineages := s.Archive.ArchiveLineages()
+	lin, found, err := lineages.Lineage(ctx)
 	switch {
 	case err != nil:
 		m.why = "ClickHouse: " + err.Error()
-	case !holds:
-		m.why = "the table does not hold epoch " + m.epoch + " (being filled again)"
-	default:
-		m.usable, m.floor = true, info.AckFloor.Stream
+		return m, nil
+	case !found || lin.ID() != m.lineage || !lin.Whole:
+		m.why = "the archive's lineage is not " + m.lineage + " whole (being filled again, or lost)"
+		return m, nil
 	}
+	if lin.Anchor != (chstore.RowKey{}) {
+		held, err := lineages.Holds(ctx, lin.Anchor)
+		switch {
+		case err != nil:
+			m.why = "ClickHouse: " + err.Error()
+			return m, nil
+		case !held:
+			m.why = "the prompts table lost its anchor row (emptied, or made again): not the archive " + m.lineage
+			return m, nil
+		}
+	}
+	m.usable, m.floor = true, info.AckFloor.Stream
 	return m, nil
 }
 

@@ -15,9 +15,10 @@ var (
 	MigrationsTable         = migrationsTable
 	RoundLimit              = roundLimit
 	QuoteString             = quoteString
-	LineageQuery            = lineageQuery
-	HoldsQuery              = holdsQuery
-	NewestRowQuery          = newestRowQuery
+	LineageQuery            = evaluationsView.lineageQuery()
+	HoldsQuery              = evaluationsView.holdsQuery()
+	NewestRowQuery          = evaluationsView.newestRowQuery()
+	ArchiveNewestRowQuery   = archiveView.newestRowQuery()
 	AddsColumn              = addsColumn
 )
 

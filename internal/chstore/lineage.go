@@ -117,24 +117,80 @@ func (l Lineage) LostEras(stream string) (from, to uint32, ok bool) {
 // made again under the same name changes.
 func StreamID(created time.Time) string { return created.UTC().Format(time.RFC3339Nano) }
 
-// The lineage queries, named so that the test comparing ClickHouse 18.16 with a current engine
-// (chdb_test.go) runs exactly them.
-const (
-	lineageQuery = `SELECT epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, floor_era
-FROM store_lineage ORDER BY epoch DESC, version DESC LIMIT 1`
-	holdsQuery     = `SELECT stream_era, stream_seq FROM evaluations WHERE execution_id = ? AND team_id = ? AND event_id = ?`
-	newestRowQuery = `SELECT execution_id, team_id, event_id, stream_era, stream_seq FROM evaluations ORDER BY stream_era DESC, stream_seq DESC, event_id LIMIT 1`
-	oldestEraQuery = `SELECT min(stream_era) FROM evaluations`
+// Lineages is where the lineage of one table that is a view of a stream is noted, and the table
+// its anchors name: the evaluations table's (Store's own methods: store_lineage) or the prompts
+// archive's (ArchiveLineages: archive_lineage). It is what a keeper reads and notes (sink.Table).
+type Lineages struct {
+	s *Store
+	t viewTables
+}
+
+// viewTables names a view's tables: where its lineage is noted, the rows, and which rows are the
+// stream's (the archive's epoch markers, from before it had a lineage, are not).
+type viewTables struct{ lineage, rows, streamRows string }
+
+var (
+	evaluationsView = viewTables{lineage: "store_lineage", rows: "evaluations", streamRows: "1"}
+	archiveView     = viewTables{lineage: "archive_lineage", rows: "prompts", streamRows: "event_type != '" + markerType + "'"}
 )
 
-// Lineage reads the store's lineage: the newest noted, by epoch then by when it was noted; false
+// ArchiveLineages is the prompts archive's lineage (migration 0006).
+func (s *Store) ArchiveLineages() *Lineages { return &Lineages{s: s, t: archiveView} }
+
+// The lineage queries, named so that the test comparing ClickHouse 18.16 with a current engine
+// (chdb_test.go) runs exactly them.
+func (t viewTables) lineageQuery() string {
+	return `SELECT epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, floor_era
+FROM ` + t.lineage + ` ORDER BY epoch DESC, version DESC LIMIT 1`
+}
+func (t viewTables) holdsQuery() string {
+	return `SELECT stream_era, stream_seq FROM ` + t.rows + ` WHERE execution_id = ? AND team_id = ? AND event_id = ?`
+}
+func (t viewTables) newestRowQuery() string {
+	return `SELECT execution_id, team_id, event_id, stream_era, stream_seq FROM ` + t.rows + ` WHERE ` + t.streamRows + ` ORDER BY stream_era DESC, stream_seq DESC, event_id LIMIT 1`
+}
+func (t viewTables) oldestEraQuery() string {
+	return `SELECT min(stream_era) FROM ` + t.rows + ` WHERE ` + t.streamRows
+}
+
+// Lineage reads the store's lineage (Lineages.Lineage of the evaluations table).
+func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
+	return (&Lineages{s, evaluationsView}).Lineage(ctx)
+}
+
+// NextEpoch is Lineages.NextEpoch of the evaluations table.
+func (s *Store) NextEpoch(ctx context.Context, now time.Time) (uint64, error) {
+	return (&Lineages{s, evaluationsView}).NextEpoch(ctx, now)
+}
+
+// NoteLineage is Lineages.NoteLineage of the evaluations table.
+func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
+	return (&Lineages{s, evaluationsView}).NoteLineage(ctx, l)
+}
+
+// Holds is Lineages.Holds of the evaluations table.
+func (s *Store) Holds(ctx context.Context, k RowKey) (bool, error) {
+	return (&Lineages{s, evaluationsView}).Holds(ctx, k)
+}
+
+// NewestRow is Lineages.NewestRow of the evaluations table.
+func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
+	return (&Lineages{s, evaluationsView}).NewestRow(ctx)
+}
+
+// OldestEra is Lineages.OldestEra of the evaluations table.
+func (s *Store) OldestEra(ctx context.Context) (uint32, error) {
+	return (&Lineages{s, evaluationsView}).OldestEra(ctx)
+}
+
+// Lineage reads the table's lineage: the newest noted, by epoch then by when it was noted; false
 // when none was ever noted (a store made before lineages, or a new one). On a cluster each replica
 // read answers its newest, and the newest of those wins.
-func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
+func (ls *Lineages) Lineage(ctx context.Context) (Lineage, bool, error) {
 	var l Lineage
 	var version uint64
 	found := false
-	err := s.query(ctx, lineageQuery, nil, func(rows driver.Rows) error {
+	err := ls.s.query(ctx, ls.t.lineageQuery(), nil, func(rows driver.Rows) error {
 		var r Lineage
 		var v uint64
 		var whole uint8
@@ -149,7 +205,7 @@ func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
 		return nil
 	})
 	if err != nil {
-		return Lineage{}, false, fmt.Errorf("rank: lineage: %w", err)
+		return Lineage{}, false, fmt.Errorf("rank: %s: %w", ls.t.lineage, err)
 	}
 	return l, found, nil
 }
@@ -157,8 +213,8 @@ func (s *Store) Lineage(ctx context.Context) (Lineage, bool, error) {
 // NextEpoch is the epoch of a new derivation: after every lineage the store holds, whoever noted
 // it and whatever that host's clock said (a rebuild from a machine an hour fast must not outrank
 // every refill after it): the caller's clock reading when it is later, else one past the newest.
-func (s *Store) NextEpoch(ctx context.Context, now time.Time) (uint64, error) {
-	newest, found, err := s.Lineage(ctx)
+func (ls *Lineages) NextEpoch(ctx context.Context, now time.Time) (uint64, error) {
+	newest, found, err := ls.Lineage(ctx)
 	if err != nil && FaultOf(err) != Missing {
 		return 0, err
 	}
@@ -169,25 +225,25 @@ func (s *Store) NextEpoch(ctx context.Context, now time.Time) (uint64, error) {
 	return epoch, nil
 }
 
-// NoteLineage records l as the store's lineage. Within one epoch its notes are ordered by what
-// the store holds too: each comes after the newest noted of that epoch, whichever ranker noted it
-// (one that takes a stopped refill over goes on with its epoch, its clock perhaps behind).
-func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
+// NoteLineage records l as the table's lineage. Within one epoch its notes are ordered by what
+// the store holds too: each comes after the newest noted of that epoch, whichever replica noted
+// it (one that takes a stopped refill over goes on with its epoch, its clock perhaps behind).
+func (ls *Lineages) NoteLineage(ctx context.Context, l Lineage) error {
 	whole := uint8(0)
 	if l.Whole {
 		whole = 1
 	}
 	now := time.Now()
 	version := uint64(now.UnixNano())
-	newest, found, err := s.Lineage(ctx)
+	newest, found, err := ls.Lineage(ctx)
 	if err != nil && FaultOf(err) != Missing {
 		return fmt.Errorf("rank: note lineage: %w", err) // unread, a note could land before the newest and go unseen: tried again
 	}
 	if found && newest.Epoch == l.Epoch && uint64(newest.Noted.UnixNano()) >= version {
 		version = uint64(newest.Noted.UnixNano()) + 1
 	}
-	err = s.rs.write(ctx, func(conn driver.Conn) error {
-		batch, err := conn.PrepareBatch(ctx, "INSERT INTO store_lineage (epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, noted_at, floor_era)")
+	err = ls.s.rs.write(ctx, func(conn driver.Conn) error {
+		batch, err := conn.PrepareBatch(ctx, "INSERT INTO "+ls.t.lineage+" (epoch, version, stream_created, era, anchor_execution_id, anchor_team_id, anchor_event_id, anchor_era, anchor_seq, through, whole, noted_at, floor_era)")
 		if err != nil {
 			return err
 		}
@@ -203,10 +259,10 @@ func (s *Store) NoteLineage(ctx context.Context, l Lineage) error {
 	return nil
 }
 
-// Holds reports whether the evaluations table holds the row k names, at its position.
-func (s *Store) Holds(ctx context.Context, k RowKey) (bool, error) {
+// Holds reports whether the table holds the row k names, at its position.
+func (ls *Lineages) Holds(ctx context.Context, k RowKey) (bool, error) {
 	held := false
-	err := s.query(ctx, holdsQuery, []any{k.ExecutionID, k.TeamID, k.EventID}, func(rows driver.Rows) error {
+	err := ls.s.query(ctx, ls.t.holdsQuery(), []any{k.ExecutionID, k.TeamID, k.EventID}, func(rows driver.Rows) error {
 		var at rank.Pos
 		if err := rows.Scan(&at.Era, &at.Seq); err != nil {
 			return err
@@ -220,13 +276,13 @@ func (s *Store) Holds(ctx context.Context, k RowKey) (bool, error) {
 	return held, nil
 }
 
-// NewestRow returns the key of the newest row of the evaluations table (the largest stream
-// sequence); false when it is empty. It reads a column of every row: the ranker asks once, when
-// it adopts a table that has no lineage.
-func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
+// NewestRow returns the key of the newest row of the table (the largest era and stream sequence);
+// false when it is empty. It reads a column of every row: a keeper asks once, when it adopts a
+// table that has no lineage.
+func (ls *Lineages) NewestRow(ctx context.Context) (RowKey, bool, error) {
 	var k RowKey
 	found := false
-	err := s.query(ctx, newestRowQuery, nil, func(rows driver.Rows) error {
+	err := ls.s.query(ctx, ls.t.newestRowQuery(), nil, func(rows driver.Rows) error {
 		found = true
 		return rows.Scan(&k.ExecutionID, &k.TeamID, &k.EventID, &k.Pos.Era, &k.Pos.Seq)
 	})
@@ -236,10 +292,10 @@ func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
 	return k, found, nil
 }
 
-// OldestEra is the oldest era of the rows the evaluations table holds (0 when it holds none). It
-// reads a column of every row: the ranker asks once, when it adopts a table that lost its lineage.
-func (s *Store) OldestEra(ctx context.Context) (uint32, error) {
-	eras, err := column[uint32](ctx, s, oldestEraQuery)
+// OldestEra is the oldest era of the rows the table holds (0 when it holds none). It reads a
+// column of every row: a keeper asks once, when it adopts a table that lost its lineage.
+func (ls *Lineages) OldestEra(ctx context.Context) (uint32, error) {
+	eras, err := column[uint32](ctx, ls.s, ls.t.oldestEraQuery())
 	if err != nil {
 		return 0, fmt.Errorf("rank: oldest era: %w", err)
 	}

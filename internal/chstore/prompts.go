@@ -11,6 +11,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // The prompts archive (schemas/clickhouse/0003_prompts.sql) keeps every record of the PROMPTS
@@ -35,7 +37,13 @@ type ArchivedPrompt struct {
 	Body            []byte // the CloudEvent as the stream stored it
 	StreamCreated   string // the PROMPTS stream's creation time, RFC 3339: its identity
 	Seq             uint64 // its sequence in that stream
+	Era             uint32 // that stream's era (0006_archive_lineage.sql)
 	Stored          time.Time
+}
+
+// Key is the record's row key and position: what an anchor of the archive names.
+func (r ArchivedPrompt) Key() RowKey {
+	return RowKey{ExecutionID: r.ExecutionID, TeamID: r.TeamID, EventID: r.EventID, Pos: rank.Pos{Era: r.Era, Seq: r.Seq}}
 }
 
 // NotARecordType is the event type of the archive's row of a PROMPTS message that is not a record
@@ -59,7 +67,7 @@ func (s *Store) ArchivePrompts(ctx context.Context, recs []ArchivedPrompt) error
 	err := s.rs.write(ctx, func(conn driver.Conn) error {
 		batch, err := conn.PrepareBatch(ctx, `INSERT INTO prompts (execution_id, team_id, round_number, event_id,
 		event_type, request_id, template_name, template_version, evaluations_seq, prompt_sha256, subject, body,
-		stream_created, stream_seq, stored_at_us)`)
+		stream_created, stream_seq, stream_era, stored_at_us)`)
 		if err != nil {
 			return err
 		}
@@ -88,14 +96,15 @@ func archiveBatchColumns(recs []ArchivedPrompt) []any {
 		shas, subjects, bodies, streams           = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		rounds, versions                          = make([]uint32, n), make([]uint32, n)
 		evalSeqs, seqs                            = make([]uint64, n), make([]uint64, n)
+		eras                                      = make([]uint32, n)
 		stored                                    = make([]int64, n)
 	)
 	for i, r := range recs {
 		execs[i], teams[i], rounds[i], ids[i], types[i], requests[i] = r.ExecutionID, r.TeamID, uint32(r.Round), r.EventID, r.EventType, r.RequestID
 		names[i], versions[i], evalSeqs[i], shas[i], subjects[i], bodies[i] = r.TemplateName, uint32(r.TemplateVersion), r.EvaluationsSeq, r.PromptSHA256, r.Subject, bodyString(r.Body)
-		streams[i], seqs[i], stored[i] = r.StreamCreated, r.Seq, r.Stored.UnixMicro()
+		streams[i], seqs[i], eras[i], stored[i] = r.StreamCreated, r.Seq, r.Era, r.Stored.UnixMicro()
 	}
-	return []any{execs, teams, rounds, ids, types, requests, names, versions, evalSeqs, shas, subjects, bodies, streams, seqs, stored}
+	return []any{execs, teams, rounds, ids, types, requests, names, versions, evalSeqs, shas, subjects, bodies, streams, seqs, eras, stored}
 }
 
 // bodyString is a record's body as the string the driver's column takes, without copying it: the
@@ -114,7 +123,7 @@ type PromptFilter struct {
 
 // archiveColumns are the columns a read of the archive returns.
 const archiveColumns = `execution_id, team_id, round_number, event_id, event_type, request_id, template_name,
-template_version, evaluations_seq, prompt_sha256, subject, body, stream_created, stream_seq, stored_at_us`
+template_version, evaluations_seq, prompt_sha256, subject, body, stream_created, stream_seq, stream_era, stored_at_us`
 
 // promptsQuery reads one execution's records, or one team's: a prefix of the sort key, so only
 // their granules are read.
@@ -144,7 +153,7 @@ func (s *Store) ArchivedPrompts(ctx context.Context, f PromptFilter) ([]Archived
 		var body string
 		var stored int64
 		if err := rows.Scan(&r.ExecutionID, &r.TeamID, &round, &r.EventID, &r.EventType, &r.RequestID, &r.TemplateName,
-			&version, &r.EvaluationsSeq, &r.PromptSHA256, &r.Subject, &body, &r.StreamCreated, &r.Seq, &stored); err != nil {
+			&version, &r.EvaluationsSeq, &r.PromptSHA256, &r.Subject, &body, &r.StreamCreated, &r.Seq, &r.Era, &stored); err != nil {
 			return err
 		}
 		r.Round, r.TemplateVersion, r.Body, r.Stored = int(round), int(version), []byte(body), time.UnixMicro(stored).UTC()
@@ -264,36 +273,9 @@ func (s *Store) ArchivedCount(ctx context.Context) (uint64, error) {
 	return n, nil
 }
 
-// The archive says which fill of it is whole with a marker row of its own, in the table itself
-// (no execution has an empty id): the archiver writes a new epoch once it has filled a table from
-// the stream, and names it in its consumer's metadata (events.MetaArchiveEpoch). A table dropped
-// or made again (by hand, or by a ranker's repair) loses the marker, so the archiver and every
-// reader see that it is not the archive the consumer's ack floor speaks of.
+// markerType is the event type of the marker rows the archive kept before it had a lineage (an
+// epoch per fill, execution and team empty): no record, never an anchor (archiveView).
 const markerType = "archive.epoch"
-
-// ArchiveEpochs are the epochs whose marker the table holds. A missing table is an error whose
-// FaultOf is Missing.
-func (s *Store) ArchiveEpochs(ctx context.Context) ([]string, error) {
-	out, err := column[string](ctx, s, `SELECT event_id FROM prompts WHERE execution_id = '' AND team_id = '' AND event_type = '`+markerType+`'`)
-	if err != nil {
-		return nil, fmt.Errorf("rank: archive epochs: %w", err)
-	}
-	return out, nil
-}
-
-// HoldsArchiveEpoch reports whether the table holds the marker of epoch.
-func (s *Store) HoldsArchiveEpoch(ctx context.Context, epoch string) (bool, error) {
-	epochs, err := s.ArchiveEpochs(ctx)
-	if FaultOf(err) == Missing {
-		return false, nil
-	}
-	return slices.Contains(epochs, epoch), err
-}
-
-// NoteArchiveEpoch writes the marker of epoch.
-func (s *Store) NoteArchiveEpoch(ctx context.Context, epoch string, at time.Time) error {
-	return s.ArchivePrompts(ctx, []ArchivedPrompt{{EventID: epoch, EventType: markerType, Stored: at}})
-}
 
 // TemplateExecutions are the executions the archive holds prompts of a template name of, sorted.
 func (s *Store) TemplateExecutions(ctx context.Context, name string) ([]string, error) {

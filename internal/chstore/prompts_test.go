@@ -9,6 +9,7 @@ import (
 
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/internal/testenv"
+	"github.com/podium-llm/podium/pkg/rank"
 )
 
 // TestArchivedPromptsOncePerEventID: every copy of a record is stored, and reads return one per
@@ -38,12 +39,13 @@ func TestArchivedPromptsOncePerEventID(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A redelivery stores the same record again at a later sequence (a copy past the duplicate
-	// window), and the marker of an epoch sits in the same table.
+	// window), and the marker of an epoch (the archive's before it had a lineage) sits in the
+	// same table.
 	again := rec("a", 2, 9, "a2 stored again")
 	if err := st.ArchivePrompts(ctx, []chstore.ArchivedPrompt{again, rec("b", 2, 4, "b2")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.NoteArchiveEpoch(ctx, "epoch-1", at); err != nil {
+	if err := st.ArchivePrompts(ctx, []chstore.ArchivedPrompt{{EventID: "epoch-1", EventType: "archive.epoch", Stored: at, Era: 7, Seq: 99}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, merged := range []bool{false, true} {
@@ -73,13 +75,33 @@ func TestArchivedPromptsOncePerEventID(t *testing.T) {
 	if err != nil || len(got) != 1 || string(got[0].Body) != "a2" {
 		t.Errorf("team a round 2: %+v, %v", got, err)
 	}
-	holds, err := st.HoldsArchiveEpoch(ctx, "epoch-1")
-	if err != nil || !holds {
-		t.Errorf("HoldsArchiveEpoch(epoch-1) = %v, %v", holds, err)
+	// The archive's lineage: its newest row is the newest record (the old marker is not one),
+	// its anchor held at its position and not at a later one.
+	lineages := st.ArchiveLineages()
+	newest, has, err := lineages.NewestRow(ctx)
+	if want := first[2].Key(); err != nil || !has || newest.EventID != "prompt-b-2" {
+		t.Errorf("NewestRow = %+v, %v, %v; want prompt-b-2 (not the marker, nor %v)", newest, has, err, want)
+	}
+	for _, c := range []struct {
+		key  chstore.RowKey
+		want bool
+	}{{first[2].Key(), true}, {again.Key(), true}, {chstore.RowKey{ExecutionID: "x", TeamID: "a", EventID: "prompt-a-2", Pos: rank.Pos{Seq: 2}}, false}} {
+		if held, err := lineages.Holds(ctx, c.key); err != nil || held != c.want {
+			t.Errorf("Holds(%v) = %v, %v; want %v", c.key, held, err, c.want)
+		}
+	}
+	lin := chstore.Lineage{Epoch: 3, Stream: "2026-11-26T09:00:00Z", Anchor: first[2].Key(), Whole: true}
+	if err := lineages.NoteLineage(ctx, lin); err != nil {
+		t.Fatal(err)
+	}
+	if got, found, err := lineages.Lineage(ctx); err != nil || !found || got.ID() != lin.ID() || got.Anchor != lin.Anchor {
+		t.Errorf("the archive's lineage read back as %+v, %v, %v; want %+v", got, found, err, lin)
+	}
+	if got, found, err := st.Lineage(ctx); err != nil || found {
+		t.Errorf("the store's lineage is %+v, %v, %v: the archive's was noted in the store's table", got, found, err)
 	}
 	exec("DROP TABLE prompts")
-	holds, err = st.HoldsArchiveEpoch(ctx, "epoch-1")
-	if err != nil || holds {
-		t.Errorf("after the drop: HoldsArchiveEpoch(epoch-1) = %v, %v; want false, nil", holds, err)
+	if _, err := lineages.Holds(ctx, lin.Anchor); chstore.FaultOf(err) != chstore.Missing {
+		t.Errorf("after the drop: Holds = %v, want a missing table", err)
 	}
 }

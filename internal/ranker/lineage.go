@@ -2,9 +2,7 @@ package ranker
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -44,8 +42,8 @@ func (r *ranker) newKeeper(tune ...func(*sink.Config[rank.Record])) *sink.Keeper
 		JS:    r.js,
 		Table: r.store,
 		Rows: sink.Rows[rank.Record]{Filter: events.TypeEvaluationCompleted + ".>",
-			Of: func(msg jetstream.Msg, era uint32) (rank.Record, error) {
-				rec, _, err := refill.RowOf(msg, era, r.maxBytes)
+			Of: func(msg jetstream.Msg, at sink.Origin) (rank.Record, error) {
+				rec, _, err := refill.RowOf(msg, at.Era, r.maxBytes)
 				return rec, err
 			},
 			Key: chstore.KeyOf},
@@ -54,7 +52,7 @@ func (r *ranker) newKeeper(tune ...func(*sink.Config[rank.Record])) *sink.Keeper
 		View:      newView(r.m, r.whole, r.log),
 		Log:       r.log,
 		Publish:   r.publishState,
-		Published: r.consumerLineage,
+		Published: sink.StoreKeys.ConsumerLineage(r.js, events.StreamEvaluations, events.ConsumerRanker),
 		Replicas:  r.replicasInTheWay,
 		Losses:    losses{r},
 		Refilling: func() func() {
@@ -72,29 +70,13 @@ func (r *ranker) newKeeper(tune ...func(*sink.Config[rank.Record])) *sink.Keeper
 }
 
 // publishState tells composers, through the ranker consumer's metadata, the store's lineage,
-// whether a refill runs, and a loss waited on. The consumer's metadata is compared first: an
-// unchanged state costs one lookup.
+// whether a refill runs, and a loss waited on (sink.StoreKeys).
 func (r *ranker) publishState(ctx context.Context, s sink.State) error {
-	lin := s.Lineage
-	md := map[string]string{events.MetaStoreLineage: lin.ID(), events.MetaStoreEra: strconv.FormatUint(uint64(lin.Era), 10),
-		events.MetaStoreFloor: strconv.FormatUint(uint64(lin.Floor), 10)}
-	if lin.Anchor != (chstore.RowKey{}) {
-		md[events.MetaStoreAnchor] = lin.Anchor.String()
+	md, err := sink.StoreKeys.Metadata(s)
+	if err != nil || r.runtime == nil {
+		return err
 	}
-	if s.Refilling != "" {
-		md[events.MetaStoreRefilling] = s.Refilling
-	}
-	if s.Loss != nil {
-		b, err := json.Marshal(s.Loss)
-		if err != nil {
-			return err
-		}
-		md[events.MetaStoreLoss] = string(b)
-	}
-	if r.runtime != nil {
-		return r.runtime.SetMetadata(ctx, md)
-	}
-	return nil
+	return r.runtime.SetMetadata(ctx, md)
 }
 
 // eraOf is the era of the stream a batch was consumed from (consume.StreamOf; a batch whose stream

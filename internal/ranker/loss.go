@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,43 +31,6 @@ func (l losses) Accepted(ctx context.Context, lineage string) (bool, error) {
 	return l.r.accepted(ctx, lineage)
 }
 func (losses) Text(s events.StoreLoss) string { return lossText(s) }
-
-// consumerLineage is the lineage the ranker's consumer carries (its metadata), as a lineage:
-// epoch, stream, era, floor and anchor; false when it carries none.
-func (r *ranker) consumerLineage(ctx context.Context) (chstore.Lineage, bool, error) {
-	cons, err := r.js.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		return chstore.Lineage{}, false, nil
-	}
-	if err != nil {
-		return chstore.Lineage{}, false, fmt.Errorf("the ranker's consumer: %w", err)
-	}
-	md := cons.CachedInfo().Config.Metadata
-	lin, ok := parseLineage(md[events.MetaStoreLineage])
-	if !ok {
-		return chstore.Lineage{}, false, nil
-	}
-	era, _ := strconv.ParseUint(md[events.MetaStoreEra], 10, 32)
-	floor, err := strconv.ParseUint(md[events.MetaStoreFloor], 10, 32)
-	if err != nil {
-		floor = 0 // a ranker before floors: every era since the first
-	}
-	lin.Era, lin.Floor, lin.Whole = uint32(era), uint32(floor), true
-	if a := md[events.MetaStoreAnchor]; a != "" {
-		lin.Anchor, _ = chstore.ParseRowKey(a)
-	}
-	return lin, true, nil
-}
-
-// parseLineage reads a lineage's ID (epoch@stream).
-func parseLineage(id string) (chstore.Lineage, bool) {
-	epochText, stream, ok := strings.Cut(id, "@")
-	epoch, err := strconv.ParseUint(epochText, 10, 64)
-	if !ok || err != nil || epoch == 0 {
-		return chstore.Lineage{}, false
-	}
-	return chstore.Lineage{Epoch: epoch, Stream: stream}, true
-}
 
 // lossOf is what a lost table lost when it was derived as lin and the stream there is now is
 // stream: nil when the stream holds everything the table held.

@@ -42,11 +42,17 @@ type Table interface {
 type Rows[R any] struct {
 	// Filter is the subjects of the stream the table holds.
 	Filter string
-	// Of is a message's row in era (its stream's); an error for a message that is not one (the
-	// service dead-lettered it when it came: a refill skips it).
-	Of func(msg jetstream.Msg, era uint32) (R, error)
+	// Of is a message's row, read from the stream at o; an error for a message that is not one
+	// (the service dead-lettered it when it came: a refill skips it).
+	Of func(msg jetstream.Msg, o Origin) (R, error)
 	// Key is a row's key and position: what an anchor names.
 	Key func(R) chstore.RowKey
+}
+
+// Origin is the stream a message was read from: its creation time (its identity) and its era.
+type Origin struct {
+	Created time.Time
+	Era     uint32
 }
 
 // State is what a keeper publishes on its service's consumer, where readers and what was derived

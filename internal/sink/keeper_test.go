@@ -44,13 +44,13 @@ func newKeeperFixture(t *testing.T, tune func(*Config[rank.Record])) *keeperFixt
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "errors"}, []string{"kind"})
 	c := Config[rank.Record]{JS: js, Table: st, Log: log,
 		Rows: Rows[rank.Record]{Filter: events.TypeEvaluationCompleted + ".>",
-			Of: func(msg jetstream.Msg, era uint32) (rank.Record, error) {
+			Of: func(msg jetstream.Msg, at Origin) (rank.Record, error) {
 				md, err := msg.Metadata()
 				if err != nil {
 					return rank.Record{}, err
 				}
 				ev, err := events.ParseEvaluation(msg.Subject(), msg.Data(), 1<<20)
-				return rank.RecordOf(ev, md.Sequence.Stream, era), err
+				return rank.RecordOf(ev, md.Sequence.Stream, at.Era), err
 			},
 			Key: chstore.KeyOf},
 		Write: func(ctx context.Context, recs []rank.Record) (map[int]error, error) { return nil, st.Insert(ctx, recs) },

@@ -219,10 +219,10 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 		return res, lin, err
 	}
 	last := time.Now()
-	era := lin.Era
+	at := Origin{Created: info.Created, Era: lin.Era}
 	src := Source[R]{JS: k.cfg.JS, Stream: k.cfg.View.Stream, Filter: k.cfg.Rows.Filter, Batch: max(k.cfg.Batch, 1000), BatchBytes: k.cfg.BatchBytes,
 		Row: func(msg jetstream.Msg) (R, bool) {
-			row, err := k.cfg.Rows.Of(msg, era)
+			row, err := k.cfg.Rows.Of(msg, at)
 			return row, err == nil
 		}}
 	res, err = FillFrom(ctx, src, after, k.cfg.Write, func(ctx context.Context, f Filled[R]) error {

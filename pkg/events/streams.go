@@ -341,10 +341,20 @@ const StoreLossExecutions = 100
 // SubjectLossAccepted is the AUDIT subject of an accepted loss (a StoreLoss with its reason).
 const SubjectLossAccepted = "audit.loss.evaluations"
 
-// The archiver's consumer names the fill of the prompts archive that its ack floor speaks of
-// (chstore.Store.NoteArchiveEpoch): readers take archived records from ClickHouse only while the
-// table holds that epoch's marker, and read the stream alone otherwise.
-const MetaArchiveEpoch = "podium_archive_epoch"
+// The archiver's consumer carries the state of the prompts archive as the ranker's carries its
+// store's (the same fields, read the same way: internal/sink/state.go): the lineage its ack floor
+// speaks of (archive_lineage, 0006_archive_lineage.sql), the era of PROMPTS that lineage names, the
+// oldest era the archive holds rows of, the anchor row, why a refill runs, and a loss waited on.
+// Readers take archived records from ClickHouse only while the archive's newest lineage is the one
+// named, whole, and the table holds its anchor; they read the stream alone otherwise.
+const (
+	MetaArchiveLineage   = "podium_archive_lineage"
+	MetaArchiveRefilling = "podium_archive_refilling"
+	MetaArchiveEra       = "podium_archive_era"
+	MetaArchiveAnchor    = "podium_archive_anchor"
+	MetaArchiveFloor     = "podium_archive_floor"
+	MetaArchiveLoss      = "podium_archive_loss"
+)
 
 // BucketScores is the key-value bucket of score snapshots: one key per execution, the
 // rank.Evaluations.Snapshot the ranker wrote after its last commit of that execution. Only the

@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS prompts (
     body String,
     stream_created String,
     stream_seq UInt64,
+    stream_era UInt32 DEFAULT 0, -- added by 0006_archive_lineage.sql to tables made before it
     stored_at_us Int64,
     keep_version UInt64 MATERIALIZED 18446744073709551615 - toUInt64(stored_at_us)
 ) ENGINE = ReplacingMergeTree(keep_version)

@@ -1,0 +1,89 @@
+package sink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/pkg/events"
+)
+
+// Keys are the metadata keys under which a service's consumer carries its keeper's State
+// (events.MetaStore* for the ranker's store, events.MetaArchive* for the prompts archive): one
+// codec, so that readers of either view read the same fields the same way.
+type Keys struct {
+	Lineage, Era, Floor, Anchor, Refilling, Loss string
+}
+
+// StoreKeys and ArchiveKeys are the ranker's and the archiver's.
+var (
+	StoreKeys = Keys{Lineage: events.MetaStoreLineage, Era: events.MetaStoreEra, Floor: events.MetaStoreFloor,
+		Anchor: events.MetaStoreAnchor, Refilling: events.MetaStoreRefilling, Loss: events.MetaStoreLoss}
+	ArchiveKeys = Keys{Lineage: events.MetaArchiveLineage, Era: events.MetaArchiveEra, Floor: events.MetaArchiveFloor,
+		Anchor: events.MetaArchiveAnchor, Refilling: events.MetaArchiveRefilling, Loss: events.MetaArchiveLoss}
+)
+
+// Metadata is s as the consumer's metadata: the lineage's ID, era and floor, its anchor (absent
+// while the table held none), why a refill runs (absent: none) and the loss waited on (absent:
+// none).
+func (k Keys) Metadata(s State) (map[string]string, error) {
+	lin := s.Lineage
+	md := map[string]string{k.Lineage: lin.ID(), k.Era: strconv.FormatUint(uint64(lin.Era), 10), k.Floor: strconv.FormatUint(uint64(lin.Floor), 10)}
+	if lin.Anchor != (chstore.RowKey{}) {
+		md[k.Anchor] = lin.Anchor.String()
+	}
+	if s.Refilling != "" {
+		md[k.Refilling] = s.Refilling
+	}
+	if s.Loss != nil {
+		b, err := json.Marshal(s.Loss)
+		if err != nil {
+			return nil, err
+		}
+		md[k.Loss] = string(b)
+	}
+	return md, nil
+}
+
+// LineageOf reads the lineage a consumer's metadata names (epoch, stream, era, floor and anchor),
+// taken as whole; false when it names none.
+func (k Keys) LineageOf(md map[string]string) (chstore.Lineage, bool) {
+	epochText, stream, ok := strings.Cut(md[k.Lineage], "@")
+	epoch, err := strconv.ParseUint(epochText, 10, 64)
+	if !ok || err != nil || epoch == 0 {
+		return chstore.Lineage{}, false
+	}
+	lin := chstore.Lineage{Epoch: epoch, Stream: stream, Whole: true}
+	era, _ := strconv.ParseUint(md[k.Era], 10, 32)
+	floor, err := strconv.ParseUint(md[k.Floor], 10, 32)
+	if err != nil {
+		floor = 0 // a service before floors: every era since the first
+	}
+	lin.Era, lin.Floor = uint32(era), uint32(floor)
+	if a := md[k.Anchor]; a != "" {
+		lin.Anchor, _ = chstore.ParseRowKey(a)
+	}
+	return lin, true
+}
+
+// ConsumerLineage is a Config.Published: the lineage the durable consumer of stream carries;
+// false when it (or the stream) is not there, or names none.
+func (k Keys) ConsumerLineage(js jetstream.JetStream, stream, consumer string) func(ctx context.Context) (chstore.Lineage, bool, error) {
+	return func(ctx context.Context) (chstore.Lineage, bool, error) {
+		cons, err := js.Consumer(ctx, stream, consumer)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return chstore.Lineage{}, false, nil
+		}
+		if err != nil {
+			return chstore.Lineage{}, false, fmt.Errorf("the consumer %s of %s: %w", consumer, stream, err)
+		}
+		lin, ok := k.LineageOf(cons.CachedInfo().Config.Metadata)
+		return lin, ok, nil
+	}
+}
