@@ -51,15 +51,15 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 	writes, filled := newConditions(base.Health)
 	base.Health.Probe("clickhouse_ping", st.Ping)
 	a := &archiver{
-		writes:  writes,
-		filled:  filled,
+		writes:   writes,
+		filled:   filled,
 		sink:     newSink(st, m, writes, log),
 		log:      log,
 		js:       base.JS,
 		store:    st,
 		lineages: st.ArchiveLineages(),
-		settler: settle.New(base.JS, log, base.Reg, "archiver"),
-		m:       m,
+		settler:  settle.New(base.JS, log, base.Reg, "archiver"),
+		m:        m,
 		// A record may be as large as the server's max payload: one must always fit a pull.
 		batchSize:      cfg.BatchSize,
 		batchBytes:     max(cfg.BatchBytes, int(base.NC.MaxPayload())+64<<10),
