@@ -14,6 +14,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/podium-llm/podium/internal/audit"
 	"github.com/podium-llm/podium/internal/bounded"
@@ -337,5 +338,95 @@ func TestExportBundleVerifiesOffline(t *testing.T) {
 	out, code = e.podium(t, offline, "prompts", "verify", "--bundle", changed)
 	if code != 1 || !strings.Contains(out, "bundle team-") || !strings.Contains(out, "differs") {
 		t.Errorf("verify of a changed bundle: exit %d\n%s", code, out)
+	}
+}
+
+// TestAnArchiveLossIsNamedUntilAccepted: records archived from a PROMPTS since deleted are kept only
+// in the archive; when its table is then emptied, a refill from the stream there is now would call a
+// shorter archive whole. The archiver names the loss instead: unready naming the eras, archiving
+// nothing (records of the new stream wait, unacknowledged), readers reading the stream alone, until
+// an operator accepts it (`podium store accept-loss --archive`, on AUDIT); then it fills the table
+// from the stream there is now, in the next era, and is ready.
+func TestAnArchiveLossIsNamedUntilAccepted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the services")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	e.start("ranker")
+	e.start("composer")
+	arch := e.start("archiver")
+	before := e.play("lost-0", 2, 1)
+	e.checkArchive("lost-0", before)
+
+	if err := e.js.DeleteStream(t.Context(), events.StreamPrompts); err != nil {
+		t.Fatal(err)
+	}
+	// The archiver makes PROMPTS again and begins its era once it consumes it.
+	testenv.WaitFor(t, 60*time.Second, "the archive's lineage in era 1", func() (bool, string) {
+		info, err := consumerInfo(t.Context(), e.js, events.StreamPrompts, events.ConsumerArchiver)
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.Config.Metadata[events.MetaArchiveEra] == "1", fmt.Sprint(info.Config.Metadata)
+	})
+	after := e.play("lost-1", 2, 1)
+	e.checkArchive("lost-1", after)
+	if got := e.archived("lost-0"); len(got) != before || got[0].Era != 0 {
+		t.Fatalf("the records of the deleted PROMPTS: %d archived, want %d in era 0", len(got), before)
+	}
+	if got := e.archived("lost-1"); len(got) != after || got[0].Era != 1 {
+		t.Fatalf("the records of the PROMPTS made again: %d archived (era %d), want %d in era 1", len(got), got[0].Era, after)
+	}
+
+	e.storeExec("TRUNCATE TABLE prompts")
+	testenv.WaitFor(t, 30*time.Second, "the archiver to name the loss", func() (bool, string) {
+		code, body := readiness(arch)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "prompt records lost") && strings.Contains(body, "era 0"), fmt.Sprint(code, body)
+	})
+	during := e.play("lost-2", 1, 1) // records that arrive during the loss: archived once it is accepted
+	time.Sleep(2 * time.Second)      // bounded: what must not happen has had its chance
+	if got := e.archived("lost-2"); len(got) != 0 {
+		t.Errorf("%d records archived while the archive's loss waited for an operator", len(got))
+	}
+	if n, code := e.podium(t, nil, "prompts", "verify", "--all", "--execution", "lost-1"); code != 0 || !strings.Contains(n, "record(s) verified") {
+		t.Errorf("verify while the archive waits (the stream read alone): exit %d\n%s", code, n)
+	}
+
+	out, code := e.podium(t, nil, "store", "accept-loss", "--archive")
+	lineage := ""
+	if i := strings.Index(out, "--lineage "); i >= 0 {
+		lineage = strings.Fields(out[i+len("--lineage "):])[0]
+	}
+	if code == 0 || lineage == "" || !strings.Contains(out, "prompt records of eras 0-0") {
+		t.Fatalf("podium store accept-loss --archive without --lineage: exit %d, want non-zero naming the loss and its lineage\n%s", code, out)
+	}
+	if out, code := e.podium(t, nil, "store", "accept-loss", "--lineage", lineage, "--reason", "x"); code == 0 {
+		t.Errorf("accept-loss of the store (which lost nothing) with the archive's lineage: exit 0\n%s", out)
+	}
+	if out, code := e.podium(t, nil, "store", "accept-loss", "--archive", "--lineage", lineage, "--reason", "PROMPTS of era 0 has no backup"); code != 0 {
+		t.Fatalf("accept-loss --archive: exit %d\n%s", code, out)
+	}
+	waitReadiness(t, arch, http.StatusOK, 60*time.Second)
+	e.checkArchive("lost-1", after)
+	e.checkArchive("lost-2", during)
+	audit, err := e.js.Stream(t.Context(), events.StreamAudit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := audit.GetLastMsgForSubject(t.Context(), events.SubjectArchiveLossAccepted)
+	if err != nil || !strings.Contains(string(m.Data), lineage) || !strings.Contains(string(m.Data), "no backup") {
+		t.Fatalf("the accepted loss on AUDIT: %v %v", m, err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(m.Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compileSchema(t, filepath.Join("..", "schemas", "audit", "loss.schema.json")).Validate(doc); err != nil {
+		t.Errorf("the accepted loss on AUDIT does not match schemas/audit/loss.schema.json: %v\n%s", err, m.Data)
+	}
+	info, err := consumerInfo(t.Context(), e.js, events.StreamPrompts, events.ConsumerArchiver)
+	if err != nil || info.Config.Metadata[events.MetaArchiveLoss] != "" || info.Config.Metadata[events.MetaArchiveFloor] != "1" {
+		t.Errorf("the archiver's consumer after the acceptance: %v (%v), want no loss and floor 1", info.Config.Metadata, err)
 	}
 }

@@ -13,79 +13,99 @@ import (
 	"github.com/podium-llm/podium/pkg/events"
 )
 
-// storeAcceptLoss shows the loss the ranker waits on (events.MetaStoreLoss on its consumer) and,
-// given the lineage it names and a reason, records it on AUDIT, where the ranker finds it and
-// refills (internal/ranker/loss.go). Naming the lineage makes the operator accept the loss shown,
-// never a later one.
+// A view whose table was lost while it held rows no stream holds any more waits for an operator
+// (internal/sink/loss.go): the ranker's store (EVALUATIONS) or, with --archive, the prompts archive
+// (PROMPTS). lost says which.
+type lost struct {
+	what, stream, consumer, service, key, subject, rows string
+}
+
+var (
+	storeLost   = lost{"the ranker's store", events.StreamEvaluations, events.ConsumerRanker, "ranker", events.MetaStoreLoss, events.SubjectLossAccepted, "evaluations"}
+	archiveLost = lost{"the prompts archive", events.StreamPrompts, events.ConsumerArchiver, "archiver", events.MetaArchiveLoss, events.SubjectArchiveLossAccepted, "prompt records"}
+)
+
+// storeAcceptLoss shows the loss the ranker (or, with --archive, the archiver) waits on
+// (events.MetaStoreLoss, events.MetaArchiveLoss on its consumer) and, given the lineage it names and
+// a reason, records it on AUDIT, where the service finds it and refills. Naming the lineage makes
+// the operator accept the loss shown, never a later one.
 func storeAcceptLoss(fs *flag.FlagSet) func(context.Context, *env) error {
 	lineage := fs.String("lineage", "", "the lost lineage to accept, as shown")
 	reason := fs.String("reason", "", "why the loss is accepted (recorded with it)")
+	archive := fs.Bool("archive", false, "the prompts archive's loss (the archiver's), not the ranker's store's")
 	asJSON := fs.Bool("json", false, "print the loss as JSON")
 	return func(ctx context.Context, e *env) error {
+		of := storeLost
+		if *archive {
+			of = archiveLost
+		}
 		js, err := e.jetstream()
 		if err != nil {
 			return err
 		}
-		l, err := waitingLoss(ctx, js)
+		l, err := waitingLoss(ctx, js, of)
 		if err != nil {
 			return err
 		}
 		if l == nil {
-			return &checkError{"the ranker's store waits on no loss"}
+			return &checkError{of.what + " waits on no loss"}
 		}
 		if *asJSON {
 			if err := printJSON(e, l); err != nil {
 				return err
 			}
 		} else {
-			fmt.Fprintf(e.out, "lineage %s lost the evaluations of eras %d-%d\nexecutions that had them: %v", l.Lineage, l.FromEra, l.ToEra, l.Executions)
-			if l.MoreExecutions > 0 {
-				fmt.Fprintf(e.out, " and %d more (a loss names the first 100)", l.MoreExecutions)
+			fmt.Fprintf(e.out, "lineage %s lost the %s of eras %d-%d\n", l.Lineage, of.rows, l.FromEra, l.ToEra)
+			if len(l.Executions) > 0 {
+				fmt.Fprintf(e.out, "executions that had them: %v", l.Executions)
+				if l.MoreExecutions > 0 {
+					fmt.Fprintf(e.out, " and %d more (a loss names the first 100)", l.MoreExecutions)
+				}
+				fmt.Fprintln(e.out)
 			}
-			fmt.Fprintln(e.out)
 		}
 		if *lineage == "" {
-			return &checkError{fmt.Sprintf("nothing accepted: to accept this loss, run again with --lineage %s --reason TEXT (or restore EVALUATIONS from a backup)", l.Lineage)}
+			return &checkError{fmt.Sprintf("nothing accepted: to accept this loss, run again with --lineage %s --reason TEXT (or restore %s from a backup)", l.Lineage, of.stream)}
 		}
 		if *lineage != l.Lineage {
-			return &checkError{fmt.Sprintf("nothing accepted: the ranker waits on the loss of lineage %s, not %s", l.Lineage, *lineage)}
+			return &checkError{fmt.Sprintf("nothing accepted: the %s waits on the loss of lineage %s, not %s", of.service, l.Lineage, *lineage)}
 		}
 		if *reason == "" {
 			return usagef("--reason is required: it is recorded with the loss")
 		}
 		l.Reason = *reason
-		if err := recordLoss(ctx, e, js, *l); err != nil {
+		if err := recordLoss(ctx, e, js, of, *l); err != nil {
 			return err
 		}
 		if !*asJSON {
-			fmt.Fprintf(e.out, "accepted: recorded on %s (%s); the ranker refills its store from EVALUATIONS at its next check (within 5 s)\n", events.StreamAudit, events.SubjectLossAccepted)
+			fmt.Fprintf(e.out, "accepted: recorded on %s (%s); the %s fills %s again from %s at its next check (within 5 s)\n", events.StreamAudit, of.subject, of.service, of.what, of.stream)
 		}
 		return nil
 	}
 }
 
-// waitingLoss is the loss the ranker's consumer names; nil when none.
-func waitingLoss(ctx context.Context, js jetstream.JetStream) (*events.StoreLoss, error) {
-	cons, err := js.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker)
+// waitingLoss is the loss the service's consumer names; nil when none.
+func waitingLoss(ctx context.Context, js jetstream.JetStream, of lost) (*events.StoreLoss, error) {
+	cons, err := js.Consumer(ctx, of.stream, of.consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, &checkError{"the ranker's consumer on " + events.StreamEvaluations + " is missing: start the ranker, which names what its store lost"}
+		return nil, &checkError{"the " + of.service + "'s consumer on " + of.stream + " is missing: start the " + of.service + ", which names what " + of.what + " lost"}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("the ranker's consumer: %w", err)
+		return nil, fmt.Errorf("the %s's consumer: %w", of.service, err)
 	}
-	raw := cons.CachedInfo().Config.Metadata[events.MetaStoreLoss]
+	raw := cons.CachedInfo().Config.Metadata[of.key]
 	if raw == "" {
 		return nil, nil
 	}
 	var l events.StoreLoss
 	if err := json.Unmarshal([]byte(raw), &l); err != nil {
-		return nil, fmt.Errorf("the loss on the ranker's consumer (%s): %w", events.MetaStoreLoss, err)
+		return nil, fmt.Errorf("the loss on the %s's consumer (%s): %w", of.service, of.key, err)
 	}
 	return &l, nil
 }
 
 // recordLoss publishes the accepted loss on AUDIT, once per lineage (its message id).
-func recordLoss(ctx context.Context, e *env, js jetstream.JetStream, l events.StoreLoss) error {
+func recordLoss(ctx context.Context, e *env, js jetstream.JetStream, of lost, l events.StoreLoss) error {
 	if _, err := events.MakeStreams(ctx, js, e.cfg.Streams.Options(), events.StreamAudit); err != nil {
 		return fmt.Errorf("the %s stream: %w", events.StreamAudit, err)
 	}
@@ -93,10 +113,10 @@ func recordLoss(ctx context.Context, e *env, js jetstream.JetStream, l events.St
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(events.SubjectLossAccepted)
+	msg := nats.NewMsg(of.subject)
 	msg.Data = body
 	return e.permitted(ctx, func(ctx context.Context) error {
-		_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID("loss "+l.Lineage))
+		_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(of.subject+" "+l.Lineage))
 		return err
 	})
 }

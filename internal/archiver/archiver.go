@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidwall/gjson"
 
@@ -64,6 +65,8 @@ type archiver struct {
 	offer func(created time.Time, seq uint64, subject string, body []byte)
 	// publish sets the consumer's metadata (consume.Runtime.SetMetadata; nil in some tests).
 	publish func(ctx context.Context, md map[string]string) error
+	// nc reads the operators' acceptances of a loss on AUDIT (loss.go; nil: a loss is never named).
+	nc *nats.Conn
 
 	// Readiness: writes ("clickhouse") is insert's: ClickHouse away, out of disk, or refusing
 	// the rows; filled ("archive") is the keeper's: not checked against the stream yet, being
@@ -120,6 +123,9 @@ func (a *archiver) newKeeper(tune ...func(*sink.Config[chstore.ArchivedPrompt]))
 		Now:        a.now,
 		Batch:      a.batchSize,
 		BatchBytes: a.batchBytes,
+	}
+	if a.nc != nil {
+		cfg.Losses = losses{a.nc}
 	}
 	for _, t := range tune {
 		t(&cfg)

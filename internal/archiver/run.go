@@ -56,6 +56,7 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		sink:     newSink(st, m, writes, log),
 		log:      log,
 		js:       base.JS,
+		nc:       base.NC,
 		store:    st,
 		lineages: st.ArchiveLineages(),
 		settler:  settle.New(base.JS, log, base.Reg, "archiver"),

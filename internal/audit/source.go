@@ -31,7 +31,7 @@ var _ Archive = (*chstore.Store)(nil)
 //
 // The archive is used only while it is whole: the archiver's consumer names a lineage
 // (events.MetaArchiveLineage) and no refill, the archive's newest lineage is that one, whole, and
-// the table holds its anchor row at its position. Everything at or below the
+// the table holds its anchor row at its position, read in the same query as the records. Everything at or below the
 // consumer's ack floor of the stream as it is now is in the table then (the archiver acks a
 // record only once ClickHouse has it); rows of an earlier PROMPTS (deleted and made again) are
 // read from the table alone. Otherwise (no archiver, a table dropped or being filled again) the
@@ -90,7 +90,14 @@ func (s Source) records(ctx context.Context, q Query) ([]Record, bool, error) {
 	var out []Record
 	after := uint64(0)
 	if m.usable {
-		rows, err := s.Archive.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: q.ExecutionID, TeamID: q.TeamID, Rounds: q.Rounds})
+		f := chstore.PromptFilter{ExecutionID: q.ExecutionID, TeamID: q.TeamID, Rounds: q.Rounds}
+		if m.anchor != (chstore.RowKey{}) {
+			f.Anchor = &m.anchor // in the same query: a table emptied since the mark is not read short
+		}
+		rows, err := s.Archive.ArchivedPrompts(ctx, f)
+		if errors.Is(err, chstore.ErrArchiveAnchorLost) {
+			return nil, true, nil // read again: the next mark finds the archive not whole
+		}
 		if err != nil {
 			return nil, false, err
 		}
@@ -190,6 +197,7 @@ type mark struct {
 	floor    uint64
 	created  string
 	lineage  string
+	anchor   chstore.RowKey // the lineage's anchor row (zero: it held none)
 	why      string // when not usable
 	firstSeq uint64 // the stream's first sequence now
 }
@@ -247,7 +255,7 @@ func (s Source) archived(ctx context.Context) (mark, error) {
 			return m, nil
 		}
 	}
-	m.usable, m.floor = true, info.AckFloor.Stream
+	m.usable, m.floor, m.anchor = true, info.AckFloor.Stream, lin.Anchor
 	return m, nil
 }
 

@@ -3,6 +3,7 @@ package chstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -119,6 +120,18 @@ type PromptFilter struct {
 	ExecutionID string
 	TeamID      string
 	Rounds      []int
+	// Anchor, when set, is the anchor of the archive's lineage the reader serves: it is read in
+	// the same query as the records (chstore/anchored.go), and a read that does not find it fails
+	// with ErrArchiveAnchorLost instead of answering from a table emptied or made again.
+	Anchor *RowKey
+}
+
+// ErrArchiveAnchorLost is an anchored read of the archive that did not find its anchor row.
+var ErrArchiveAnchorLost = errors.New("the prompts table no longer holds the row its lineage is anchored on (emptied, or dropped and made again): the archiver fills it again from PROMPTS")
+
+// wants reports whether a row read is one f asked for (and not only the anchor).
+func (f PromptFilter) wants(r ArchivedPrompt) bool {
+	return r.ExecutionID == f.ExecutionID && (f.TeamID == "" || r.TeamID == f.TeamID) && (len(f.Rounds) == 0 || slices.Contains(f.Rounds, r.Round))
 }
 
 // archiveColumns are the columns a read of the archive returns.
@@ -126,20 +139,23 @@ const archiveColumns = `execution_id, team_id, round_number, event_id, event_typ
 template_version, evaluations_seq, prompt_sha256, subject, body, stream_created, stream_seq, stream_era, stored_at_us`
 
 // promptsQuery reads one execution's records, or one team's: a prefix of the sort key, so only
-// their granules are read.
+// their granules are read; with an anchor, its row too (the primary index serves both).
 func promptsQuery(f PromptFilter) (string, []any) {
-	q, args := `SELECT `+archiveColumns+` FROM prompts WHERE execution_id = ?`, []any{f.ExecutionID}
+	where, args := `execution_id = ?`, []any{f.ExecutionID}
 	if f.TeamID != "" {
-		q, args = q+` AND team_id = ?`, append(args, f.TeamID)
+		where, args = where+` AND team_id = ?`, append(args, f.TeamID)
 	}
 	if len(f.Rounds) > 0 {
 		rounds := clickhouse.GroupSet{Value: make([]any, len(f.Rounds))}
 		for i, r := range f.Rounds {
 			rounds.Value[i] = uint32(max(r, 0))
 		}
-		q, args = q+` AND round_number IN ?`, append(args, rounds)
+		where, args = where+` AND round_number IN ?`, append(args, rounds)
 	}
-	return q, args
+	if k := f.Anchor; k != nil {
+		where, args = `(`+where+`) OR `+anchorAtCondition, append(args, k.ExecutionID, k.TeamID, k.EventID, k.Pos.Seq)
+	}
+	return `SELECT ` + archiveColumns + ` FROM prompts WHERE ` + where, args
 }
 
 // ArchivedPrompts reads the archived records f selects, one per event id (its first stored
@@ -147,6 +163,7 @@ func promptsQuery(f PromptFilter) (string, []any) {
 func (s *Store) ArchivedPrompts(ctx context.Context, f PromptFilter) ([]ArchivedPrompt, error) {
 	q, args := promptsQuery(f)
 	first := map[string]ArchivedPrompt{}
+	anchored := false
 	err := s.query(ctx, q, args, func(rows driver.Rows) error {
 		var r ArchivedPrompt
 		var round, version uint32
@@ -157,6 +174,12 @@ func (s *Store) ArchivedPrompts(ctx context.Context, f PromptFilter) ([]Archived
 			return err
 		}
 		r.Round, r.TemplateVersion, r.Body, r.Stored = int(round), int(version), []byte(body), time.UnixMicro(stored).UTC()
+		if a := f.Anchor; a != nil && a.is(r.ExecutionID, r.TeamID, r.EventID, rank.Pos{Era: r.Era, Seq: r.Seq}) {
+			anchored = true
+		}
+		if !f.wants(r) {
+			return nil // the anchor row only
+		}
 		if have, ok := first[r.EventID]; !ok || storedBefore(r, have) {
 			first[r.EventID] = r
 		}
@@ -164,6 +187,9 @@ func (s *Store) ArchivedPrompts(ctx context.Context, f PromptFilter) ([]Archived
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rank: archived prompts of %s: %w", f.ExecutionID, err)
+	}
+	if f.Anchor != nil && !anchored {
+		return nil, fmt.Errorf("%w (anchor %s/%s/%s at %d:%d)", ErrArchiveAnchorLost, f.Anchor.ExecutionID, f.Anchor.TeamID, f.Anchor.EventID, f.Anchor.Pos.Era, f.Anchor.Pos.Seq)
 	}
 	out := make([]ArchivedPrompt, 0, len(first))
 	for _, r := range first {

@@ -1,6 +1,7 @@
 package chstore_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -99,6 +100,16 @@ func TestArchivedPromptsOncePerEventID(t *testing.T) {
 	}
 	if got, found, err := st.Lineage(ctx); err != nil || found {
 		t.Errorf("the store's lineage is %+v, %v, %v: the archive's was noted in the store's table", got, found, err)
+	}
+	// An anchored read reads the anchor in the same query, and returns only what it asked for.
+	anchor := first[2].Key() // team a's
+	got, err = st.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: "x", TeamID: "b", Anchor: &anchor})
+	if err != nil || len(got) != 2 || string(got[0].Body) != "b1" || string(got[1].Body) != "b2" {
+		t.Errorf("team b anchored on team a's record: %+v, %v; want b1 and b2", got, err)
+	}
+	exec("TRUNCATE TABLE prompts")
+	if got, err := st.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: "x", Anchor: &anchor}); !errors.Is(err, chstore.ErrArchiveAnchorLost) {
+		t.Errorf("an anchored read of the emptied table: %+v, %v; want ErrArchiveAnchorLost", got, err)
 	}
 	exec("DROP TABLE prompts")
 	if _, err := lineages.Holds(ctx, lin.Anchor); chstore.FaultOf(err) != chstore.Missing {

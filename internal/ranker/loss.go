@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/sink"
 	"github.com/podium-llm/podium/internal/streamscan"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -28,7 +29,7 @@ func (l losses) Of(ctx context.Context, lin chstore.Lineage, stream string) (*ev
 	return l.r.lossOf(ctx, lin, stream)
 }
 func (l losses) Accepted(ctx context.Context, lineage string) (bool, error) {
-	return l.r.accepted(ctx, lineage)
+	return sink.AcceptedOn(ctx, l.r.nc, events.SubjectLossAccepted, lineage)
 }
 func (losses) Text(s events.StoreLoss) string { return lossText(s) }
 
@@ -76,31 +77,11 @@ func (r *ranker) lossOf(ctx context.Context, lin chstore.Lineage, stream string)
 
 // lossText is a loss as the ranker names it.
 func lossText(l events.StoreLoss) string {
-	eras := fmt.Sprintf("era %d", l.FromEra)
-	if l.ToEra != l.FromEra {
-		eras = fmt.Sprintf("eras %d-%d", l.FromEra, l.ToEra)
-	}
+	eras := sink.ErasText(l)
 	execs := fmt.Sprint(l.Executions)
 	if l.MoreExecutions > 0 {
 		execs = fmt.Sprintf("%v and %d more", l.Executions, l.MoreExecutions)
 	}
 	return fmt.Sprintf("evaluations lost: the store (lineage %s) lost its table while it held the rows of %s, whose EVALUATIONS streams were deleted; executions that had them: %s; accept it with `podium store accept-loss --lineage %s`, or restore EVALUATIONS",
 		l.Lineage, eras, execs, l.Lineage)
-}
-
-// accepted reports whether an operator accepted the loss of lineage (AUDIT's last accepted loss
-// names it).
-func (r *ranker) accepted(ctx context.Context, lineage string) (bool, error) {
-	m, err := streamscan.LastOn(ctx, r.nc, events.StreamAudit, events.SubjectLossAccepted)
-	if errors.Is(err, jetstream.ErrStreamNotFound) || m == nil && err == nil {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read the accepted losses (%s): %w", events.StreamAudit, err)
-	}
-	var l events.StoreLoss
-	if err := json.Unmarshal(m.Data(), &l); err != nil {
-		return false, nil // not a record podium wrote: not an acceptance
-	}
-	return l.Lineage == lineage, nil
 }

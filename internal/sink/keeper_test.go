@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,6 +22,9 @@ import (
 // noted and published whole on that stream (epoch 1, era 0).
 type keeperFixture struct {
 	k      *Keeper[rank.Record]
+	st     *chstore.Store
+	chCfg  chstore.Config
+	kcfg   Config[rank.Record]
 	js     jetstream.JetStream
 	cfg    jetstream.StreamConfig
 	stream jetstream.Stream
@@ -30,7 +34,7 @@ type keeperFixture struct {
 func newKeeperFixture(t *testing.T, tune func(*Config[rank.Record])) *keeperFixture {
 	t.Helper()
 	ctx := t.Context()
-	st, _ := testenv.Store(t, true)
+	st, chCfg := testenv.Store(t, true)
 	_, js := testenv.JetStream(t, testenv.NATS(t))
 	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
 	if err != nil {
@@ -60,7 +64,7 @@ func newKeeperFixture(t *testing.T, tune func(*Config[rank.Record])) *keeperFixt
 	if tune != nil {
 		tune(&c)
 	}
-	f := &keeperFixture{k: NewKeeper(c), js: js, cfg: cfg, stream: stream,
+	f := &keeperFixture{k: NewKeeper(c), st: st, chCfg: chCfg, kcfg: c, js: js, cfg: cfg, stream: stream,
 		was: chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(stream.CachedInfo().Created), Whole: true}}
 	if err := st.NoteLineage(ctx, f.was); err != nil {
 		t.Fatal(err)
@@ -164,5 +168,46 @@ func TestTheEraWaitsForABatchWaitingToCommit(t *testing.T) {
 	}
 	if got := f.k.Published(); got.Era != 1 {
 		t.Fatalf("after the batch committed: era %d, want 1", got.Era)
+	}
+}
+
+// TestAnAdoptedTableKeepsTheEraItsConsumerNames: the table's lineage is lost (store_lineage
+// emptied) while its rows survive, and the service starts again: nothing of the lineage is left but
+// what its consumer carries (era 3, floor 2), and the rows, of era 1. The table is adopted in era 3,
+// the consumer's, not the rows' (a later era's rows would otherwise sort after new ones), its
+// floor the oldest era it holds.
+func TestAnAdoptedTableKeepsTheEraItsConsumerNames(t *testing.T) {
+	ctx := t.Context()
+	var f *keeperFixture
+	f = newKeeperFixture(t, func(c *Config[rank.Record]) {
+		c.Published = func(context.Context) (chstore.Lineage, bool, error) {
+			return chstore.Lineage{Epoch: 1, Stream: f.was.Stream, Era: 3, Floor: 2, Whole: true}, true, nil
+		}
+	})
+	recs := []rank.Record{{EventID: "e1", Seq: 1, Era: 1}, {EventID: "e2", Seq: 2, Era: 1}}
+	for i := range recs {
+		recs[i].ExecutionID, recs[i].TeamID, recs[i].TeamName, recs[i].RoundNumber = "x", "t", "T", i+1
+	}
+	if err := f.st.Insert(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "TRUNCATE TABLE store_lineage"); err != nil {
+		t.Fatal(err)
+	}
+	k := NewKeeper(f.kcfg) // started again: it published nothing yet
+	if err := k.CheckLocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lin, found, err := f.st.Lineage(ctx)
+	if err != nil || !found || lin.Era != 3 || lin.Floor != 1 || lin.Stream != f.was.Stream || lin.Anchor != chstore.KeyOf(recs[1]) {
+		t.Fatalf("the adopted lineage: %+v (%v, %v); want era 3 (the consumer's), floor 1 (the rows'), anchored on e2", lin, found, err)
+	}
+	if got := k.Published(); got == nil || got.ID() != lin.ID() {
+		t.Fatalf("published %+v, want the adopted lineage", got)
 	}
 }

@@ -2,10 +2,16 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/podium-llm/podium/internal/chstore"
+	"github.com/podium-llm/podium/internal/streamscan"
+	"github.com/podium-llm/podium/pkg/events"
 )
 
 // A loss is named, never refilled over. A table holds the rows of every era since its lineage's
@@ -24,6 +30,31 @@ import (
 
 // ErrLossHeld is a refill refused because it would hide a loss.
 var ErrLossHeld = errors.New("the table lost rows that no stream holds; waiting for an operator (`podium store accept-loss`, or a restore of the stream)")
+
+// AcceptedOn reports whether an operator accepted the loss of lineage: the last accepted loss on
+// AUDIT's subject names it (`podium store accept-loss` records it there). A Losses' Accepted.
+func AcceptedOn(ctx context.Context, nc *nats.Conn, subject, lineage string) (bool, error) {
+	m, err := streamscan.LastOn(ctx, nc, events.StreamAudit, subject)
+	if errors.Is(err, jetstream.ErrStreamNotFound) || m == nil && err == nil {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the accepted losses (%s, %s): %w", events.StreamAudit, subject, err)
+	}
+	var l events.StoreLoss
+	if err := json.Unmarshal(m.Data(), &l); err != nil {
+		return false, nil // not a record podium wrote: not an acceptance
+	}
+	return l.Lineage == lineage, nil
+}
+
+// ErasText names the eras of a loss: "era 3", "eras 1-3".
+func ErasText(l events.StoreLoss) string {
+	if l.ToEra != l.FromEra {
+		return fmt.Sprintf("eras %d-%d", l.FromEra, l.ToEra)
+	}
+	return fmt.Sprintf("era %d", l.FromEra)
+}
 
 // lastLineage is the newest lineage known of the table: its own; else, when the store lost it
 // (its database dropped), the one this keeper published, or the one its consumer carries (a

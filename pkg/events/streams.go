@@ -338,8 +338,13 @@ type StoreLoss struct {
 // StoreLossExecutions is the most executions a StoreLoss names.
 const StoreLossExecutions = 100
 
-// SubjectLossAccepted is the AUDIT subject of an accepted loss (a StoreLoss with its reason).
-const SubjectLossAccepted = "audit.loss.evaluations"
+// SubjectLossAccepted is the AUDIT subject of an accepted loss of evaluations (a StoreLoss with its
+// reason); SubjectArchiveLossAccepted that of an accepted loss of prompt records: the prompts
+// archive's table lost while it held the records of PROMPTS streams deleted since (MetaArchiveLoss).
+const (
+	SubjectLossAccepted        = "audit.loss.evaluations"
+	SubjectArchiveLossAccepted = "audit.loss.prompts"
+)
 
 // The archiver's consumer carries the state of the prompts archive as the ranker's carries its
 // store's (the same fields, read the same way: internal/sink/state.go): the lineage its ack floor
