@@ -198,8 +198,8 @@ type mark struct {
 	created  string
 	lineage  string
 	anchor   chstore.RowKey // the lineage's anchor row (zero: it held none)
-	why      string // when not usable
-	firstSeq uint64 // the stream's first sequence now
+	why      string         // when not usable
+	firstSeq uint64         // the stream's first sequence now
 }
 
 // archived says how far the archive holds the stream, and whether it is to be read at all (none,
