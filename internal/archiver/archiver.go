@@ -351,7 +351,8 @@ func whyNotARecord(body []byte, err error) error {
 // write stores recs (see the top of this file), with the keeper's lock held: a table that lost
 // its anchor (emptied, or dropped and made again by hand) is checked, and filled again, first, so
 // that no record is acknowledged into a table readers would not read. It returns only once every
-// record is stored, with ctx's error, or with sink.ErrLossHeld (the batch is given back).
+// record is stored, with ctx's error, or with sink.ErrLossHeld or sink.ErrBeforeInHand (the batch
+// is given back).
 func (a *archiver) write(ctx context.Context, recs []chstore.ArchivedPrompt) error {
 	refills := 0
 	for attempt := uint64(1); ; attempt++ {
@@ -373,11 +374,18 @@ func (a *archiver) write(ctx context.Context, recs []chstore.ArchivedPrompt) err
 					return err
 				}
 			}
-			if err := a.keep.RefillLost(ctx); err != nil && ctx.Err() != nil {
+			err := a.keep.RefillLost(ctx)
+			switch {
+			case ctx.Err() != nil:
 				return ctx.Err()
+			case errors.Is(err, sink.ErrLossHeld), errors.Is(err, sink.ErrBeforeInHand):
+				return err
 			}
-		case errors.Is(err, sink.ErrLossHeld):
-			return err // given back: the keeper's watch waits for the operator, commits held meanwhile
+		case errors.Is(err, sink.ErrLossHeld), errors.Is(err, sink.ErrBeforeInHand):
+			// Given back, the keeper's lock let go: a loss waits for an operator (the keeper's
+			// watch finds the acceptance), and an era switch for a batch of the stream before
+			// that needs the lock to commit.
+			return err
 		default: // the check failed: ClickHouse is away, as for an insert
 			a.writes.Fail("inserts into the prompts table are failing; records are held, not lost")
 			delay := retry.Redelivery().Backoff(attempt)

@@ -211,3 +211,56 @@ func TestAnAdoptedTableKeepsTheEraItsConsumerNames(t *testing.T) {
 		t.Fatalf("published %+v, want the adopted lineage", got)
 	}
 }
+
+// TestARefillOntoAStreamMadeAgainWaitsForTheBatchesBefore: the table held nothing yet (its lineage
+// has no anchor), the stream is deleted and made again, and the table is dropped while a batch of
+// the stream before waits for the lock the check holds. The refill begins the new stream's era, so
+// it is put off as a check's switch is (before, it began the era at once, and the batch committed
+// after it in the era before); once the batch committed, the table is refilled in era 1.
+func TestARefillOntoAStreamMadeAgainWaitsForTheBatchesBefore(t *testing.T) {
+	ctx := t.Context()
+	f := newKeeperFixture(t, func(c *Config[rank.Record]) {
+		c.Grace = time.Millisecond
+		c.Repair = func(ctx context.Context) error { return nil } // the test makes the table again itself
+	})
+	f.remake(t)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "DROP TABLE evaluations"); err != nil {
+		t.Fatal(err)
+	}
+	repaired := false
+	f.k.cfg.Repair = func(ctx context.Context) error {
+		repaired = true
+		_, err := f.st.Repair(ctx)
+		return err
+	}
+	committed := make(chan struct{})
+	f.k.Serial(func() {
+		go f.k.Serial(func() { close(committed) }) // a batch of the stream before, waiting
+		testenv.WaitFor(t, 10*time.Second, "the batch waiting for the lock", func() (bool, string) {
+			return f.k.waiting.Load() == 1, ""
+		})
+		if err := f.k.RefillLost(ctx); !errors.Is(err, ErrBeforeInHand) {
+			t.Errorf("the refill while a batch of the stream before waits: %v, want ErrBeforeInHand", err)
+		}
+	})
+	<-committed
+	if repaired {
+		t.Fatal("the table was made again and refilled while a batch of the stream before waited")
+	}
+	if got := f.k.Published(); got.Stream != f.was.Stream || got.Era != 0 {
+		t.Fatalf("published %+v while the refill was put off, want the lineage before", got)
+	}
+	var refilled error
+	f.k.Serial(func() { refilled = f.k.RefillLost(ctx) })
+	if refilled != nil {
+		t.Fatal(refilled)
+	}
+	if got := f.k.Published(); !repaired || got.Stream == f.was.Stream || got.Era != 1 || !got.Whole {
+		t.Fatalf("after the batch committed: repaired %v, published %+v; want the new stream's lineage in era 1, whole", repaired, got)
+	}
+}

@@ -75,12 +75,21 @@ func (k *Keeper[R]) RefillLost(ctx context.Context) error {
 func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
 	// A lost table is refilled only when nothing was lost with it, or an operator accepted what
 	// was: from then on the table holds its own stream's rows only (its floor is its era).
-	fresh := false
-	if plan.lost {
-		info, err := k.streamInfo(ctx)
-		if err != nil {
+	info, err := k.streamInfo(ctx)
+	if err != nil {
+		return err
+	}
+	// A refill onto a stream made again begins its era: put off, before it touches anything,
+	// while a batch of the stream before may still commit (refillSteps checks it again).
+	if prev, known, err := k.lastLineage(ctx); err != nil {
+		return err
+	} else if known && prev.Stream != chstore.StreamID(info.Created) {
+		if err := k.mayBeginEra(ctx, info.Created, chstore.StreamID(info.Created)); err != nil {
 			return err
 		}
+	}
+	fresh := false
+	if plan.lost {
 		accepted, err := k.checkLoss(ctx, chstore.StreamID(info.Created))
 		if err != nil {
 			return err
@@ -174,6 +183,11 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 	if known {
 		lin.Era, lin.Floor = prev.EraOf(lin.Stream), min(prev.Floor, prev.EraOf(lin.Stream))
 		if prev.Stream != lin.Stream {
+			// The refill begins the era of a stream made again: not while a batch of the stream
+			// before may still commit (check.go, mayBeginEra), as a check's switch.
+			if err := k.mayBeginEra(ctx, info.Created, lin.Stream); err != nil {
+				return res, lin, err
+			}
 			k.before.Store(&prev) // a batch of the stream before, committed after, keeps its era
 		}
 	}
