@@ -112,7 +112,7 @@ func consumeBatches(stop, work context.Context, a *archiver, rt *consume.Runtime
 	// readers take everything below the ack floor from the archive. Handling and settling take
 	// turns with the keeper's checks and refills (Serial).
 	stage := consume.Stage{Handler: consume.Chain(a.handle, consume.Recover(a.log, rt.Panics)), Settler: a.settler, Log: a.log,
-		KeepAlive: cfg.AckWait / 3, ConfirmAcks: cfg.AckWait, Current: rt.Delivering, Serial: a.keep.Serial}
+		KeepAlive: cfg.AckWait / 3, ConfirmAcks: cfg.AckWait, Current: rt.Delivering, Serial: a.keep.Serial, InHand: a.keep.InHand}
 	batching := cfg.batching()
 	batching.Size, batching.Bytes = a.batchSize, a.batchBytes
 	err := rt.Run(stop, work, cons, consume.Batches(batching, stage, a.log.Warn))

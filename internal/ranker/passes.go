@@ -259,40 +259,7 @@ func (r *ranker) passNow() events.RankerPass {
 			n.Stream = chstore.StreamID(created)
 		}
 	}
-	n.InHand = r.inHand.besides(created)
-	return n
-}
-
-// inHand counts the batches handed to the stage and not yet settled, by the stream they were
-// consumed from (consume.Stage.InHand).
-type inHand struct {
-	mu sync.Mutex
-	by map[time.Time]int
-}
-
-func (h *inHand) add(stream time.Time, n int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.by == nil {
-		h.by = map[time.Time]int{}
-	}
-	if h.by[stream] += n; h.by[stream] <= 0 {
-		delete(h.by, stream)
-	}
-}
-
-// besides counts the batches in hand of other streams than pass (all of them between passes):
-// a replica's batches of the stream its pass reads never hold an era switch to that stream, or
-// under load the replicas would wait for each other's.
-func (h *inHand) besides(pass time.Time) int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var n int64
-	for stream, c := range h.by {
-		if pass.IsZero() || !stream.Equal(pass) {
-			n += int64(c)
-		}
-	}
+	n.InHand = r.keep.InHandBesides(created)
 	return n
 }
 

@@ -17,7 +17,7 @@ import (
 
 // withPasses gives the fixture's ranker a RANKER_PASSES bucket on its server, and returns another
 // replica over the same store, stream and bucket whose runtime's pass and batches in hand the test
-// sets (passOf, inHand).
+// sets (passOf, and its keeper's InHand).
 func (f *lineageFixture) withPasses(t *testing.T) (other *ranker, pass *time.Time) {
 	t.Helper()
 	kv, err := events.EnsureBucket(t.Context(), f.js, events.RankerPassesBucketConfig(1), false)
@@ -29,6 +29,7 @@ func (f *lineageFixture) withPasses(t *testing.T) (other *ranker, pass *time.Tim
 	b := &ranker{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), js: f.js, store: a.store, m: newMetrics(prometheus.NewRegistry()), now: time.Now}
 	pass = new(time.Time)
 	b.passOf = func() time.Time { return *pass }
+	b.keep = b.newKeeper()
 	b.passes = newPasses(kv, f.js, b.log, b.passNow, a.keep.RefillStale, b.m)
 	return b, pass
 }
@@ -55,7 +56,7 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	a := f.r
 	b, pass := f.withPasses(t)
 	*pass = f.stream.CachedInfo().Created // the other's pass reads the stream before...
-	b.inHand.add(*pass, 1)                // ...with a batch of it in hand
+	b.keep.InHand(*pass, 1)                // ...with a batch of it in hand
 	note(t, a)
 	note(t, b)
 	now := f.remake(t)
@@ -78,8 +79,8 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	if err := a.keep.CheckLocked(ctx); !errors.Is(err, sink.ErrBeforeInHand) {
 		t.Fatalf("the check while the other's batch of the stream before is still in hand: %v, want errBeforeInHand", err)
 	}
-	b.inHand.add(now.CachedInfo().Created, 1)       // a batch of the new stream: never holds the switch to it
-	b.inHand.add(f.stream.CachedInfo().Created, -1) // committed, in the era before
+	b.keep.InHand(now.CachedInfo().Created, 1)       // a batch of the new stream: never holds the switch to it
+	b.keep.InHand(f.stream.CachedInfo().Created, -1) // committed, in the era before
 	note(t, b)
 	if err := a.keep.CheckLocked(ctx); err != nil {
 		t.Fatal(err)
@@ -101,8 +102,8 @@ func TestARankerWhoseNotesStandStillIsFenced(t *testing.T) {
 	still, pass := f.withPasses(t)
 	live, livePass := f.withPasses(t)
 	*pass, *livePass = f.stream.CachedInfo().Created, f.stream.CachedInfo().Created
-	still.inHand.add(*pass, 1)
-	live.inHand.add(*livePass, 1)
+	still.keep.InHand(*pass, 1)
+	live.keep.InHand(*livePass, 1)
 	note(t, still)
 	note(t, live)
 	now := f.remake(t)
@@ -125,7 +126,7 @@ func TestARankerWhoseNotesStandStillIsFenced(t *testing.T) {
 		t.Fatalf("the era began while the live replica holds a batch of the stream before: %+v", got)
 	}
 	*livePass = now.CachedInfo().Created
-	live.inHand.add(f.stream.CachedInfo().Created, -1)
+	live.keep.InHand(f.stream.CachedInfo().Created, -1)
 	note(t, live)
 	if err := a.keep.CheckLocked(ctx); err != nil {
 		t.Fatal(err)

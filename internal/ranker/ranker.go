@@ -80,15 +80,14 @@ type ranker struct {
 	boardsMu sync.RWMutex
 	// passes notes this ranker's pass for the other replicas and reads theirs before an era
 	// switch (passes.go; nil: no RANKER_PASSES bucket, as in an operator's deployment without
-	// one, or some tests). passOf is the runtime's pass (consume.Runtime.Pass), inHand the
-	// batches handed to the stage and not yet settled, by stream (consume.Stage.InHand),
-	// stopped set once every batch is settled at a stop.
+	// one, or some tests). passOf is the runtime's pass (consume.Runtime.Pass); the
+	// batches handed to the stage and not yet settled are the keeper's (Keeper.InHand); stopped is
+	// set once every batch is settled at a stop.
 	passes *passes
 	passOf func() (created time.Time)
 	// delivering says whether a batch's consumer is still the one its pass saw
 	// (consume.Runtime.Delivering; nil in some tests).
 	delivering func(ctx context.Context, msgs []jetstream.Msg) bool
-	inHand     inHand
 	stopped    atomic.Bool
 	// keep keeps the store a whole view of EVALUATIONS (lineage.go): commits take turns with
 	// its checks and refills (Serial).
@@ -166,7 +165,7 @@ func (r *ranker) consume(stop, work context.Context, rt *consume.Runtime, cons j
 			consume.Recover(r.log, rt.Panics)),
 		Settler: r.settler,
 		Log:     r.log,
-		InHand:  r.inHand.add,
+		InHand:  r.keep.InHand,
 		// A batch of a stream deleted since is committed (in its era) but never settled: its acks
 		// would reach the consumer made again on the new stream.
 		Current:   rt.Delivering,

@@ -166,12 +166,13 @@ func (k *Keeper[R]) CheckLocked(ctx context.Context) error {
 // mayBeginEra is nil once the era of the stream created then may begin: no batch of the stream
 // before may still come (a runtime's pass of it, or what it held, not yet handled), no batch
 // waits to commit (it may be of the stream before: a runtime hands a batch over before its pass
-// ends), and no other replica may still commit one. Published earlier, the new era would let a
+// ends), none of another stream is in hand (handed over, not yet waiting for the lock: InHand),
+// and no other replica may still commit one. Published earlier, the new era would let a
 // read as of it miss that batch, which then commits in the era before. Readers wait meanwhile
 // (the lineage names the stream before); the runtime's next pass, on the new stream, has the table
 // checked at once (CheckSoon), and so does its first batch (EraOf).
 func (k *Keeper[R]) mayBeginEra(ctx context.Context, created time.Time, stream string) error {
-	if k.cfg.Consumes != nil && !k.cfg.Consumes(created) || k.waiting.Load() > 0 {
+	if k.cfg.Consumes != nil && !k.cfg.Consumes(created) || k.waiting.Load() > 0 || k.inHand.besides(created) > 0 {
 		return ErrBeforeInHand
 	}
 	if k.cfg.Replicas != nil {

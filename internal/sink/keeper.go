@@ -122,6 +122,9 @@ type Keeper[R any] struct {
 	// batch over before its pass ends), so no era switch happens while one waits.
 	mu      sync.Mutex
 	waiting atomic.Int64
+	// inHand counts the batches handed to the service's stage and not yet settled, by stream
+	// (InHand): a batch handed over is in hand before it waits for the lock.
+	inHand inHand
 	// publishMu orders the publications of the state: a check that found the table as published
 	// republishes it only while it is still the one published (asPublished).
 	publishMu sync.Mutex
@@ -150,6 +153,47 @@ func (k *Keeper[R]) Serial(commit func()) {
 	k.waiting.Add(-1)
 	defer k.mu.Unlock()
 	commit()
+}
+
+// InHand hears of each batch handed to the service's stage (n = 1) and of it settled (n = -1),
+// with the stream it was consumed from (consume.Stage.InHand): no era switch while a batch of
+// another stream than the new one is in hand, whether it waits for the lock yet or not.
+func (k *Keeper[R]) InHand(stream time.Time, n int) { k.inHand.add(stream, n) }
+
+// InHandBesides counts the batches in hand of other streams than pass (all of them when pass is
+// zero): what a ranker tells its replicas it holds (internal/ranker/passes.go).
+func (k *Keeper[R]) InHandBesides(pass time.Time) int64 { return k.inHand.besides(pass) }
+
+// inHand counts batches in hand by the stream they were consumed from.
+type inHand struct {
+	mu sync.Mutex
+	by map[time.Time]int
+}
+
+func (h *inHand) add(stream time.Time, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.by == nil {
+		h.by = map[time.Time]int{}
+	}
+	if h.by[stream] += n; h.by[stream] <= 0 {
+		delete(h.by, stream)
+	}
+}
+
+// besides counts the batches in hand of other streams than pass (all of them when pass is zero):
+// batches of the stream a switch is to never hold it, or under load replicas would wait for each
+// other's.
+func (h *inHand) besides(pass time.Time) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n int64
+	for stream, c := range h.by {
+		if pass.IsZero() || !stream.Equal(pass) {
+			n += int64(c)
+		}
+	}
+	return n
 }
 
 // Published is the lineage the keeper published last; nil before the first.

@@ -264,3 +264,30 @@ func TestARefillOntoAStreamMadeAgainWaitsForTheBatchesBefore(t *testing.T) {
 		t.Fatalf("after the batch committed: repaired %v, published %+v; want the new stream's lineage in era 1, whole", repaired, got)
 	}
 }
+
+// TestTheEraWaitsForABatchHandedOverNotYetWaiting: the runtime consumes the new stream, and a batch
+// of the pass before was handed over to the stage (a runtime's overlap hands it over before its
+// pass ends) but has not reached the lock yet: nothing waits for the lock, and before, the check
+// began the new era then; the batch committed after it in the era before. Now a batch in hand
+// (InHand) holds the switch until it is settled; one of the new stream never does.
+func TestTheEraWaitsForABatchHandedOverNotYetWaiting(t *testing.T) {
+	ctx := t.Context()
+	f := newKeeperFixture(t, nil) // the runtime consumes the new stream (Consumes nil)
+	now := f.remake(t)
+	before, after := f.stream.CachedInfo().Created, now.CachedInfo().Created
+	f.k.InHand(before, 1) // handed over, not yet at the lock
+	f.k.InHand(after, 1)  // one of the new stream too
+	if err := f.k.CheckLocked(ctx); !errors.Is(err, ErrBeforeInHand) {
+		t.Fatalf("the check while a batch of the stream before is in hand: %v, want ErrBeforeInHand", err)
+	}
+	if got := f.k.Published(); got.Era != 0 {
+		t.Fatalf("the new era was published while a batch of the stream before was in hand: %+v", got)
+	}
+	f.k.InHand(before, -1) // settled
+	if err := f.k.CheckLocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.k.Published(); got.Era != 1 {
+		t.Fatalf("once the batch of the stream before was settled: era %d, want 1", got.Era)
+	}
+}
