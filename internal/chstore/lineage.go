@@ -125,13 +125,14 @@ type Lineages struct {
 	t viewTables
 }
 
-// viewTables names a view's tables: where its lineage is noted, the rows, and which rows are the
-// stream's (the archive's epoch markers, from before it had a lineage, are not).
-type viewTables struct{ lineage, rows, streamRows string }
+// viewTables names a view's tables: where its lineage is noted, the rows, which rows are the
+// stream's (the archive's epoch markers, from before it had a lineage, are not), and the column
+// that names the stream a row came from (none in the evaluations table: its era alone does).
+type viewTables struct{ lineage, rows, streamRows, streamColumn string }
 
 var (
 	evaluationsView = viewTables{lineage: "store_lineage", rows: "evaluations", streamRows: "1"}
-	archiveView     = viewTables{lineage: "archive_lineage", rows: "prompts", streamRows: "event_type != '" + markerType + "'"}
+	archiveView     = viewTables{lineage: "archive_lineage", rows: "prompts", streamRows: "event_type != '" + markerType + "'", streamColumn: "stream_created"}
 )
 
 // ArchiveLineages is the prompts archive's lineage (migration 0006).
@@ -151,6 +152,11 @@ func (t viewTables) newestRowQuery() string {
 }
 func (t viewTables) oldestEraQuery() string {
 	return `SELECT min(stream_era) FROM ` + t.rows + ` WHERE ` + t.streamRows
+}
+
+// otherStreamsQuery counts the rows of another stream than the one given.
+func (t viewTables) otherStreamsQuery() string {
+	return `SELECT count() FROM ` + t.rows + ` WHERE ` + t.streamRows + ` AND ` + t.streamColumn + ` != ?`
 }
 
 // Lineage reads the store's lineage (Lineages.Lineage of the evaluations table).
@@ -176,6 +182,11 @@ func (s *Store) Holds(ctx context.Context, k RowKey) (bool, error) {
 // NewestRow is Lineages.NewestRow of the evaluations table.
 func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
 	return (&Lineages{s, evaluationsView}).NewestRow(ctx)
+}
+
+// HoldsOtherStreams is Lineages.HoldsOtherStreams of the evaluations table.
+func (s *Store) HoldsOtherStreams(ctx context.Context, stream string) (bool, error) {
+	return (&Lineages{s, evaluationsView}).HoldsOtherStreams(ctx, stream)
 }
 
 // OldestEra is Lineages.OldestEra of the evaluations table.
@@ -306,6 +317,22 @@ func (ls *Lineages) OldestEra(ctx context.Context) (uint32, error) {
 		}
 	}
 	return oldest, nil
+}
+
+// HoldsOtherStreams reports whether the table holds rows of another stream than stream (its
+// StreamID), where its rows name theirs (the archive's do, "deleted before ..." included; the
+// evaluations table's do not: false). It reads a column of every row: a keeper asks once, when it
+// adopts a table that has no lineage, whose rows of an era before eras were counted (all 0) may be
+// of streams deleted since.
+func (ls *Lineages) HoldsOtherStreams(ctx context.Context, stream string) (bool, error) {
+	if ls.t.streamColumn == "" {
+		return false, nil
+	}
+	var n uint64
+	if err := ls.s.query(ctx, ls.t.otherStreamsQuery(), []any{stream}, func(rows driver.Rows) error { return rows.Scan(&n) }); err != nil {
+		return false, fmt.Errorf("rank: rows of other streams: %w", err)
+	}
+	return n > 0, nil
 }
 
 // KeyOf is the row key of a record, with its position.

@@ -42,6 +42,7 @@ type store interface {
 	Holds(ctx context.Context, k chstore.RowKey) (bool, error)
 	NewestRow(ctx context.Context) (chstore.RowKey, bool, error)
 	OldestEra(ctx context.Context) (uint32, error)
+	HoldsOtherStreams(ctx context.Context, stream string) (bool, error)
 }
 
 var _ store = (*chstore.Store)(nil)

@@ -214,6 +214,16 @@ func (k *Keeper[R]) adopt(ctx context.Context, newest chstore.RowKey, has bool, 
 		if err != nil {
 			return chstore.Lineage{}, err
 		}
+		// Rows that name another stream than this one (a table written before eras were
+		// counted: every row era 0, whatever its stream) are of a stream deleted since: this one
+		// takes an era after theirs, so that losing them is named (loss.go).
+		others, err := k.cfg.Table.HoldsOtherStreams(ctx, stream)
+		if err != nil {
+			return chstore.Lineage{}, err
+		}
+		if others {
+			lin.Era = max(lin.Era, oldest+1)
+		}
 		lin.Floor = min(oldest, lin.Era)
 		if known {
 			lin.Floor = min(lin.Floor, last.Floor)

@@ -32,9 +32,10 @@ type Table interface {
 	NextEpoch(ctx context.Context, now time.Time) (uint64, error)
 	// Holds reports whether the table holds the row an anchor names, at its position.
 	Holds(ctx context.Context, k chstore.RowKey) (bool, error)
-	// NewestRow and OldestEra tell what a table found without a lineage holds.
+	// NewestRow, OldestEra and HoldsOtherStreams tell what a table found without a lineage holds.
 	NewestRow(ctx context.Context) (chstore.RowKey, bool, error)
 	OldestEra(ctx context.Context) (uint32, error)
+	HoldsOtherStreams(ctx context.Context, stream string) (bool, error)
 }
 
 // Rows is how the stream's messages become the table's rows: one way for live writes, refills and

@@ -291,3 +291,49 @@ func TestTheEraWaitsForABatchHandedOverNotYetWaiting(t *testing.T) {
 		t.Fatalf("once the batch of the stream before was settled: era %d, want 1", got.Era)
 	}
 }
+
+// TestAnArchiveOfEarlierStreamsIsAdoptedInALaterEra: an archive written before eras were counted
+// (every row era 0, no lineage) holds records of a PROMPTS deleted since beside those of the one
+// there is now, whose newest row is of the stream there is now. Before, it was adopted in era 0,
+// floor 0, as if the stream held everything it held: a later loss of the table was refilled as
+// whole. Now the rows that name another stream put the stream there is now in era 1, floor 0.
+func TestAnArchiveOfEarlierStreamsIsAdoptedInALaterEra(t *testing.T) {
+	ctx := t.Context()
+	st, _ := testenv.Store(t, true)
+	_, js := testenv.JetStream(t, testenv.NATS(t))
+	cfg, err := events.StreamConfig(events.StreamPrompts, events.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := chstore.StreamID(stream.CachedInfo().Created)
+	rows := []chstore.ArchivedPrompt{
+		{EventID: "old-1", EventType: events.TypePromptComposed, ExecutionID: "x", TeamID: "t", Round: 1, StreamCreated: "deleted before " + now, Seq: 1},
+	}
+	for i, id := range []string{"now-1", "now-2"} {
+		if _, err := js.Publish(ctx, events.PromptComposedSubject("x", "t"), []byte(`{"id":"`+id+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, chstore.ArchivedPrompt{EventID: id, EventType: events.TypePromptComposed, ExecutionID: "x", TeamID: "t", Round: i + 2, StreamCreated: now, Seq: uint64(i + 1)})
+	}
+	if err := st.ArchivePrompts(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	k := NewKeeper(Config[chstore.ArchivedPrompt]{JS: js, Table: st.ArchiveLineages(), Log: log,
+		View: &View{What: "the prompts archive", Stream: events.StreamPrompts, Log: log,
+			Whole: health.New(prometheus.NewRegistry(), "test").Condition("archive", nil)}})
+	if err := k.CheckLocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lin, found, err := st.ArchiveLineages().Lineage(ctx)
+	if err != nil || !found || lin.Stream != now || lin.Era != 1 || lin.Floor != 0 {
+		t.Fatalf("the adopted archive: %+v (%v, %v); want the stream there is now in era 1, floor 0", lin, found, err)
+	}
+	if from, to, lost := lin.LostEras(now); !lost || from != 0 || to != 0 {
+		t.Errorf("losing the table would lose eras %d-%d (%v), want era 0", from, to, lost)
+	}
+}
