@@ -56,7 +56,7 @@ func TestTheEraWaitsForAnotherRankersBatch(t *testing.T) {
 	a := f.r
 	b, pass := f.withPasses(t)
 	*pass = f.stream.CachedInfo().Created // the other's pass reads the stream before...
-	b.keep.InHand(*pass, 1)                // ...with a batch of it in hand
+	b.keep.InHand(*pass, 1)               // ...with a batch of it in hand
 	note(t, a)
 	note(t, b)
 	now := f.remake(t)
