@@ -15,19 +15,20 @@ import (
 )
 
 // A table that is a view of a stream is kept whole the same way by the ranker (the evaluations
-// table of EVALUATIONS) and the archiver (the prompts table of PROMPTS). One vocabulary:
+// table of EVALUATIONS) and the archiver (the prompts table of PROMPTS): by a Keeper (keeper.go).
+// One vocabulary:
 //   - lineage: what the table was derived from: the stream (by its creation time, which a
-//     stream deleted and made again changes) and a derivation (an epoch) that every refill
-//     starts anew. It is published on the service's consumer (its metadata), so what reads the
-//     table, or was derived from it, can tell the table it speaks of;
-//   - anchor: a row that proves the table is the one the lineage filled. A table dropped or made
-//     again has lost it. The ranker's is an evaluation it stored (chstore.Lineage.Anchor), the
-//     archiver's a marker row of its epoch in the prompts table;
-//   - check: the table holds its anchor and the lineage names the stream there is now; the
-//     service checks it at start, when a write finds the table missing (ErrTableLost), and every
-//     few seconds while nothing is written;
+//     stream deleted and made again changes), its era, and a derivation (an epoch) that every
+//     refill starts anew (chstore.Lineage, noted in the table's lineage table). It is published
+//     on the service's consumer (its metadata, state.go), so what reads the table, or was derived
+//     from it, can tell the table it speaks of;
+//   - anchor: a row the table held, at its position (era, sequence), which a table dropped or
+//     emptied has lost and a message sent again cannot fake;
+//   - check: the table holds its anchor and the lineage names the stream there is now (check.go);
 //   - refill: the table filled again from its stream (FillFrom), unready meanwhile (View.Refill),
-//     then a new lineage noted and published.
+//     then a new lineage noted and published (refill.go);
+//   - loss: rows of streams deleted since, held by the table alone, lost with it: named and
+//     waited on instead of refilled over (loss.go).
 
 // ErrAgain is a try of a refill that is to be tried again at once, not after a backoff: another
 // replica's refill took over, or finished, and the next try starts by waiting for it.
