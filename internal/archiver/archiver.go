@@ -184,8 +184,12 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		recs, kept = append(recs, rec), append(kept, i)
 	}
 	err = a.write(ctx, recs)
+	if err == nil {
+		err = a.keep.AnchorAfter(ctx, recs) // the first rows of a lineage noted while the table was empty
+	}
 	if err != nil {
-		// Stopped past the shutdown timeout: given back, for whoever runs next.
+		// Stopped past the shutdown timeout, or a loss, an era switch or a first anchor waited
+		// on: given back, for whoever runs next.
 		for _, i := range kept {
 			res.Outcomes[i] = settle.RetryLater(err)
 		}
@@ -202,9 +206,6 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		a.m.lag.Observe(max(now.Sub(rec.Stored), 0).Seconds())
 	}
 	a.m.records.WithLabelValues("archived").Add(float64(archived))
-	if len(recs) > 0 {
-		a.keep.AnchorAfter(ctx, recs)
-	}
 	return res
 }
 

@@ -22,8 +22,9 @@ import (
 // index serves both (ClickHouse 18.16 included).
 const anchorCondition = `(execution_id = ? AND team_id = ? AND event_id = ?)`
 
-// anchorAtCondition is anchorCondition with a copy at the anchor's sequence or before (RowKey).
-const anchorAtCondition = `(execution_id = ? AND team_id = ? AND event_id = ? AND stream_seq <= ?)`
+// anchorAtCondition is anchorCondition with a copy at the anchor's position or before it: an
+// earlier era, or the same era up to its sequence (RowKey).
+const anchorAtCondition = `(execution_id = ? AND team_id = ? AND event_id = ? AND (stream_era < ? OR stream_era = ? AND stream_seq <= ?))`
 
 // ErrAnchorLost is an anchored read that did not find the anchor row.
 var ErrAnchorLost = errors.New("the evaluations table no longer holds the row its lineage is anchored on (emptied, or dropped and made again): the ranker refills it from EVALUATIONS")
@@ -143,5 +144,5 @@ func (k RowKey) condition() (string, []any) {
 		return anchorCondition, []any{k.ExecutionID, k.TeamID, k.EventID}
 	}
 	return anchorAtCondition,
-		[]any{k.ExecutionID, k.TeamID, k.EventID, k.Pos.Seq}
+		[]any{k.ExecutionID, k.TeamID, k.EventID, k.Pos.Era, k.Pos.Era, k.Pos.Seq}
 }

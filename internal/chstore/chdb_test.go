@@ -146,7 +146,7 @@ func TestCurrentClickHouseAgrees(t *testing.T) {
 		{"status", chstore.StatusQuery},
 		{"lineage", chstore.LineageQuery},
 		{"anchor held", bind(chstore.HoldsQuery, "exec-1", "team-2", "ev-019")},
-		{"executions, anchored", bind(chstore.AnchoredExecutionsQuery(chstore.AnchorAt), "exec-1", "team-2", "ev-019", uint64(19))},
+		{"executions, anchored", bind(chstore.AnchoredExecutionsQuery(chstore.AnchorAt), "exec-1", "team-2", "ev-019", uint32(0), uint32(0), uint64(19))},
 		{"team scores, anchored", bind(chstore.AnchoredTeamScoresQuery, "exec-0", "team-1", "exec-1", "team-2", "ev-019")},
 		{"newest row", chstore.NewestRowQuery},
 		{"the table's columns", "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = 'evaluations' ORDER BY name"},

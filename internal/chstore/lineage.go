@@ -29,12 +29,14 @@ const (
 	RefillGrace = 3 * ProbeFresh
 )
 
-// RowKey names one stored evaluation by the table's sort key, so a lookup reads one granule, and
-// by its position. The table keeps, of the copies of one key, the one with the lowest sequence
-// (ReplacingMergeTree on MAX - stream_seq, whatever the era): so the anchor is held by a copy of its
-// key at its sequence or before, which merges never take away, and not by one stored later, as a
-// replay of its evaluation after the table was emptied is (another message, at a later sequence).
-// A zero Pos (an anchor noted before positions were) matches by the key alone.
+// RowKey names one stored row (an evaluation, an archived record) by the table's sort key, so a
+// lookup reads one granule, and by its position. Of the copies of one key, a merge keeps an early
+// one (the evaluations table the lowest sequence, the prompts archive the first stored, which is
+// the earliest position: eras follow each other in time, and sequences within one): so the anchor
+// is held by a copy of its key at its position or before it (an earlier era, or its own up to its
+// sequence), which merges never take away, and not by one stored later, as a replay of it after the
+// table was emptied is (another message, at a later sequence; an earlier era's stream is gone). A
+// zero Pos (an anchor noted before positions were) matches by the key alone.
 type RowKey struct {
 	ExecutionID, TeamID, EventID string
 	Pos                          rank.Pos
@@ -42,7 +44,8 @@ type RowKey struct {
 
 // is reports whether a row of the table, by its key and position, holds the anchor k.
 func (k RowKey) is(executionID, teamID, eventID string, at rank.Pos) bool {
-	return k.ExecutionID == executionID && k.TeamID == teamID && k.EventID == eventID && (k.Pos == rank.Pos{} || at.Seq <= k.Pos.Seq)
+	return k.ExecutionID == executionID && k.TeamID == teamID && k.EventID == eventID &&
+		(k.Pos == rank.Pos{} || at.Era < k.Pos.Era || at.Era == k.Pos.Era && at.Seq <= k.Pos.Seq)
 }
 
 // Lineage is what the evaluations table was derived from.
@@ -154,9 +157,11 @@ func (t viewTables) oldestEraQuery() string {
 	return `SELECT min(stream_era) FROM ` + t.rows + ` WHERE ` + t.streamRows
 }
 
-// otherStreamsQuery counts the rows of another stream than the one given.
-func (t viewTables) otherStreamsQuery() string {
-	return `SELECT count() FROM ` + t.rows + ` WHERE ` + t.streamRows + ` AND ` + t.streamColumn + ` != ?`
+// rowStreamsQuery counts the rows of another stream than the one given, and the copies of one row
+// at its position of that stream.
+func (t viewTables) rowStreamsQuery() string {
+	return `SELECT countIf(` + t.streamColumn + ` != ?), countIf(execution_id = ? AND team_id = ? AND event_id = ? AND stream_era = ? AND stream_seq = ? AND ` + t.streamColumn + ` = ?)
+FROM ` + t.rows + ` WHERE ` + t.streamRows
 }
 
 // Lineage reads the store's lineage (Lineages.Lineage of the evaluations table).
@@ -184,9 +189,9 @@ func (s *Store) NewestRow(ctx context.Context) (RowKey, bool, error) {
 	return (&Lineages{s, evaluationsView}).NewestRow(ctx)
 }
 
-// HoldsOtherStreams is Lineages.HoldsOtherStreams of the evaluations table.
-func (s *Store) HoldsOtherStreams(ctx context.Context, stream string) (bool, error) {
-	return (&Lineages{s, evaluationsView}).HoldsOtherStreams(ctx, stream)
+// RowStreams is Lineages.RowStreams of the evaluations table.
+func (s *Store) RowStreams(ctx context.Context, row RowKey, stream string) (RowStreams, error) {
+	return (&Lineages{s, evaluationsView}).RowStreams(ctx, row, stream)
 }
 
 // OldestEra is Lineages.OldestEra of the evaluations table.
@@ -319,20 +324,31 @@ func (ls *Lineages) OldestEra(ctx context.Context) (uint32, error) {
 	return oldest, nil
 }
 
-// HoldsOtherStreams reports whether the table holds rows of another stream than stream (its
-// StreamID), where its rows name theirs (the archive's do, "deleted before ..." included; the
-// evaluations table's do not: false). It reads a column of every row: a keeper asks once, when it
-// adopts a table that has no lineage, whose rows of an era before eras were counted (all 0) may be
-// of streams deleted since.
-func (ls *Lineages) HoldsOtherStreams(ctx context.Context, stream string) (bool, error) {
+// RowStreams is what a table's rows say of the streams they came from, where they name them.
+type RowStreams struct {
+	// Named: the rows name their stream (the archive's do, "deleted before ..." included; the
+	// evaluations table's do not, and the rest is then false).
+	Named bool
+	// RowOf: the row asked of is the stream's, at its position.
+	RowOf bool
+	// Others: some row is of another stream.
+	Others bool
+}
+
+// RowStreams tells whether row (the newest, say) came from stream (its StreamID), and whether any
+// row came from another. It reads a column of every row: a keeper asks once, when it adopts a
+// table that has no lineage, whose rows of an era before eras were counted (all 0) may be of
+// streams deleted since.
+func (ls *Lineages) RowStreams(ctx context.Context, row RowKey, stream string) (RowStreams, error) {
 	if ls.t.streamColumn == "" {
-		return false, nil
+		return RowStreams{}, nil
 	}
-	var n uint64
-	if err := ls.s.query(ctx, ls.t.otherStreamsQuery(), []any{stream}, func(rows driver.Rows) error { return rows.Scan(&n) }); err != nil {
-		return false, fmt.Errorf("rank: rows of other streams: %w", err)
+	var others, of uint64
+	args := []any{stream, row.ExecutionID, row.TeamID, row.EventID, row.Pos.Era, row.Pos.Seq, stream}
+	if err := ls.s.query(ctx, ls.t.rowStreamsQuery(), args, func(rows driver.Rows) error { return rows.Scan(&others, &of) }); err != nil {
+		return RowStreams{}, fmt.Errorf("rank: the streams of the rows: %w", err)
 	}
-	return n > 0, nil
+	return RowStreams{Named: true, RowOf: of > 0, Others: others > 0}, nil
 }
 
 // KeyOf is the row key of a record, with its position.

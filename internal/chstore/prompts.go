@@ -153,7 +153,8 @@ func promptsQuery(f PromptFilter) (string, []any) {
 		where, args = where+` AND round_number IN ?`, append(args, rounds)
 	}
 	if k := f.Anchor; k != nil {
-		where, args = `(`+where+`) OR `+anchorAtCondition, append(args, k.ExecutionID, k.TeamID, k.EventID, k.Pos.Seq)
+		cond, anchorArgs := k.condition()
+		where, args = `(`+where+`) OR `+cond, append(args, anchorArgs...)
 	}
 	return `SELECT ` + archiveColumns + ` FROM prompts WHERE ` + where, args
 }

@@ -116,3 +116,45 @@ func TestArchivedPromptsOncePerEventID(t *testing.T) {
 		t.Errorf("after the drop: Holds = %v, want a missing table", err)
 	}
 }
+
+// TestAnArchiveAnchorSurvivesAMerge: the prompts table's merge keeps the first stored copy of a
+// record, whatever its sequence: a record sent again to a PROMPTS made again (era 1, sequence 3)
+// beside its copy of the stream before (era 0, sequence 500, stored earlier). Before, an anchor on
+// the era-1 copy was held by a copy at its sequence or before only, so the merge, keeping the
+// era-0 copy (500 > 3), "lost" it though nothing was lost: the keeper refilled (naming a loss) and
+// readers stopped reading the archive. Now a copy of an earlier era holds it too (found by review).
+func TestAnArchiveAnchorSurvivesAMerge(t *testing.T) {
+	ctx := t.Context()
+	st, cfg := testenv.Store(t, true)
+	at := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	rec := chstore.ArchivedPrompt{ExecutionID: "x", TeamID: "a", Round: 1, EventID: "prompt-a-1", EventType: "prompt.composed",
+		Subject: "prompt.composed.x.a", Body: []byte("{}")}
+	before, again := rec, rec
+	before.StreamCreated, before.Era, before.Seq, before.Stored = "2026-11-26T08:00:00Z", 0, 500, at
+	again.StreamCreated, again.Era, again.Seq, again.Stored = "2026-11-26T10:00:00Z", 1, 3, at.Add(2*time.Hour)
+	if err := st.ArchivePrompts(ctx, []chstore.ArchivedPrompt{before}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ArchivePrompts(ctx, []chstore.ArchivedPrompt{again}); err != nil {
+		t.Fatal(err)
+	}
+	lineages := st.ArchiveLineages()
+	anchor := again.Key()
+	if held, err := lineages.Holds(ctx, anchor); err != nil || !held {
+		t.Fatalf("before the merge: Holds = %v, %v", held, err)
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: cfg.Addrs, Auth: clickhouse.Auth{Database: cfg.Database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "OPTIMIZE TABLE prompts FINAL"); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := lineages.Holds(ctx, anchor); err != nil || !held {
+		t.Errorf("after a merge: Holds(anchor era 1 seq 3) = %v, %v; the table lost nothing (it holds the record's first copy)", held, err)
+	}
+	if _, err := st.ArchivedPrompts(ctx, chstore.PromptFilter{ExecutionID: "x", Anchor: &anchor}); err != nil {
+		t.Errorf("an anchored read after a merge: %v", err)
+	}
+}

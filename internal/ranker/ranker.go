@@ -42,7 +42,7 @@ type store interface {
 	Holds(ctx context.Context, k chstore.RowKey) (bool, error)
 	NewestRow(ctx context.Context) (chstore.RowKey, bool, error)
 	OldestEra(ctx context.Context) (uint32, error)
-	HoldsOtherStreams(ctx context.Context, stream string) (bool, error)
+	RowStreams(ctx context.Context, row chstore.RowKey, stream string) (chstore.RowStreams, error)
 }
 
 var _ store = (*chstore.Store)(nil)
@@ -224,7 +224,13 @@ func (r *ranker) handle(ctx context.Context, msgs []jetstream.Msg, ann *announce
 	if ok {
 		// Once per lineage, before the acks: a composer that sees them committed sees the anchor
 		// its reads check too (chstore/anchored.go).
-		r.keep.AnchorAfter(ctx, b.recs)
+		if err := r.keep.AnchorAfter(ctx, b.recs); err != nil {
+			r.log.WarnContext(ctx, "the store's first anchor not noted; the batch is given back", "error", err)
+			for _, i := range b.keep {
+				res.Outcomes[i] = settle.RetryLater(err)
+			}
+			return res
+		}
 		res.After = func(ctx context.Context) {
 			r.m.events.WithLabelValues("stored").Add(float64(len(b.recs)))
 			r.notifyCommitted(b)

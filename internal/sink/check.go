@@ -193,15 +193,24 @@ func (k *Keeper[R]) adopt(ctx context.Context, newest chstore.RowKey, has bool, 
 		return chstore.Lineage{}, err
 	}
 	lin := chstore.Lineage{Epoch: epoch, Stream: stream, Anchor: newest, Whole: true}
+	var rs chstore.RowStreams
+	if has {
+		if rs, err = k.cfg.Table.RowStreams(ctx, newest, stream); err != nil {
+			return chstore.Lineage{}, err
+		}
+	}
 	switch {
 	case known && last.Stream == stream:
 		lin.Era = max(last.Era, newest.Pos.Era)
 	case known:
 		lin.Era = max(last.Era, newest.Pos.Era) + 1
 	case has:
-		of, err := k.ofStream(ctx, newest)
-		if err != nil {
-			return chstore.Lineage{}, err // checked again: a doubt must not raise the era
+		// Where the rows name their stream, the newest says; else the stream at its sequence.
+		of := rs.RowOf
+		if !rs.Named {
+			if of, err = k.ofStream(ctx, newest); err != nil {
+				return chstore.Lineage{}, err // checked again: a doubt must not raise the era
+			}
 		}
 		lin.Era = newest.Pos.Era
 		if !of {
@@ -217,11 +226,7 @@ func (k *Keeper[R]) adopt(ctx context.Context, newest chstore.RowKey, has bool, 
 		// Rows that name another stream than this one (a table written before eras were
 		// counted: every row era 0, whatever its stream) are of a stream deleted since: this one
 		// takes an era after theirs, so that losing them is named (loss.go).
-		others, err := k.cfg.Table.HoldsOtherStreams(ctx, stream)
-		if err != nil {
-			return chstore.Lineage{}, err
-		}
-		if others {
+		if rs.Others {
 			lin.Era = max(lin.Era, oldest+1)
 		}
 		lin.Floor = min(oldest, lin.Era)

@@ -32,10 +32,10 @@ type Table interface {
 	NextEpoch(ctx context.Context, now time.Time) (uint64, error)
 	// Holds reports whether the table holds the row an anchor names, at its position.
 	Holds(ctx context.Context, k chstore.RowKey) (bool, error)
-	// NewestRow, OldestEra and HoldsOtherStreams tell what a table found without a lineage holds.
+	// NewestRow, OldestEra and RowStreams tell what a table found without a lineage holds.
 	NewestRow(ctx context.Context) (chstore.RowKey, bool, error)
 	OldestEra(ctx context.Context) (uint32, error)
-	HoldsOtherStreams(ctx context.Context, stream string) (bool, error)
+	RowStreams(ctx context.Context, row chstore.RowKey, stream string) (chstore.RowStreams, error)
 }
 
 // Rows is how the stream's messages become the table's rows: one way for live writes, refills and
@@ -241,22 +241,25 @@ func (k *Keeper[R]) publishLocked(ctx context.Context, lin chstore.Lineage, refi
 }
 
 // AnchorAfter gives a lineage without an anchor (noted while the table was empty) the first of
-// rows a commit stored, so that losing the table from then on is seen. Commits held.
-func (k *Keeper[R]) AnchorAfter(ctx context.Context, rows []R) {
+// rows a commit stored, so that losing the table from then on is seen. Commits held. An error when
+// the anchor could not be noted: the commit is not acknowledged (its rows are written again when it
+// comes again), for a table emptied meanwhile would be taken for whole by a lineage anchored on
+// later rows.
+func (k *Keeper[R]) AnchorAfter(ctx context.Context, rows []R) error {
 	lin := k.published.Load()
 	if lin == nil || lin.Anchor != (chstore.RowKey{}) || len(rows) == 0 {
-		return
+		return nil
 	}
 	next := *lin
 	next.Anchor = k.cfg.Rows.Key(rows[0])
 	if err := k.cfg.Table.NoteLineage(ctx, next); err != nil {
-		k.cfg.Log.Warn("lineage anchor not noted; the next commit tries again", "table", k.cfg.View.What, "error", err)
-		return
+		return fmt.Errorf("the anchor of %s not noted: %w", k.cfg.View.What, err)
 	}
-	// Readers anchor their reads on it (chstore/anchored.go).
+	// Readers anchor their reads on it (chstore/anchored.go); the table's lineage names it already.
 	if err := k.Publish(ctx, next, ""); err != nil {
 		k.cfg.Log.Warn("lineage anchor not published; the next check publishes it", "table", k.cfg.View.What, "error", err)
 	}
+	return nil
 }
 
 // EraOf is the era of the stream created then (a batch's, consume.StreamOf), commits held: the

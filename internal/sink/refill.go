@@ -198,8 +198,13 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 	if after > 0 {
 		after-- // a stream that never held a message says 0
 	}
+	// resumed and first are rows this try relies on the table still holding: the anchor of the
+	// refill it goes on from, and the first row it stores. A table emptied or made again while it
+	// writes (an operator, another replica's repair) lost them: the try does not count.
+	var resumed, first chstore.RowKey
 	if !repair && k.resumable(ctx, resume, lin.Stream) {
 		lin, after = resume, resume.Through
+		resumed = resume.Anchor
 		k.cfg.Log.Info("the refill goes on from where it stopped", "table", k.cfg.View.What, "lineage", lin.ID(), "after", after)
 	}
 	lin.Whole, lin.Noted = false, time.Time{}
@@ -220,6 +225,9 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 		}
 	}
 	beat := func(ctx context.Context) error {
+		if err := k.stillHolds(ctx, resumed, first); err != nil {
+			return err
+		}
 		if err := k.cfg.Table.NoteLineage(ctx, lin); err != nil {
 			return errorOf(err)
 		}
@@ -242,6 +250,9 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 	res, err = FillFrom(ctx, src, after, k.cfg.Write, func(ctx context.Context, f Filled[R]) error {
 		if f.HasLast {
 			lin.Anchor, lin.Through = k.cfg.Rows.Key(f.Last), f.LastSeq // the progress the next note records
+			if first == (chstore.RowKey{}) {
+				first = lin.Anchor
+			}
 		}
 		if time.Since(last) < refillBeat {
 			return nil
@@ -256,6 +267,9 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 		k.cfg.Log.Warn("the refill skipped rows the table refuses (they were dead-lettered when they came)", "table", k.cfg.View.What, "count", res.Refused)
 	}
 	k.warnTrimmed(ctx)
+	if err := k.stillHolds(ctx, resumed, first); err != nil {
+		return res, lin, err
+	}
 	lin.Whole = true
 	if res.HasLast {
 		lin.Anchor = k.cfg.Rows.Key(res.Last)
@@ -270,6 +284,24 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 		return res, lin, errorOf(err)
 	}
 	return res, lin, k.Publish(ctx, lin, "")
+}
+
+// stillHolds is nil while the table holds every one of rows (a zero key: none to hold); else an
+// ErrTableLost naming the row gone, so that the refill starts over, repairing.
+func (k *Keeper[R]) stillHolds(ctx context.Context, rows ...chstore.RowKey) error {
+	for _, row := range rows {
+		if row == (chstore.RowKey{}) {
+			continue
+		}
+		held, err := k.cfg.Table.Holds(ctx, row)
+		if err != nil {
+			return errorOf(err)
+		}
+		if !held {
+			return fmt.Errorf("%w: the table lost a row this refill stored (%s at %d:%d): emptied or made again while it was filled", ErrTableLost, row.EventID, row.Pos.Era, row.Pos.Seq)
+		}
+	}
+	return nil
 }
 
 // resumable reports whether a refill that stopped may go on after its Through: of this stream,
