@@ -2,12 +2,14 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,6 +24,7 @@ import (
 // noted and published whole on that stream (epoch 1, era 0).
 type keeperFixture struct {
 	k      *Keeper[rank.Record]
+	nc     *nats.Conn
 	st     *chstore.Store
 	chCfg  chstore.Config
 	kcfg   Config[rank.Record]
@@ -35,7 +38,7 @@ func newKeeperFixture(t *testing.T, tune func(*Config[rank.Record])) *keeperFixt
 	t.Helper()
 	ctx := t.Context()
 	st, chCfg := testenv.Store(t, true)
-	_, js := testenv.JetStream(t, testenv.NATS(t))
+	nc, js := testenv.JetStream(t, testenv.NATS(t))
 	cfg, err := events.StreamConfig(events.StreamEvaluations, events.StreamOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +67,7 @@ func newKeeperFixture(t *testing.T, tune func(*Config[rank.Record])) *keeperFixt
 	if tune != nil {
 		tune(&c)
 	}
-	f := &keeperFixture{k: NewKeeper(c), st: st, chCfg: chCfg, kcfg: c, js: js, cfg: cfg, stream: stream,
+	f := &keeperFixture{k: NewKeeper(c), nc: nc, st: st, chCfg: chCfg, kcfg: c, js: js, cfg: cfg, stream: stream,
 		was: chstore.Lineage{Epoch: 1, Stream: chstore.StreamID(stream.CachedInfo().Created), Whole: true}}
 	if err := st.NoteLineage(ctx, f.was); err != nil {
 		t.Fatal(err)
@@ -335,5 +338,104 @@ func TestAnArchiveOfEarlierStreamsIsAdoptedInALaterEra(t *testing.T) {
 	}
 	if from, to, lost := lin.LostEras(now); !lost || from != 0 || to != 0 {
 		t.Errorf("losing the table would lose eras %d-%d (%v), want era 0", from, to, lost)
+	}
+}
+
+// auditLosses names a lost table's eras, and reads an operator's acceptance on AUDIT, as the
+// services do (with no executions named).
+type auditLosses struct{ nc *nats.Conn }
+
+func (auditLosses) Of(_ context.Context, lin chstore.Lineage, stream string) (*events.StoreLoss, error) {
+	from, to, lost := lin.LostEras(stream)
+	if !lost {
+		return nil, nil
+	}
+	return &events.StoreLoss{Lineage: lin.ID(), FromEra: from, ToEra: to, Executions: []string{}}, nil
+}
+
+func (l auditLosses) Accepted(ctx context.Context, lineage string) (bool, error) {
+	return AcceptedOn(ctx, l.nc, events.SubjectLossAccepted, lineage)
+}
+
+func (auditLosses) Text(s events.StoreLoss) string { return "rows lost: " + ErasText(s) }
+
+// TestALossIsResolvedOnEveryReplica: two replicas keep one table. The stream is deleted and made
+// again (era 1), then the table is emptied: the rows of era 0 are kept nowhere else. Both name the
+// loss, unready, refilling nothing. An operator accepts it on AUDIT; one replica refills, and the
+// other, still waiting on the loss, finds the table whole at its next check: ready again, the loss
+// no longer published, without a refill of its own.
+func TestALossIsResolvedOnEveryReplica(t *testing.T) {
+	ctx := t.Context()
+	f := newKeeperFixture(t, func(c *Config[rank.Record]) { c.Grace = time.Millisecond })
+	f.kcfg.Losses = auditLosses{nc: f.nc}
+	if _, err := events.MakeStreams(ctx, f.js, events.StreamOptions{}, events.StreamAudit); err != nil {
+		t.Fatal(err)
+	}
+	recs := []rank.Record{{EventID: "e1", Seq: 1}}
+	recs[0].ExecutionID, recs[0].TeamID, recs[0].TeamName, recs[0].RoundNumber = "x", "t", "T", 1
+	if err := f.st.Insert(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	anchored := f.was
+	anchored.Anchor = chstore.KeyOf(recs[0])
+	if err := f.st.NoteLineage(ctx, anchored); err != nil {
+		t.Fatal(err)
+	}
+	replica := func() *Keeper[rank.Record] { // its own process: its own readiness
+		c := f.kcfg
+		v := *c.View
+		v.Whole = health.New(prometheus.NewRegistry(), "test").Condition("store", nil)
+		c.View = &v
+		return NewKeeper(c)
+	}
+	a, b := replica(), replica()
+	for _, k := range []*Keeper[rank.Record]{a, b} {
+		if err := k.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.remake(t)
+	for _, k := range []*Keeper[rank.Record]{a, b} {
+		if err := k.Check(ctx); err != nil { // the new stream's era: its rows of era 0 stay
+			t.Fatal(err)
+		}
+	}
+	if got := a.Published(); got.Era != 1 || got.Floor != 0 {
+		t.Fatalf("after the stream was made again: %+v, want era 1, floor 0", got)
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "TRUNCATE TABLE evaluations"); err != nil {
+		t.Fatal(err)
+	}
+	for name, k := range map[string]*Keeper[rank.Record]{"a": a, "b": b} {
+		if err := k.Check(ctx); !errors.Is(err, ErrLossHeld) {
+			t.Fatalf("replica %s after the table was emptied: %v, want ErrLossHeld", name, err)
+		}
+		if k.Loss() == nil || k.Loss().FromEra != 0 || k.Loss().ToEra != 0 {
+			t.Fatalf("replica %s names the loss %+v, want era 0", name, k.Loss())
+		}
+	}
+	body, err := json.Marshal(events.StoreLoss{Lineage: a.Loss().Lineage, FromEra: 0, ToEra: 0, Executions: []string{}, Reason: "no backup"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.js.Publish(ctx, events.SubjectLossAccepted, body); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Check(ctx); err != nil { // accepted: refilled from the stream there is now
+		t.Fatal(err)
+	}
+	if err := a.Check(ctx); err != nil { // whole, by the other replica's refill
+		t.Fatal(err)
+	}
+	if a.Loss() != nil || a.cfg.View.Whole.Err() != nil {
+		t.Errorf("the replica that did not refill still waits on the loss %+v (%v)", a.Loss(), a.cfg.View.Whole.Err())
+	}
+	if got, pub := b.Published(), a.Published(); got.ID() != pub.ID() || got.Floor != 1 || !pub.Whole {
+		t.Errorf("the replicas publish %+v and %+v, want the refill's lineage, floor 1, whole", pub, got)
 	}
 }
