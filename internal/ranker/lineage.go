@@ -52,7 +52,7 @@ func (r *ranker) newKeeper(tune ...func(*sink.Config[rank.Record])) *sink.Keeper
 		View:      newView(r.m, r.whole, r.log),
 		Log:       r.log,
 		Publish:   r.publishState,
-		Published: sink.StoreKeys.ConsumerLineage(r.js, events.StreamEvaluations, events.ConsumerRanker),
+		Published: r.remembered,
 		Replicas:  r.replicasInTheWay,
 		Losses:    losses{r},
 		Refilling: func() func() {

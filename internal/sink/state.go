@@ -51,15 +51,24 @@ func (k Keys) Metadata(s State) (map[string]string, error) {
 	return md, nil
 }
 
-// LineageOf reads the lineage a consumer's metadata names (epoch, stream, era, floor and anchor),
-// taken as whole; false when it names none.
-func (k Keys) LineageOf(md map[string]string) (chstore.Lineage, bool) {
-	epochText, stream, ok := strings.Cut(md[k.Lineage], "@")
+// ParseLineageID reads a lineage's ID (chstore.Lineage.ID: epoch@stream); false when it is not one.
+func ParseLineageID(id string) (chstore.Lineage, bool) {
+	epochText, stream, ok := strings.Cut(id, "@")
 	epoch, err := strconv.ParseUint(epochText, 10, 64)
 	if !ok || err != nil || epoch == 0 {
 		return chstore.Lineage{}, false
 	}
-	lin := chstore.Lineage{Epoch: epoch, Stream: stream, Whole: true}
+	return chstore.Lineage{Epoch: epoch, Stream: stream}, true
+}
+
+// LineageOf reads the lineage a consumer's metadata names (epoch, stream, era, floor and anchor),
+// taken as whole; false when it names none.
+func (k Keys) LineageOf(md map[string]string) (chstore.Lineage, bool) {
+	lin, ok := ParseLineageID(md[k.Lineage])
+	if !ok {
+		return chstore.Lineage{}, false
+	}
+	lin.Whole = true
 	era, _ := strconv.ParseUint(md[k.Era], 10, 32)
 	floor, err := strconv.ParseUint(md[k.Floor], 10, 32)
 	if err != nil {

@@ -38,6 +38,19 @@ func (ev *Evaluations) HoldsEras(from, to uint32) bool {
 	return false
 }
 
+// Span is the stored copies at the earliest and the latest position; false when there is none.
+func (ev *Evaluations) Span() (first, last Stored, ok bool) {
+	for i, r := range ev.rows {
+		if i == 0 || r.Pos.Compare(first.Pos) < 0 {
+			first = r
+		}
+		if i == 0 || r.Pos.After(last.Pos) {
+			last = r
+		}
+	}
+	return first, last, len(ev.rows) > 0
+}
+
 // Bytes approximates the memory the evaluations hold, for caches that bound it: the rows and
 // every reduction kept for later callers (each a copy of the rows it counts).
 func (ev *Evaluations) Bytes() int {
