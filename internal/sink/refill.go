@@ -90,13 +90,11 @@ func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
 	}
 	fresh := false
 	if plan.lost {
-		accepted, err := k.checkLoss(ctx, chstore.StreamID(info.Created))
-		if err != nil {
+		var accepted bool
+		if fresh, accepted, err = k.checkLoss(ctx, chstore.StreamID(info.Created)); err != nil {
 			return err
 		}
-		// Only an accepted loss starts the floor anew: a table that lost nothing (its anchor
-		// held, or no era before its stream's) keeps whatever older rows it holds.
-		if fresh = accepted; fresh {
+		if accepted {
 			plan.why = "an operator accepted the loss; " + plan.why
 		}
 	}
@@ -162,8 +160,8 @@ func (k *Keeper[R]) awaitRefill(ctx context.Context) error {
 
 // refillSteps is one try of refill: what it wrote, and the lineage it noted last. It goes on from
 // resume where that is of the same stream and the table holds its anchor; else from the start.
-// fresh is the refill of a table whose loss an operator accepted: its lineage holds its own era's
-// rows only.
+// fresh is the refill of a table whose rows are gone (nothing older lost with them, or an operator
+// accepted what was): its lineage holds its own era's rows only.
 func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh bool, resume chstore.Lineage) (res Filled[R], lin chstore.Lineage, err error) {
 	info, err := k.streamInfo(ctx)
 	if err != nil {
