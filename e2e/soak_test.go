@@ -62,7 +62,10 @@ import (
 // committed what it holds (an execution's evaluations then all belong to one stream: the
 // orchestrators start new executions after it), ROUNDS and PROMPTS once every request was answered
 // and archived. An execution whose stream was deleted and whose table was dropped after is lost
-// with both copies: it is counted, and left out of the checks of what the store holds.
+// with both copies: it is counted, and left out of the checks of what the store holds. Each such
+// loss, of evaluations or of prompt records, must be named by the ranker or the archiver, which
+// wait for an operator: the soak accepts it (`podium store accept-loss [--archive]`), and fails
+// when none is named where its own bookkeeping says one was made.
 //
 // PODIUM_SOAK sets how long it plays (default 100s, at least one cycle of every fault; `make
 // soak` plays 30 minutes) and PODIUM_SOAK_SEED the schedule (default: the clock). The seed is
@@ -165,6 +168,11 @@ type soak struct {
 	// promptsDeleted is when PROMPTS was last deleted; archiveLost when the archive was dropped
 	// after that: the answers of the requests published before it are lost with both copies.
 	promptsDeleted, archiveLost time.Time
+	// promptsInc counts PROMPTS' deletions; archiveFloorInc is the first incarnation of PROMPTS
+	// whose records the archive holds (the archiver's floor): the archive dropped while it is
+	// below promptsInc loses the records of the incarnations before, which the archiver must name
+	// and an operator accept (settleArchiveLoss).
+	promptsInc, archiveFloorInc int
 	// tableFault is when the evaluations table was last dropped or truncated, in incarnation
 	// tableFaultInc: EVALUATIONS is deleted only once the ranker refilled the table since.
 	tableFault    time.Time
@@ -381,11 +389,16 @@ func (s *soak) injectWith(start time.Time, rng *rand.Rand, kind string) {
 	case "drop archive":
 		s.evMu.Lock()
 		err := s.storeExec("DROP TABLE IF EXISTS prompts")
-		if (err == nil || errors.Is(err, context.DeadlineExceeded)) && !s.promptsDeleted.IsZero() { // as for the evaluations' table
+		lost := (err == nil || errors.Is(err, context.DeadlineExceeded)) && s.archiveFloorInc < s.promptsInc // as for the evaluations' table
+		if lost {
 			s.archiveLost = s.promptsDeleted
 		}
 		s.evMu.Unlock()
-		s.fault(start, began, fmt.Sprintf("prompts table (the archive) dropped (%v)", errText(err)))
+		settled := ""
+		if lost {
+			settled = "; " + s.settleArchiveLoss()
+		}
+		s.fault(start, began, fmt.Sprintf("prompts table (the archive) dropped (%v)%s", errText(err), settled))
 	case "delete EVALUATIONS":
 		s.fault(start, began, "EVALUATIONS deleted once the ranker committed it, made again by the ranker: "+s.deleteEvaluations())
 	case "delete ROUNDS", "delete PROMPTS":
@@ -521,30 +534,54 @@ func (s *soak) deleteEvaluations() string {
 // ranker must name the loss (on its consumer, within 30 s: its check runs every 5 s) and wait for
 // it; the operator accepts it with `podium store accept-loss`, and the ranker refills.
 func (s *soak) settleLoss() string {
+	l, out := s.acceptLoss(events.StreamEvaluations, events.ConsumerRanker, events.MetaStoreLoss, "the ranker")
+	if l == nil {
+		return out
+	}
+	s.evMu.Lock()
+	s.floorInc = s.inc
+	s.evMu.Unlock()
+	return out
+}
+
+// settleArchiveLoss is settleLoss for the archive dropped while it held the records of a deleted
+// PROMPTS: the archiver names the loss, the operator accepts it with `podium store accept-loss
+// --archive`, and the archiver fills the table from the PROMPTS there is now.
+func (s *soak) settleArchiveLoss() string {
+	l, out := s.acceptLoss(events.StreamPrompts, events.ConsumerArchiver, events.MetaArchiveLoss, "the archiver", "--archive")
+	if l == nil {
+		return out
+	}
+	s.evMu.Lock()
+	s.archiveFloorInc = s.promptsInc
+	s.evMu.Unlock()
+	return out
+}
+
+// acceptLoss waits (30 s) for the loss the durable's metadata names under key, and accepts it.
+func (s *soak) acceptLoss(stream, durable, key, who string, flags ...string) (*events.StoreLoss, string) {
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		cons, err := s.e.js.Consumer(ctx, events.StreamEvaluations, events.ConsumerRanker)
+		cons, err := s.e.js.Consumer(ctx, stream, durable)
 		cancel()
 		if err != nil {
 			continue
 		}
 		var l events.StoreLoss
-		raw := cons.CachedInfo().Config.Metadata[events.MetaStoreLoss]
+		raw := cons.CachedInfo().Config.Metadata[key]
 		if raw == "" || json.Unmarshal([]byte(raw), &l) != nil {
 			continue
 		}
-		out, code := s.e.podium(s.t, nil, "store", "accept-loss", "--lineage", l.Lineage, "--reason", "soak: the table lost the rows of a deleted EVALUATIONS")
+		args := append(append([]string{"store", "accept-loss"}, flags...), "--lineage", l.Lineage, "--reason", "soak: the table lost the rows of a deleted "+stream)
+		out, code := s.e.podium(s.t, nil, args...)
 		if code != 0 {
-			s.t.Errorf("podium store accept-loss --lineage %s: exit %d\n%s", l.Lineage, code, out)
-			return "accept-loss failed"
+			s.t.Errorf("podium %v: exit %d\n%s", args, code, out)
+			return nil, "accept-loss failed"
 		}
-		s.evMu.Lock()
-		s.floorInc = s.inc
-		s.evMu.Unlock()
-		return fmt.Sprintf("the ranker named the loss of eras %d-%d (%d executions), accepted", l.FromEra, l.ToEra, len(l.Executions))
+		return &l, fmt.Sprintf("%s named the loss of eras %d-%d (%d executions), accepted", who, l.FromEra, l.ToEra, len(l.Executions))
 	}
-	s.t.Errorf("the table lost the rows of a deleted EVALUATIONS and the ranker named no loss within 30 s")
-	return "no loss named"
+	s.t.Errorf("the table lost the rows of a deleted %s and %s named no loss within 30 s", stream, who)
+	return nil, "no loss named"
 }
 
 // refilledSinceTableFault waits, when the table was dropped or truncated in this stream's
@@ -590,6 +627,7 @@ func (s *soak) deleteQuiet(stream string) string {
 	if stream == events.StreamPrompts {
 		s.evMu.Lock()
 		s.promptsDeleted = time.Now()
+		s.promptsInc++
 		s.evMu.Unlock()
 	}
 	if err := s.remade(stream); err != nil {
