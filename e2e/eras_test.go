@@ -358,14 +358,12 @@ func remakeEvaluations(t *testing.T, e *env) {
 	})
 }
 
-// TestErasGoOnWhenOnlyWhatWasDerivedRemembers: rounds stored in era 0, EVALUATIONS deleted and
-// made again, a round in era 1; then, with the ranker down, its database is dropped and its
-// consumer deleted: nothing remembers the store's lineage but what was derived from it (the score
-// snapshots in SCORES name it and hold the rows' positions; the boards on LEADERBOARDS their era).
-// Before, the ranker refilled from the stream there is now in era 0: eras went back, and the rows
-// of era 0, kept in the dropped database alone, were lost without a word. Now the loss is named,
-// and once accepted the store goes on in era 1.
-func TestErasGoOnWhenOnlyWhatWasDerivedRemembers(t *testing.T) {
+// TestErasNeverGoBackWhenNothingRemembersTheLineage: rounds stored in era 0, EVALUATIONS deleted
+// and made again, a round in era 1; then, with the ranker down, its database is dropped and its
+// consumer deleted: nothing remembers the store's lineage. Before, the ranker refilled from the
+// stream there is now in era 0: eras went back. Now it takes the highest era what was derived from
+// the store names (the score snapshots in SCORES, the boards on LEADERBOARDS): era 1.
+func TestErasNeverGoBackWhenNothingRemembersTheLineage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ranker := e.start("ranker")
@@ -390,30 +388,13 @@ func TestErasGoOnWhenOnlyWhatWasDerivedRemembers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ranker = e.spawn("ranker")
-	testenv.WaitFor(t, 60*time.Second, "the ranker to name the loss", func() (bool, string) {
-		code, body := readiness(ranker)
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "evaluations lost") && strings.Contains(body, "era 0") &&
-			strings.Contains(body, "["+exec+"]"), fmt.Sprint(code, body)
-	})
-	out, code := e.podium(t, nil, "store", "accept-loss")
-	lineage := ""
-	if i := strings.Index(out, "--lineage "); i >= 0 {
-		lineage = strings.Fields(out[i+len("--lineage "):])[0]
-	}
-	if code == 0 || lineage == "" {
-		t.Fatalf("podium store accept-loss: exit %d, want non-zero naming the loss\n%s", code, out)
-	}
-	if out, code := e.podium(t, nil, "store", "accept-loss", "--lineage", lineage, "--reason", "the database and its backup are gone"); code != 0 {
-		t.Fatalf("accept-loss: exit %d\n%s", code, out)
-	}
-	waitReadiness(t, ranker, http.StatusOK, 60*time.Second)
+	ranker = e.start("ranker")
 	info, err := consumerInfo(t.Context(), e.js, events.StreamEvaluations, events.ConsumerRanker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if md := info.Config.Metadata; md[events.MetaStoreEra] != "1" || md[events.MetaStoreFloor] != "1" {
-		t.Fatalf("the store after the acceptance: %v, want era 1 (eras never go back), floor 1", md)
+		t.Fatalf("the store refilled when nothing remembers its lineage: %v, want era 1 (eras never go back), floor 1", md)
 	}
 	publish(4)
 	waitBoardRounds(t, ranker, exec, 4, 30*time.Second) // rounds 3 and 4: what the stream holds

@@ -52,7 +52,8 @@ func (r *ranker) newKeeper(tune ...func(*sink.Config[rank.Record])) *sink.Keeper
 		View:      newView(r.m, r.whole, r.log),
 		Log:       r.log,
 		Publish:   r.publishState,
-		Published: r.remembered,
+		Published: sink.StoreKeys.ConsumerLineage(r.js, events.StreamEvaluations, events.ConsumerRanker),
+		EraFloor:  r.eraFloor,
 		Replicas:  r.replicasInTheWay,
 		Losses:    losses{r},
 		Refilling: func() func() {

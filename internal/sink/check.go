@@ -217,6 +217,13 @@ func (k *Keeper[R]) adopt(ctx context.Context, newest chstore.RowKey, has bool, 
 			lin.Era++
 		}
 	}
+	if !known {
+		least, err := k.eraFloor(ctx)
+		if err != nil {
+			return chstore.Lineage{}, err
+		}
+		lin.Era = max(lin.Era, least)
+	}
 	lin.Floor = lin.Era
 	if has {
 		oldest, err := k.cfg.Table.OldestEra(ctx)

@@ -100,6 +100,11 @@ type Config[R any] struct {
 	Replicas func(ctx context.Context, stream string) error
 	// Losses names what a lost table lost (nil: a loss is never named).
 	Losses Losses
+	// EraFloor is the least era a lineage takes when nothing remembers the one before (the table's
+	// lineage and the consumer's metadata both lost): the highest era what was derived from the
+	// table names (nil: 0). Eras then never go back, though a stream made again meanwhile is not
+	// told from the one before.
+	EraFloor func(ctx context.Context) (uint32, error)
 	// Refilling is held for the whole of a refill (the ranker's boards are not read meanwhile);
 	// it returns what ends it. nil: nothing is.
 	Refilling func() (done func())

@@ -77,48 +77,45 @@ func (k *Keeper[R]) lastLineage(ctx context.Context) (chstore.Lineage, bool, err
 }
 
 // checkLoss runs before a refill of a lost table: nil when nothing is lost or the loss was
-// accepted; ErrLossHeld, with the service unready and the loss named, while it waits for an
-// operator. fresh is a table whose rows are gone (nothing of an older era was lost with them, or
-// an operator accepted what was): the refill's lineage starts its own floor, for the table holds
-// its own stream's rows alone then; accepted says an operator accepted a loss.
-func (k *Keeper[R]) checkLoss(ctx context.Context, stream string) (fresh, accepted bool, err error) {
+// accepted (accepted true); ErrLossHeld, with the service unready and the loss named, while it
+// waits for an operator.
+func (k *Keeper[R]) checkLoss(ctx context.Context, stream string) (accepted bool, err error) {
+	if k.cfg.Losses == nil {
+		return false, nil
+	}
 	last, known, err := k.lastLineage(ctx)
 	if err != nil {
-		return false, false, err // not known: a loss held stays held
+		return false, err // not known: a loss held stays held
 	}
 	if !known {
 		k.loss.Store(nil)
-		return false, false, nil // the refill starts its own floor anyway
+		return false, nil
 	}
-	// A table that still holds the lineage's anchor lost nothing (only its lineage went, say):
-	// its rows, older eras' included, stay.
+	// A table that still holds the lineage's anchor lost nothing (only its lineage went, say).
 	if last.Anchor != (chstore.RowKey{}) {
 		if held, err := k.cfg.Table.Holds(ctx, last.Anchor); err == nil && held {
 			k.loss.Store(nil)
-			return false, false, nil
+			return false, nil
 		}
-	}
-	if k.cfg.Losses == nil {
-		return true, false, nil // a loss is not named: the rows are gone all the same
 	}
 	l := k.loss.Load()
 	if l == nil || l.Lineage != last.ID() { // named once per lineage: its scans are not made again
 		if l, err = k.cfg.Losses.Of(ctx, last, stream); err != nil {
-			return false, false, err
+			return false, err
 		}
 	}
 	if l == nil {
 		k.loss.Store(nil)
-		return true, false, nil
+		return false, nil
 	}
 	ok, err := k.cfg.Losses.Accepted(ctx, l.Lineage)
 	if err != nil {
-		return false, false, err
+		return false, err
 	}
 	if ok {
 		k.loss.Store(nil)
 		k.cfg.Log.Warn("the loss was accepted by an operator; refilling from the stream there is now", "table", k.cfg.View.What, "lineage", l.Lineage, "from_era", l.FromEra, "to_era", l.ToEra)
-		return true, true, nil
+		return true, nil
 	}
 	why := k.cfg.Losses.Text(*l)
 	if was := k.loss.Swap(l); was == nil || was.Lineage != l.Lineage {
@@ -129,7 +126,7 @@ func (k *Keeper[R]) checkLoss(ctx context.Context, stream string) (fresh, accept
 	if err := k.Publish(ctx, last, why); err != nil {
 		k.cfg.Log.Warn("the loss not published on the consumer; trying again", "table", k.cfg.View.What, "error", err)
 	}
-	return false, false, fmt.Errorf("%w: %s", ErrLossHeld, why)
+	return false, fmt.Errorf("%w: %s", ErrLossHeld, why)
 }
 
 // lossResolved ends a loss the keeper waited on once a check found the table whole without a

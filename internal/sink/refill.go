@@ -88,10 +88,9 @@ func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
 			return err
 		}
 	}
-	fresh := false
 	if plan.lost {
-		var accepted bool
-		if fresh, accepted, err = k.checkLoss(ctx, chstore.StreamID(info.Created)); err != nil {
+		accepted, err := k.checkLoss(ctx, chstore.StreamID(info.Created))
+		if err != nil {
 			return err
 		}
 		if accepted {
@@ -114,7 +113,7 @@ func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
 				plan.resume = l // its progress as it last noted it
 			}
 		}
-		res, lin, err := k.refillSteps(ctx, plan.why, repair, fresh, plan.resume)
+		res, lin, err := k.refillSteps(ctx, plan.why, repair, plan.resume)
 		if err == nil {
 			return Tried{Attrs: []any{"lineage", lin.ID(), "messages", res.Read, "written", res.Written, "refused", res.Refused, "invalid", res.Skipped}}, nil
 		}
@@ -160,9 +159,7 @@ func (k *Keeper[R]) awaitRefill(ctx context.Context) error {
 
 // refillSteps is one try of refill: what it wrote, and the lineage it noted last. It goes on from
 // resume where that is of the same stream and the table holds its anchor; else from the start.
-// fresh is the refill of a table whose rows are gone (nothing older lost with them, or an operator
-// accepted what was): its lineage holds its own era's rows only.
-func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh bool, resume chstore.Lineage) (res Filled[R], lin chstore.Lineage, err error) {
+func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair bool, resume chstore.Lineage) (res Filled[R], lin chstore.Lineage, err error) {
 	info, err := k.streamInfo(ctx)
 	if err != nil {
 		return res, lin, err
@@ -173,13 +170,19 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 	}
 	lin = chstore.Lineage{Epoch: epoch, Stream: chstore.StreamID(info.Created)}
 	// Eras only grow: the newest lineage known (the table's, or, when the table lost it, the one
-	// published) names the era this stream's rows take.
+	// published) names the era this stream's rows take; when none is known, what was derived from
+	// the table may still say which eras were used (EraFloor).
 	prev, known, err := k.lastLineage(ctx)
 	if err != nil {
 		return res, lin, err
 	}
+	if !known {
+		if lin.Era, err = k.eraFloor(ctx); err != nil {
+			return res, lin, err
+		}
+	}
 	if known {
-		lin.Era, lin.Floor = prev.EraOf(lin.Stream), min(prev.Floor, prev.EraOf(lin.Stream))
+		lin.Era = prev.EraOf(lin.Stream)
 		if prev.Stream != lin.Stream {
 			// The refill begins the era of a stream made again: not while a batch of the stream
 			// before may still commit (check.go, mayBeginEra), as a check's switch.
@@ -188,9 +191,6 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 			}
 			k.before.Store(&prev) // a batch of the stream before, committed after, keeps its era
 		}
-	}
-	if fresh || !known {
-		lin.Floor = lin.Era
 	}
 	after := info.State.FirstSeq
 	if after > 0 {
@@ -220,6 +220,14 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 		}
 		if k.cfg.View.Metrics.Repairs != nil {
 			k.cfg.View.Metrics.Repairs.Inc()
+		}
+	}
+	if resumed == (chstore.RowKey{}) {
+		// The floor is what the table holds, read before it is filled: older eras' rows that
+		// survived (only its lineage was lost, say) stay held, and a table whose rows are all gone
+		// (an accepted loss, or nothing older was held) holds its own era's alone.
+		if lin.Floor, err = k.tableFloor(ctx, lin.Era); err != nil {
+			return res, lin, errorOf(err)
 		}
 	}
 	beat := func(ctx context.Context) error {
@@ -282,6 +290,23 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, fresh b
 		return res, lin, errorOf(err)
 	}
 	return res, lin, k.Publish(ctx, lin, "")
+}
+
+// tableFloor is the oldest era of the rows the table holds, era when it holds none or none older.
+func (k *Keeper[R]) tableFloor(ctx context.Context, era uint32) (uint32, error) {
+	if _, has, err := k.cfg.Table.NewestRow(ctx); err != nil || !has {
+		return era, err
+	}
+	oldest, err := k.cfg.Table.OldestEra(ctx)
+	return min(oldest, era), err
+}
+
+// eraFloor is the least era of a lineage noted when none is known (Config.EraFloor; 0 without).
+func (k *Keeper[R]) eraFloor(ctx context.Context) (uint32, error) {
+	if k.cfg.EraFloor == nil {
+		return 0, nil
+	}
+	return k.cfg.EraFloor(ctx)
 }
 
 // stillHolds is nil while the table holds every one of rows (a zero key: none to hold); else an
