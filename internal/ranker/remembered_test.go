@@ -111,3 +111,43 @@ func TestALineageTableDroppedAloneKeepsTheFloor(t *testing.T) {
 		t.Errorf("era %d, floor %d; want era 1 (the board's: eras never go back) and floor 0 (the table still holds era 0's rows: losing it later names them)", lin.Era, lin.Floor)
 	}
 }
+
+// TestALineageTableDroppedWithNoBoardKeepsTheEra: TestALineageTableDroppedAloneKeepsTheFloor
+// without a board (nothing names an era: EraFloor 0). The lineage's table is made again and the
+// table, which survived, adopted: era 1 (its newest row's, of the stream there is now), floor 0.
+// Before (a review found it), it was refilled over at era 0: the era went back, the stream's rows
+// written again at era 0, the refill never finished, and the era-0 rows of the deleted stream were
+// taken for the stream there is now.
+func TestALineageTableDroppedWithNoBoardKeepsTheEra(t *testing.T) {
+	ctx := t.Context()
+	st, cfg := testenv.Store(t, true)
+	r, js, _ := bareRanker(t)
+	r.store = st
+	r.repair = func(ctx context.Context) error { _, err := st.Repair(ctx); return err }
+	recs := records("x", "e1")
+	recs[0].Era = 1
+	publishRecords(t, js, recs)
+	old := records("x", "e0")
+	old[0].Seq, old[0].TeamID = 5, "team-old"
+	if err := st.Insert(ctx, append(old, recs...)); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, cfg, "DROP TABLE store_lineage")
+	r.keep = r.newKeeper()
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := r.keep.Check(cctx); err != nil {
+		pub := r.keep.Published()
+		t.Fatalf("check: %v (the refill never finishes); published lineage %+v", err, pub)
+	}
+	lin, _, err := st.Lineage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lin.Era != 1 || lin.Floor != 0 {
+		t.Errorf("era %d, floor %d; want era 1 (the table's newest row is era 1: eras never go back) and floor 0", lin.Era, lin.Floor)
+	}
+	if _, _, lost := lin.LostEras(lin.Stream); !lost {
+		t.Errorf("losing this table would name nothing, though its era-0 row (team-old) is kept nowhere else")
+	}
+}

@@ -93,7 +93,16 @@ func (k *Keeper[R]) CheckLocked(ctx context.Context) error {
 	streamID := chstore.StreamID(info.Created)
 	lin, found, err := k.cfg.Table.Lineage(ctx)
 	if chstore.FaultOf(err) == chstore.Missing {
-		return k.refill(ctx, refillPlan{why: what + "'s tables are missing", repair: true, lost: true})
+		// The lineage's table (or the database) is gone; the rows' table may not be. Made again
+		// first, so that a table that survived is checked as one without a lineage (adopted,
+		// its eras and floor read from its rows) instead of refilled over as if it held nothing.
+		if err := k.cfg.Repair(ctx); err != nil {
+			return fmt.Errorf("recreate the tables of %s: %w", what, err)
+		}
+		if k.cfg.View.Metrics.Repairs != nil {
+			k.cfg.View.Metrics.Repairs.Inc()
+		}
+		lin, found, err = k.cfg.Table.Lineage(ctx)
 	}
 	if err != nil {
 		return err

@@ -88,13 +88,15 @@ func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
 			return err
 		}
 	}
+	// A lost table is refilled only when nothing was lost with it, or an operator accepted what
+	// was (loss.go). Checked here first, so that a loss waited on logs no refill; and again in a
+	// try whose table was lost since (a takeover of a refill whose rows are gone, a try that found
+	// the table dropped): a loss found then ends the refill (View.Refill), for the watch to wait on.
+	stream := chstore.StreamID(info.Created)
+	accepted := false
 	if plan.lost {
-		accepted, err := k.checkLoss(ctx, chstore.StreamID(info.Created))
-		if err != nil {
+		if accepted, err = k.checkLoss(ctx, stream); err != nil {
 			return err
-		}
-		if accepted {
-			plan.why = "an operator accepted the loss; " + plan.why
 		}
 	}
 	if k.cfg.Refilling != nil {
@@ -102,7 +104,7 @@ func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
 	}
 	k.refilling.Store(&plan.why)
 	defer k.refilling.Store(nil)
-	repair, others := plan.repair, plan.others
+	repair, others, lost := plan.repair, plan.others, false
 	return k.cfg.View.Refill(ctx, plan.why, func(ctx context.Context, _ uint64) (Tried, error) {
 		if others {
 			if err := k.awaitRefill(ctx); err == nil || ctx.Err() != nil {
@@ -111,18 +113,30 @@ func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
 			k.cfg.Log.Warn("the other replica's refill stopped; taking it over", "table", k.cfg.View.What)
 			if l, found, err := k.cfg.Table.Lineage(ctx); err == nil && found && !l.Whole {
 				plan.resume = l // its progress as it last noted it
+				// Its rows gone meanwhile (the table emptied), what it held before may be too.
+				lost = lost || !k.resumable(ctx, l, stream) && l.Anchor != (chstore.RowKey{})
 			}
 		}
-		res, lin, err := k.refillSteps(ctx, plan.why, repair, plan.resume)
+		if lost {
+			acc, err := k.checkLoss(ctx, stream)
+			if err != nil {
+				return Tried{}, err
+			}
+			accepted, lost = accepted || acc, false
+		}
+		res, lin, err := k.refillSteps(ctx, plan.why, repair, accepted, plan.resume)
 		if err == nil {
 			return Tried{Attrs: []any{"lineage", lin.ID(), "messages", res.Read, "written", res.Written, "refused", res.Refused, "invalid", res.Skipped}}, nil
 		}
 		if others = errors.Is(err, errYielded); others {
 			return Tried{}, fmt.Errorf("%w: %v", ErrAgain, err)
 		}
-		// The table may be gone again (start over, repairing), or ClickHouse or the stream away
-		// (go on from what was noted).
-		repair = repair || errors.Is(err, ErrTableLost)
+		// The table may be gone again (start over, repairing, once a loss is checked: what it
+		// held before this refill may be gone with it), or ClickHouse or the stream away (go on
+		// from what was noted).
+		if errors.Is(err, ErrTableLost) {
+			repair, lost = true, true
+		}
 		if plan.resume = lin; repair {
 			plan.resume = chstore.Lineage{}
 		}
@@ -159,7 +173,9 @@ func (k *Keeper[R]) awaitRefill(ctx context.Context) error {
 
 // refillSteps is one try of refill: what it wrote, and the lineage it noted last. It goes on from
 // resume where that is of the same stream and the table holds its anchor; else from the start.
-func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair bool, resume chstore.Lineage) (res Filled[R], lin chstore.Lineage, err error) {
+// accepted is the refill of a table whose loss an operator accepted: its lineage holds its own
+// era's rows only.
+func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair, accepted bool, resume chstore.Lineage) (res Filled[R], lin chstore.Lineage, err error) {
 	info, err := k.streamInfo(ctx)
 	if err != nil {
 		return res, lin, err
@@ -181,8 +197,16 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair bool, re
 			return res, lin, err
 		}
 	}
+	// The floor never rises over eras the table may still hold, or may have lost unnamed: the
+	// lineage before's, unless the table held no row under it (no anchor, no era before its own),
+	// or an operator accepted what it lost, or none is known (the table is new, or empty).
+	lin.Floor = lin.Era
 	if known {
 		lin.Era = prev.EraOf(lin.Stream)
+		lin.Floor = lin.Era
+		if !accepted && (prev.Anchor != (chstore.RowKey{}) || prev.Floor < prev.Era) {
+			lin.Floor = min(prev.Floor, lin.Era)
+		}
 		if prev.Stream != lin.Stream {
 			// The refill begins the era of a stream made again: not while a batch of the stream
 			// before may still commit (check.go, mayBeginEra), as a check's switch.
@@ -222,14 +246,7 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair bool, re
 			k.cfg.View.Metrics.Repairs.Inc()
 		}
 	}
-	if resumed == (chstore.RowKey{}) {
-		// The floor is what the table holds, read before it is filled: older eras' rows that
-		// survived (only its lineage was lost, say) stay held, and a table whose rows are all gone
-		// (an accepted loss, or nothing older was held) holds its own era's alone.
-		if lin.Floor, err = k.tableFloor(ctx, lin.Era); err != nil {
-			return res, lin, errorOf(err)
-		}
-	}
+
 	beat := func(ctx context.Context) error {
 		if err := k.stillHolds(ctx, resumed, first); err != nil {
 			return err
@@ -290,15 +307,6 @@ func (k *Keeper[R]) refillSteps(ctx context.Context, why string, repair bool, re
 		return res, lin, errorOf(err)
 	}
 	return res, lin, k.Publish(ctx, lin, "")
-}
-
-// tableFloor is the oldest era of the rows the table holds, era when it holds none or none older.
-func (k *Keeper[R]) tableFloor(ctx context.Context, era uint32) (uint32, error) {
-	if _, has, err := k.cfg.Table.NewestRow(ctx); err != nil || !has {
-		return era, err
-	}
-	oldest, err := k.cfg.Table.OldestEra(ctx)
-	return min(oldest, era), err
 }
 
 // eraFloor is the least era of a lineage noted when none is known (Config.EraFloor; 0 without).

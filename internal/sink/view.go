@@ -65,8 +65,9 @@ type Tried struct {
 }
 
 // Refill makes the table whole: it runs try (one try of the service's refill) until one returns
-// nil, with the shared backoff between tries that fail (ErrAgain: at once; ErrBeforeInHand ends
-// the refill, returned, to be checked again once commits went on), the Whole condition
+// nil, with the shared backoff between tries that fail (ErrAgain: at once; ErrBeforeInHand and
+// ErrLossHeld end the refill, returned, to be checked again once commits went on or an operator
+// acted), the Whole condition
 // failing meanwhile with why, and a try that panics failing like any other (a driver that panics
 // on a row must not crash the service, which would refill again at its start and crash again).
 // It returns nil once the table is whole, or ctx's error.
@@ -105,9 +106,10 @@ func (v *View) Refill(ctx context.Context, why string, try func(ctx context.Cont
 		if errors.Is(err, ErrAgain) {
 			continue
 		}
-		if errors.Is(err, ErrBeforeInHand) {
-			// Put off, not failed: what it waits for (a batch of the stream before) needs the
-			// commits the refill holds. The caller lets them go and checks again.
+		if errors.Is(err, ErrBeforeInHand) || errors.Is(err, ErrLossHeld) {
+			// Put off, not failed: what it waits for (a batch of the stream before, which needs
+			// the commits the refill holds; an operator) comes from outside. The caller lets the
+			// commits go and checks again.
 			return err
 		}
 		delay := retry.Redelivery().Backoff(attempt)
