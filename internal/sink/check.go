@@ -18,7 +18,8 @@ import (
 // The check compares the table's lineage with its stream, at start, every checkEvery, and whenever
 // a write or a read finds the table missing or its anchor gone:
 //   - no lineage (a new database, or a store of a Podium before lineages): an empty table while
-//     the stream holds messages is refilled; a table with rows is adopted as it is (adopt);
+//     the stream holds messages is refilled; a table with rows is adopted as it is (adopt); the
+//     lineage's own table gone (or its database) is made again first, then checked so;
 //   - a refill that did not finish, or an anchor row the table no longer holds (dropped or
 //     recreated): refilled (refill.go), unless what was lost is kept nowhere else (loss.go);
 //   - another stream than the lineage names (deleted and made again, its sequences starting

@@ -70,11 +70,10 @@ func (k *Keeper[R]) RefillLost(ctx context.Context) error {
 }
 
 // refill makes the table whole from the stream, tried with the view (the condition, the backoff,
-// the metrics). Commits are held by the caller. It returns only once the table is whole, or with
-// ctx's error.
+// the metrics). Commits are held by the caller. It returns once the table is whole, with ctx's
+// error, or put off: ErrBeforeInHand (a batch of the stream before may still commit) or
+// ErrLossHeld (a loss waits for an operator).
 func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
-	// A lost table is refilled only when nothing was lost with it, or an operator accepted what
-	// was: from then on the table holds its own stream's rows only (its floor is its era).
 	info, err := k.streamInfo(ctx)
 	if err != nil {
 		return err
