@@ -185,6 +185,13 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 	}
 	err = a.write(ctx, recs)
 	if err == nil {
+		// ClickHouse has them: the lag ends here, whatever follows.
+		now := a.now()
+		for _, rec := range recs {
+			if rec.EventType != chstore.NotARecordType {
+				a.m.lag.Observe(max(now.Sub(rec.Stored), 0).Seconds())
+			}
+		}
 		err = a.keep.AnchorAfter(ctx, recs) // the first rows of a lineage noted while the table was empty
 	}
 	if err != nil {
@@ -195,7 +202,6 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 		}
 		return res
 	}
-	now := a.now()
 	archived := 0
 	for _, rec := range recs {
 		if rec.EventType == chstore.NotARecordType {
@@ -203,7 +209,6 @@ func (a *archiver) handle(ctx context.Context, msgs []jetstream.Msg) consume.Res
 			continue
 		}
 		archived++
-		a.m.lag.Observe(max(now.Sub(rec.Stored), 0).Seconds())
 	}
 	a.m.records.WithLabelValues("archived").Add(float64(archived))
 	return res
