@@ -63,8 +63,6 @@ type archiver struct {
 	// offer hands each message delivered to the audit log's keeper (auditlog.Keeper.Offer), which
 	// then need not read it again from the stream; nil when no log is kept.
 	offer func(created time.Time, seq uint64, subject string, body []byte)
-	// publish sets the consumer's metadata (consume.Runtime.SetMetadata; nil in some tests).
-	publish func(ctx context.Context, md map[string]string) error
 	// nc reads the operators' acceptances of a loss on AUDIT (loss.go; nil: a loss is never named).
 	nc *nats.Conn
 
@@ -118,8 +116,8 @@ func (a *archiver) newKeeper(tune ...func(*sink.Config[chstore.ArchivedPrompt]))
 		},
 		View:       newView(a.m, a.filled, a.log),
 		Log:        a.log,
-		Publish:    a.publishState,
-		Published:  sink.ArchiveKeys.ConsumerLineage(a.js, events.StreamPrompts, events.ConsumerArchiver),
+		Keys:       sink.ArchiveKeys,
+		Consumer:   events.ConsumerArchiver,
 		Now:        a.now,
 		Batch:      a.batchSize,
 		BatchBytes: a.batchBytes,
@@ -131,16 +129,6 @@ func (a *archiver) newKeeper(tune ...func(*sink.Config[chstore.ArchivedPrompt]))
 		t(&cfg)
 	}
 	return sink.NewKeeper(cfg)
-}
-
-// publishState tells readers, through the archiver consumer's metadata, the archive's lineage,
-// whether a refill runs, and a loss waited on (sink.ArchiveKeys).
-func (a *archiver) publishState(ctx context.Context, s sink.State) error {
-	md, err := sink.ArchiveKeys.Metadata(s)
-	if err != nil || a.publish == nil {
-		return err
-	}
-	return a.publish(ctx, md)
 }
 
 // newConditions registers the archiver's readiness conditions.

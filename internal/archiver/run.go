@@ -76,8 +76,9 @@ func Run(ctx context.Context, p *service.Prepared[Config], stdout io.Writer) err
 		base.Close()
 		return err
 	}
-	a.publish = runtime.SetMetadata
-	a.keep = a.newKeeper(func(c *sink.Config[chstore.ArchivedPrompt]) { c.Consumes = runtime.Consumes })
+	a.keep = a.newKeeper(func(c *sink.Config[chstore.ArchivedPrompt]) {
+		c.Consumes, c.SetMetadata = runtime.Consumes, runtime.SetMetadata // readers read the state there
+	})
 	runtime.Remade = a.keep.CheckSoon
 	a.warnRetention(ctx)
 	base.StoreMetrics(st)

@@ -47,15 +47,15 @@ func (r *ranker) newKeeper(tune ...func(*sink.Config[rank.Record])) *sink.Keeper
 				return rec, err
 			},
 			Key: chstore.KeyOf},
-		Write:     r.writeRows,
-		Repair:    func(ctx context.Context) error { return r.repair(ctx) },
-		View:      newView(r.m, r.whole, r.log),
-		Log:       r.log,
-		Publish:   r.publishState,
-		Published: sink.StoreKeys.ConsumerLineage(r.js, events.StreamEvaluations, events.ConsumerRanker),
-		EraFloor:  r.eraFloor,
-		Replicas:  r.replicasInTheWay,
-		Losses:    losses{r},
+		Write:    r.writeRows,
+		Repair:   func(ctx context.Context) error { return r.repair(ctx) },
+		View:     newView(r.m, r.whole, r.log),
+		Log:      r.log,
+		Keys:     sink.StoreKeys,
+		Consumer: events.ConsumerRanker,
+		EraFloor: r.eraFloor,
+		Replicas: r.replicasInTheWay,
+		Losses:   losses{r},
 		Refilling: func() func() {
 			r.boardsMu.Lock()
 			return r.boardsMu.Unlock
@@ -64,20 +64,13 @@ func (r *ranker) newKeeper(tune ...func(*sink.Config[rank.Record])) *sink.Keeper
 		Batch:      r.batchSize,
 		BatchBytes: r.batchBytes,
 	}
+	if r.runtime != nil {
+		cfg.SetMetadata = r.runtime.SetMetadata // composers' commit probes read it
+	}
 	for _, t := range tune {
 		t(&cfg)
 	}
 	return sink.NewKeeper(cfg)
-}
-
-// publishState tells composers, through the ranker consumer's metadata, the store's lineage,
-// whether a refill runs, and a loss waited on (sink.StoreKeys).
-func (r *ranker) publishState(ctx context.Context, s sink.State) error {
-	md, err := sink.StoreKeys.Metadata(s)
-	if err != nil || r.runtime == nil {
-		return err
-	}
-	return r.runtime.SetMetadata(ctx, md)
 }
 
 // eraOf is the era of the stream a batch was consumed from (consume.StreamOf; a batch whose stream

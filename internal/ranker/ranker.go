@@ -36,13 +36,7 @@ type store interface {
 	Begin(ctx context.Context) (*chstore.View, error)
 	Ping(ctx context.Context) error
 	CheckTable(ctx context.Context) error
-	Lineage(ctx context.Context) (chstore.Lineage, bool, error)
-	NoteLineage(ctx context.Context, l chstore.Lineage) error
-	NextEpoch(ctx context.Context, now time.Time) (uint64, error)
-	Holds(ctx context.Context, k chstore.RowKey) (bool, error)
-	NewestRow(ctx context.Context) (chstore.RowKey, bool, error)
-	OldestEra(ctx context.Context) (uint32, error)
-	RowStreams(ctx context.Context, row chstore.RowKey, stream string) (chstore.RowStreams, error)
+	sink.Table // the store's lineage and anchor (its keeper's: lineage.go)
 }
 
 var _ store = (*chstore.Store)(nil)

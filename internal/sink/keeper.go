@@ -88,10 +88,12 @@ type Config[R any] struct {
 	// View names the table and its stream, holds the "whole" condition and tries refills.
 	View *View
 	Log  *slog.Logger
-	// Publish tells the service's consumer the keeper's state (its metadata); Published reads the
-	// lineage the consumer carries (false: none), which outlives the table's own.
-	Publish   func(ctx context.Context, s State) error
-	Published func(ctx context.Context) (chstore.Lineage, bool, error)
+	// Keys name the keeper's State in the metadata of the service's durable Consumer of the
+	// stream (state.go); SetMetadata sets that metadata (consume.Runtime.SetMetadata; nil: nothing
+	// is published, as in some tests). What the consumer carries outlives the table's lineage.
+	Keys        Keys
+	Consumer    string
+	SetMetadata func(ctx context.Context, md map[string]string) error
 	// Consumes reports whether batches of the stream created then are all that can still come
 	// (consume.Runtime.Consumes; nil: no consumer runs, as in some tests).
 	Consumes func(created time.Time) bool
@@ -236,8 +238,12 @@ func (k *Keeper[R]) Publish(ctx context.Context, lin chstore.Lineage, refilling 
 
 // publishLocked is Publish with publishMu held.
 func (k *Keeper[R]) publishLocked(ctx context.Context, lin chstore.Lineage, refilling string) error {
-	if k.cfg.Publish != nil {
-		if err := k.cfg.Publish(ctx, State{Lineage: lin, Refilling: refilling, Loss: k.loss.Load()}); err != nil {
+	if k.cfg.SetMetadata != nil {
+		md, err := k.cfg.Keys.Metadata(State{Lineage: lin, Refilling: refilling, Loss: k.loss.Load()})
+		if err == nil {
+			err = k.cfg.SetMetadata(ctx, md)
+		}
+		if err != nil {
 			return fmt.Errorf("publish the lineage of %s on the consumer: %w", k.cfg.View.What, err)
 		}
 	}

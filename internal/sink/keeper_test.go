@@ -78,6 +78,19 @@ func newKeeperFixture(t *testing.T, tune func(*Config[rank.Record])) *keeperFixt
 	return f
 }
 
+// exec runs q on the fixture's database, as an operator would.
+func (f *keeperFixture) exec(t *testing.T, q string) {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(context.Background(), q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
 // remake deletes EVALUATIONS and makes it again: another stream, its sequences starting over.
 func (f *keeperFixture) remake(t *testing.T) jetstream.Stream {
 	t.Helper()
@@ -181,12 +194,14 @@ func TestTheEraWaitsForABatchWaitingToCommit(t *testing.T) {
 // floor the oldest era it holds.
 func TestAnAdoptedTableKeepsTheEraItsConsumerNames(t *testing.T) {
 	ctx := t.Context()
-	var f *keeperFixture
-	f = newKeeperFixture(t, func(c *Config[rank.Record]) {
-		c.Published = func(context.Context) (chstore.Lineage, bool, error) {
-			return chstore.Lineage{Epoch: 1, Stream: f.was.Stream, Era: 3, Floor: 2, Whole: true}, true, nil
-		}
-	})
+	f := newKeeperFixture(t, func(c *Config[rank.Record]) { c.Keys, c.Consumer = StoreKeys, "keeper-test" })
+	md, err := StoreKeys.Metadata(State{Lineage: chstore.Lineage{Epoch: 1, Stream: f.was.Stream, Era: 3, Floor: 2, Whole: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.js.CreateOrUpdateConsumer(ctx, events.StreamEvaluations, jetstream.ConsumerConfig{Durable: "keeper-test", Metadata: md}); err != nil {
+		t.Fatal(err)
+	}
 	recs := []rank.Record{{EventID: "e1", Seq: 1, Era: 1}, {EventID: "e2", Seq: 2, Era: 1}}
 	for i := range recs {
 		recs[i].ExecutionID, recs[i].TeamID, recs[i].TeamName, recs[i].RoundNumber = "x", "t", "T", i+1
@@ -194,14 +209,7 @@ func TestAnAdoptedTableKeepsTheEraItsConsumerNames(t *testing.T) {
 	if err := f.st.Insert(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.Exec(ctx, "TRUNCATE TABLE store_lineage"); err != nil {
-		t.Fatal(err)
-	}
+	f.exec(t, "TRUNCATE TABLE store_lineage")
 	k := NewKeeper(f.kcfg) // started again: it published nothing yet
 	if err := k.CheckLocked(ctx); err != nil {
 		t.Fatal(err)
@@ -227,14 +235,7 @@ func TestARefillOntoAStreamMadeAgainWaitsForTheBatchesBefore(t *testing.T) {
 		c.Repair = func(ctx context.Context) error { return nil } // the test makes the table again itself
 	})
 	f.remake(t)
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.Exec(ctx, "DROP TABLE evaluations"); err != nil {
-		t.Fatal(err)
-	}
+	f.exec(t, "DROP TABLE evaluations")
 	repaired := false
 	f.k.cfg.Repair = func(ctx context.Context) error {
 		repaired = true
@@ -404,14 +405,7 @@ func TestALossIsResolvedOnEveryReplica(t *testing.T) {
 	if got := a.Published(); got.Era != 1 || got.Floor != 0 {
 		t.Fatalf("after the stream was made again: %+v, want era 1, floor 0", got)
 	}
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.Exec(ctx, "TRUNCATE TABLE evaluations"); err != nil {
-		t.Fatal(err)
-	}
+	f.exec(t, "TRUNCATE TABLE evaluations")
 	for name, k := range map[string]*Keeper[rank.Record]{"a": a, "b": b} {
 		if err := k.Check(ctx); !errors.Is(err, ErrLossHeld) {
 			t.Fatalf("replica %s after the table was emptied: %v, want ErrLossHeld", name, err)
@@ -440,3 +434,4 @@ func TestALossIsResolvedOnEveryReplica(t *testing.T) {
 		t.Errorf("the replicas publish %+v and %+v, want the refill's lineage, floor 1, whole", pub, got)
 	}
 }
+

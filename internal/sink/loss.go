@@ -70,10 +70,7 @@ func (k *Keeper[R]) lastLineage(ctx context.Context) (chstore.Lineage, bool, err
 	if pub := k.published.Load(); pub != nil && pub.Epoch > 0 {
 		return *pub, true, nil
 	}
-	if k.cfg.Published == nil {
-		return chstore.Lineage{}, false, nil
-	}
-	return k.cfg.Published(ctx)
+	return k.consumerLineage(ctx)
 }
 
 // checkLoss runs before a refill of a lost table: nil when nothing is lost or the loss was

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
-
 	"github.com/podium-llm/podium/internal/chstore"
 	"github.com/podium-llm/podium/pkg/events"
 	"github.com/podium-llm/podium/pkg/rank"
@@ -35,16 +33,9 @@ func TestATakeoverOfARefillWhoseRowsAreGoneNamesTheLoss(t *testing.T) {
 	if err := f.st.NoteLineage(ctx, stopped); err != nil { // a refill (floor 0: it read era 0's row) that stopped
 		t.Fatal(err)
 	}
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.Exec(ctx, "TRUNCATE TABLE evaluations"); err != nil {
-		t.Fatal(err)
-	}
+	f.exec(t, "TRUNCATE TABLE evaluations")
 	k := NewKeeper(f.kcfg) // a replica (re)started
-	err = k.Check(ctx)
+	err := k.Check(ctx)
 	lin, _, _ := f.st.Lineage(ctx)
 	if !errors.Is(err, ErrLossHeld) {
 		t.Errorf("check: %v, lineage noted %+v; want ErrLossHeld naming era 0 (its row is gone and no stream holds it)", err, lin)
@@ -68,18 +59,11 @@ func TestATableDroppedDuringARefillKeepsItsLossNamed(t *testing.T) {
 	if _, err := events.MakeStreams(ctx, f.js, events.StreamOptions{}, events.StreamAudit); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: f.chCfg.Addrs, Auth: clickhouse.Auth{Database: f.chCfg.Database}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	write := f.kcfg.Write
 	f.kcfg.Write = func(ctx context.Context, recs []rank.Record) (map[int]error, error) {
 		if !dropped { // the operator drops the table while the refill writes
 			dropped = true
-			if err := conn.Exec(ctx, "DROP TABLE evaluations"); err != nil {
-				t.Fatal(err)
-			}
+			f.exec(t, "DROP TABLE evaluations")
 			return nil, ErrTableLost
 		}
 		return write(ctx, recs)
@@ -97,16 +81,14 @@ func TestATableDroppedDuringARefillKeepsItsLossNamed(t *testing.T) {
 	if err := f.st.NoteLineage(ctx, chstore.Lineage{Epoch: 3, Stream: chstore.StreamID(now.CachedInfo().Created), Era: 1, Floor: 0, Anchor: chstore.KeyOf(old[0]), Whole: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.Exec(ctx, "DROP TABLE store_lineage"); err != nil { // its lineage alone lost
-		t.Fatal(err)
-	}
+	f.exec(t, "DROP TABLE store_lineage") // its lineage alone lost
 	k := NewKeeper(f.kcfg)
 	if err := k.Publish(ctx, chstore.Lineage{Epoch: 3, Stream: chstore.StreamID(now.CachedInfo().Created), Era: 1, Floor: 0, Anchor: chstore.KeyOf(old[0]), Whole: true}, ""); err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	err = k.Check(cctx)
+	err := k.Check(cctx)
 	lin, _, _ := f.st.Lineage(ctx)
 	held, _ := f.st.Holds(ctx, chstore.KeyOf(old[0]))
 	if !held && err == nil {

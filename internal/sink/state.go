@@ -62,37 +62,49 @@ func ParseLineageID(id string) (chstore.Lineage, bool) {
 }
 
 // LineageOf reads the lineage a consumer's metadata names (epoch, stream, era, floor and anchor),
-// taken as whole; false when it names none.
+// taken as whole; false when it names none, or names one it does not say whole (an era or an
+// anchor that does not read: taken as 0 or none, it could lower an era or hide a loss). An era
+// absent is 0 (a service before eras), a floor absent 0 (before floors: every era since the first
+// counts as held).
 func (k Keys) LineageOf(md map[string]string) (chstore.Lineage, bool) {
 	lin, ok := ParseLineageID(md[k.Lineage])
 	if !ok {
 		return chstore.Lineage{}, false
 	}
 	lin.Whole = true
-	era, _ := strconv.ParseUint(md[k.Era], 10, 32)
-	floor, err := strconv.ParseUint(md[k.Floor], 10, 32)
-	if err != nil {
-		floor = 0 // a service before floors: every era since the first
+	if s := md[k.Era]; s != "" {
+		era, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return chstore.Lineage{}, false
+		}
+		lin.Era = uint32(era)
 	}
-	lin.Era, lin.Floor = uint32(era), uint32(floor)
+	if floor, err := strconv.ParseUint(md[k.Floor], 10, 32); err == nil {
+		lin.Floor = uint32(floor)
+	}
 	if a := md[k.Anchor]; a != "" {
-		lin.Anchor, _ = chstore.ParseRowKey(a)
+		anchor, err := chstore.ParseRowKey(a)
+		if err != nil {
+			return chstore.Lineage{}, false
+		}
+		lin.Anchor = anchor
 	}
 	return lin, true
 }
 
-// ConsumerLineage is a Config.Published: the lineage the durable consumer of stream carries;
-// false when it (or the stream) is not there, or names none.
-func (k Keys) ConsumerLineage(js jetstream.JetStream, stream, consumer string) func(ctx context.Context) (chstore.Lineage, bool, error) {
-	return func(ctx context.Context) (chstore.Lineage, bool, error) {
-		cons, err := js.Consumer(ctx, stream, consumer)
-		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			return chstore.Lineage{}, false, nil
-		}
-		if err != nil {
-			return chstore.Lineage{}, false, fmt.Errorf("the consumer %s of %s: %w", consumer, stream, err)
-		}
-		lin, ok := k.LineageOf(cons.CachedInfo().Config.Metadata)
-		return lin, ok, nil
+// consumerLineage is the lineage the service's durable consumer carries (Config.Keys,
+// Config.Consumer); false when it (or the stream) is not there, or names none.
+func (k *Keeper[R]) consumerLineage(ctx context.Context) (chstore.Lineage, bool, error) {
+	if k.cfg.Consumer == "" {
+		return chstore.Lineage{}, false, nil
 	}
+	cons, err := k.cfg.JS.Consumer(ctx, k.cfg.View.Stream, k.cfg.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return chstore.Lineage{}, false, nil
+	}
+	if err != nil {
+		return chstore.Lineage{}, false, fmt.Errorf("the consumer %s of %s: %w", k.cfg.Consumer, k.cfg.View.Stream, err)
+	}
+	lin, ok := k.cfg.Keys.LineageOf(cons.CachedInfo().Config.Metadata)
+	return lin, ok, nil
 }
