@@ -36,9 +36,11 @@ const beforeEvery = time.Second
 
 // Check checks the table's lineage against the stream and refills the table when it is not whole.
 // A table found as published (the usual case) costs commits nothing; any other is checked again
-// with commits held.
+// with commits held. A table found whole is ready, however it became so (a refill of this
+// replica's that was put off and another's that finished, a restore).
 func (k *Keeper[R]) Check(ctx context.Context) error {
 	if k.loss.Load() == nil && k.asPublished(ctx) {
+		k.cfg.View.Whole.Holds()
 		return nil
 	}
 	k.mu.Lock()
@@ -46,6 +48,7 @@ func (k *Keeper[R]) Check(ctx context.Context) error {
 	err := k.CheckLocked(ctx)
 	if err == nil {
 		k.lossResolved(ctx)
+		k.cfg.View.Whole.Holds()
 	}
 	return err
 }

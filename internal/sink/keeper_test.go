@@ -435,3 +435,38 @@ func TestALossIsResolvedOnEveryReplica(t *testing.T) {
 	}
 }
 
+// TestATableWholeAgainIsReadyHoweverItBecameSo: a refill put off (a batch of the stream before
+// waited for the lock) leaves the replica unready; another replica then refills the table and
+// notes it whole. The next check finds it whole and the replica ready again. Before, only a refill
+// of its own (or a loss resolved) made it ready: it stayed unready for good.
+func TestATableWholeAgainIsReadyHoweverItBecameSo(t *testing.T) {
+	ctx := t.Context()
+	f := newKeeperFixture(t, func(c *Config[rank.Record]) { c.Grace = time.Millisecond })
+	now := f.remake(t)
+	f.exec(t, "DROP TABLE evaluations")
+	f.k.Serial(func() {
+		go f.k.Serial(func() {}) // a batch of the stream before, waiting
+		testenv.WaitFor(t, 10*time.Second, "the batch waiting for the lock", func() (bool, string) {
+			return f.k.waiting.Load() == 1, ""
+		})
+		if err := f.k.RefillLost(ctx); !errors.Is(err, ErrBeforeInHand) {
+			t.Errorf("the refill while a batch of the stream before waits: %v, want ErrBeforeInHand", err)
+		}
+	})
+	if f.k.cfg.View.Whole.Err() == nil {
+		t.Fatal("ready while the table is missing")
+	}
+	// Another replica: the table made again and filled, its lineage noted whole.
+	if _, err := f.st.Repair(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.NoteLineage(ctx, chstore.Lineage{Epoch: 9, Stream: chstore.StreamID(now.CachedInfo().Created), Era: 1, Floor: 1, Whole: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.cfg.View.Whole.Err(); err != nil {
+		t.Fatalf("the table is whole and the replica still unready: %v", err)
+	}
+}

@@ -134,7 +134,6 @@ func (k *Keeper[R]) lossResolved(ctx context.Context) {
 		return
 	}
 	k.cfg.Log.Warn("the loss is resolved: the table is whole again (a restore, or another replica's refill after the loss was accepted)", "table", k.cfg.View.What)
-	k.cfg.View.Whole.Holds()
 	if lin := k.published.Load(); lin != nil {
 		if err := k.Publish(ctx, *lin, ""); err != nil {
 			k.cfg.Log.Warn("the state not published; the next check publishes it", "table", k.cfg.View.What, "error", err)

@@ -84,6 +84,7 @@ func (k *Keeper[R]) refill(ctx context.Context, plan refillPlan) error {
 		return err
 	} else if known && prev.Stream != chstore.StreamID(info.Created) {
 		if err := k.mayBeginEra(ctx, info.Created, chstore.StreamID(info.Created)); err != nil {
+			k.cfg.View.Whole.Fail("filling %s again from %s is put off (%s): %v", k.cfg.View.What, k.cfg.View.Stream, plan.why, err)
 			return err
 		}
 	}
